@@ -1,0 +1,36 @@
+# Every target sets up what it needs: on a fresh clone `make run` and `make test` just work.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install run test lint unit bench clean
+
+install: $(STAMP)
+
+# torch is pinned by constraints.txt so a machine without CUDA stays on the CPU build.
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/gpuwarden monitor
+
+lint: $(STAMP)
+	$(BIN)/ruff check gpuwarden tests bench
+	$(BIN)/ruff format --check gpuwarden tests bench
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+unit: $(STAMP)
+	$(BIN)/pytest -q
+
+test: lint unit
+
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

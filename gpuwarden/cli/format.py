@@ -1,0 +1,69 @@
+"""Human-readable formatting shared by CLI commands (no colours: output is often piped or logged)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from gpuwarden.core.telemetry.types import (
+    THROTTLE_ACTIVE_MASK,
+    GpuSample,
+    GpuStatic,
+    HostSample,
+    throttle_names,
+)
+
+GIB = 1024**3
+
+
+def gib(n: float | None, digits: int = 1) -> str:
+    return "n/a" if n is None else f"{n / GIB:.{digits}f}"
+
+
+def num(v: float | None, fmt: str = ".0f", unit: str = "") -> str:
+    return "n/a" if v is None else f"{v:{fmt}}{unit}"
+
+
+def gpu_line(static: GpuStatic | None, s: GpuSample) -> str:
+    """One line per GPU per tick: power first, because it tracks useful work best."""
+    label = f"[{static.index}] {static.name}" if static else s.uuid[:12]
+    if s.lost:
+        return f"{label}  LOST (not answering NVML)"
+    if s.power_w is not None and s.power_limit_w:
+        power = f"power {s.power_w:.0f}/{s.power_limit_w:.0f} W ({100 * s.power_w / s.power_limit_w:.0f}%)"
+    else:
+        power = f"power {num(s.power_w, '.0f', ' W')}"
+    util = s.util_gpu_fine if s.util_gpu_fine is not None else s.util_gpu
+    parts = [
+        label,
+        power,
+        f"util {num(util, '.0f', '%')}",
+        f"mem {gib(s.mem_used)}/{gib(s.mem_total)} GiB",
+        f"{num(s.temperature_c, '.0f', '°C')}",
+        f"SM {num(s.sm_clock_mhz, 'd', ' MHz')} mem {num(s.mem_clock_mhz, 'd', ' MHz')}",
+    ]
+    active = (s.throttle_reasons or 0) & THROTTLE_ACTIVE_MASK
+    if active:
+        parts.append("THROTTLED: " + ",".join(throttle_names(active)))
+    return "  ".join(parts)
+
+
+def host_line(h: HostSample) -> str:
+    return (
+        f"host  cpu {num(h.cpu_percent, '.0f', '%')}  mem {gib(h.mem_used)}/{gib(h.mem_total)} GiB"
+        f"  load {num(h.load1, '.2f')}"
+    )
+
+
+def print_json(obj: Any) -> None:
+    """Exactly one JSON document on stdout."""
+    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def note(message: str) -> None:
+    """Status lines go to stderr so `--json` stdout stays parseable."""
+    click.echo(message, err=True)

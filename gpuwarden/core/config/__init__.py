@@ -1,0 +1,1 @@
+"""Validated configuration: daemon settings and run specs, loaded from YAML with precise errors."""

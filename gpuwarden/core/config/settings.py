@@ -1,0 +1,141 @@
+"""Daemon settings: `~/.config/gpuwarden/config.yaml`, then GPUWARDEN_* variables, then flags.
+
+Each layer overrides the one before key by key. Errors name the layer that supplied the bad
+value: `config.yaml:4: sample_interval: …`, `GPUWARDEN_SAMPLE_INTERVAL: …`, `--sample-interval: …`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from gpuwarden.core.config.validation import StrictModel, validate
+from gpuwarden.core.config.yamlsource import KeyPath, YamlDocument, load_yaml_file
+from gpuwarden.core.errors import UserError
+from gpuwarden.core.paths import Paths, default_config_file, default_runtime_dir, default_state_dir
+
+ENV_PREFIX = "GPUWARDEN_"
+# GPUWARDEN_* variables that are not settings (so not rejected as unknown).
+ENV_RESERVED = {"GPUWARDEN_CONFIG", "GPUWARDEN_FAKE_NVML", "GPUWARDEN_SOCKET", "GPUWARDEN_DEBUG"}
+
+
+class RetentionSettings(StrictModel):
+    """How long each tier of samples is kept."""
+
+    raw_hours: float = Field(48.0, gt=0, description="raw samples, hours")
+    minute_days: float = Field(30.0, gt=0, description="1-minute rollups, days")
+    hour_days: float = Field(365.0, gt=0, description="1-hour rollups, days")
+    chunk_rows: int = Field(5000, ge=100, le=1_000_000, description="rows deleted per statement")
+
+
+class PathSettings(StrictModel):
+    """Where state lives; unset means the XDG default."""
+
+    state_dir: Path | None = None
+    runtime_dir: Path | None = None
+    db: Path | None = None
+
+
+class MetricsSettings(StrictModel):
+    """Prometheus exporter on TCP; off unless enabled (the API itself is only on the Unix socket)."""
+
+    enabled: bool = False
+    host: str = "127.0.0.1"
+    port: int = Field(9401, ge=1, le=65535)
+
+
+class Settings(StrictModel):
+    """Everything the daemon and `gpuwarden monitor` need to know."""
+
+    sample_interval: float = Field(1.0, ge=0.05, le=3600, description="seconds between samples")
+    process_interval: float = Field(5.0, ge=0.5, le=3600, description="seconds between process/PCIe reads")
+    retention: RetentionSettings = Field(default_factory=RetentionSettings)
+    paths: PathSettings = Field(default_factory=PathSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    stop_grace_seconds: float = Field(30.0, ge=0, le=3600, description="SIGTERM → SIGKILL grace")
+    max_runs_per_gpu: int = Field(1, ge=1, le=64)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    def resolve_paths(self) -> Paths:
+        state = (self.paths.state_dir or default_state_dir()).expanduser()
+        runtime = (self.paths.runtime_dir or default_runtime_dir()).expanduser()
+        db = (self.paths.db or state / "gpuwarden.db").expanduser()
+        return Paths(state_dir=state, runtime_dir=runtime, db=db)
+
+
+def _set_path(target: dict[str, Any], path: KeyPath, value: Any) -> None:
+    node = target
+    for part in path[:-1]:
+        child = node.get(str(part))
+        if not isinstance(child, dict):
+            child = {}
+            node[str(part)] = child
+        node = child
+    node[str(path[-1])] = value
+
+
+def _leaf_paths(model: type[StrictModel], prefix: KeyPath = ()) -> dict[str, KeyPath]:
+    """ENV-style names (SAMPLE_INTERVAL, RETENTION__RAW_HOURS) for every settings leaf."""
+    out: dict[str, KeyPath] = {}
+    for name, field in model.model_fields.items():
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, StrictModel):
+            out.update(_leaf_paths(ann, (*prefix, name)))
+        else:
+            out["__".join(str(p) for p in (*prefix, name)).upper()] = (*prefix, name)
+    return out
+
+
+def env_layer(environ: Mapping[str, str]) -> dict[KeyPath, tuple[str, str]]:
+    """GPUWARDEN_* variables as {key path: (variable name, value)}; unknown names are errors."""
+    leaves = _leaf_paths(Settings)
+    out: dict[KeyPath, tuple[str, str]] = {}
+    for var, value in environ.items():
+        if not var.startswith(ENV_PREFIX) or var in ENV_RESERVED:
+            continue
+        name = var[len(ENV_PREFIX) :]
+        if name not in leaves:
+            close = difflib.get_close_matches(name, list(leaves), n=1)
+            hint = f"did you mean {ENV_PREFIX}{close[0]}?" if close else "unset it"
+            raise UserError(f"environment variable {var}: not a gpuwarden setting — {hint}")
+        out[leaves[name]] = (var, value)
+    return out
+
+
+def load_settings(
+    config_file: Path | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    flags: Mapping[str, Any] | None = None,
+) -> Settings:
+    """Merge file → environment → flags and validate. `flags` keys are dotted ("retention.raw_hours")."""
+    environ = os.environ if environ is None else environ
+    path = config_file or default_config_file()
+    explicit = config_file is not None or "GPUWARDEN_CONFIG" in environ
+    # A missing default file is fine (defaults apply); a file the user named must exist.
+    doc = load_yaml_file(path) if path.exists() or explicit else YamlDocument(data={}, label=str(path))
+
+    data: dict[str, Any] = dict(doc.data)
+    origin: dict[KeyPath, str] = {}
+    for key_path, (var, value) in env_layer(environ).items():
+        _set_path(data, key_path, value)
+        origin[key_path] = f"environment variable {var}"
+    for dotted, value in (flags or {}).items():
+        if value is None:
+            continue
+        key_path = tuple(dotted.split("."))
+        _set_path(data, key_path, value)
+        origin[key_path] = "--" + dotted.replace("_", "-").replace(".", "-")
+
+    def where(loc: KeyPath) -> str:
+        for n in range(len(loc), 0, -1):
+            if tuple(loc[:n]) in origin:
+                return origin[tuple(loc[:n])]
+        return doc.where(loc)
+
+    return validate(Settings, data, where)

@@ -1,0 +1,132 @@
+"""The runner → daemon event protocol (version 1), documented in docs/events.md.
+
+A runner appends one JSON object per line to its attempt's `events.jsonl`, flushing after each
+line. Every line carries the envelope `{"v": 1, "type": ..., "ts": <unix seconds>}` plus the
+fields of its type. Readers must tolerate a partial last line (the runner may be mid-write) and
+skip lines that do not parse (counted, never fatal), and must ignore unknown fields and unknown
+types so old daemons can read newer runners.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+PROTOCOL_VERSION = 1
+
+# Exit codes a gpuwarden runner uses; the daemon classifies attempts by them and by events.
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USER_ERROR = 2  # the spec cannot be satisfied: retrying will not help
+EXIT_OOM = 3  # an `oom` event was written (after a checkpoint when the state was consistent)
+EXIT_TERMINATED = 143  # stopped by SIGTERM after writing a checkpoint
+
+EventType = Literal["started", "progress", "checkpoint", "warning", "oom", "error", "finished"]
+
+
+class Event(BaseModel):
+    """Envelope shared by every event; subclasses add their fields."""
+
+    model_config = ConfigDict(extra="allow")
+
+    v: int = PROTOCOL_VERSION
+    type: str
+    ts: float = Field(default_factory=time.time)
+
+
+class Started(Event):
+    type: Literal["started"] = "started"
+    task: str
+    config: dict[str, Any]  # the resolved spec section actually used
+    device: str  # "cuda:0", "cpu"
+    dtype: str  # precision actually used: "bf16", "fp16", "fp32"
+    parameters: int | None = None
+    resumed_from: str | None = None  # checkpoint path, or None for a fresh start
+    samples_seen: int = 0
+
+
+class Progress(Event):
+    type: Literal["progress"] = "progress"
+    step: int  # optimizer steps (training) or batches (inference)
+    samples_seen: int
+    tokens_seen: int | None = None
+    loss: float | None = None
+    lr: float | None = None
+    samples_per_s: float | None = None
+    tokens_per_s: float | None = None
+    batch_size: int | None = None
+    mem_allocated: int | None = None  # bytes
+    mem_reserved: int | None = None
+    mem_peak: int | None = None
+    num_alloc_retries: int | None = None
+    total: int | None = None  # samples (or items) in the whole run, for progress bars and ETA
+
+
+class Checkpoint(Event):
+    type: Literal["checkpoint"] = "checkpoint"
+    path: str
+    step: int
+    samples_seen: int
+    reason: Literal["interval", "sigterm", "oom", "final"] = "interval"
+
+
+class Warning(Event):  # the protocol calls it "warning"; shadows the builtin only in this module
+    type: Literal["warning"] = "warning"
+    code: str  # e.g. "offloaded_to_cpu", "precision_unavailable", "fused_adamw_unavailable"
+    message: str
+    requested: Any = None
+    used: Any = None
+
+
+class Oom(Event):
+    type: Literal["oom"] = "oom"
+    verdict: str  # gpu_capacity | gpu_fragmentation | gpu_contention | host_oom | shape_bug
+    message: str  # the allocator's text, first line(s)
+    fields: dict[str, Any] = Field(default_factory=dict)  # parsed allocator numbers (bytes)
+    phase: str | None = None  # "forward", "backward", "optimizer", "eval", "generate", "load"
+    batch_size: int | None = None
+    step: int | None = None
+    checkpoint: str | None = None  # the checkpoint written at the OOM, if the state was consistent
+
+
+class Error(Event):
+    type: Literal["error"] = "error"
+    code: str  # "missing_model", "bad_data", "unsupported", "bug"
+    message: str  # one line: the problem and the fix
+
+
+class Finished(Event):
+    type: Literal["finished"] = "finished"
+    report: dict[str, Any]
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    "started": Started,
+    "progress": Progress,
+    "checkpoint": Checkpoint,
+    "warning": Warning,
+    "oom": Oom,
+    "error": Error,
+    "finished": Finished,
+}
+
+
+def encode(event: Event) -> str:
+    """One line of JSON (no newline) for `event`."""
+    return json.dumps(event.model_dump(mode="json", exclude_none=True), separators=(",", ":"))
+
+
+def decode(line: str) -> dict[str, Any] | None:
+    """Parse one line into a dict with at least `type` and `ts`; None for anything unusable."""
+    try:
+        obj = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("type"), str):
+        return None
+    if not isinstance(obj.get("ts"), int | float):
+        obj["ts"] = time.time()
+    return obj

@@ -1,0 +1,73 @@
+"""Opening the database: pragmas, schema version and migrations.
+
+The daemon holds the only writing connection (one writer thread); everyone else opens the file
+read-only. WAL lets readers go on while the writer commits once per tick.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import sqlite_utils
+
+from gpuwarden.core.errors import UserError
+from gpuwarden.core.store.migrations import MIGRATIONS, SCHEMA_VERSION
+
+
+def open_db(path: Path | str, *, readonly: bool = False) -> sqlite_utils.Database:
+    """Open (and for writers, create and migrate) the store at `path`."""
+    if str(path) == ":memory:":
+        conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+    elif readonly:
+        p = Path(path)
+        if not p.exists():
+            raise UserError(f"{p}: no gpuwarden database there — check --db or start the daemon once")
+        conn = sqlite3.connect(f"file:{p}?mode=ro", uri=True, check_same_thread=False, isolation_level=None)
+    else:
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(str(p), check_same_thread=False, isolation_level=None, timeout=10)
+    db = sqlite_utils.Database(conn)
+    conn.execute("PRAGMA busy_timeout = 5000")
+    if not readonly:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        migrate(db)
+    else:
+        version = schema_version(db)
+        if version > SCHEMA_VERSION:
+            raise UserError(
+                f"{path}: database schema v{version} is newer than this gpuwarden (v{SCHEMA_VERSION})"
+                " — upgrade gpuwarden"
+            )
+    return db
+
+
+def schema_version(db: sqlite_utils.Database) -> int:
+    row = db.execute("PRAGMA user_version").fetchone()
+    return int(row[0]) if row else 0
+
+
+def migrate(db: sqlite_utils.Database) -> int:
+    """Apply every migration above the file's `user_version`, each in its own transaction."""
+    current = schema_version(db)
+    if current > SCHEMA_VERSION:
+        raise UserError(
+            f"database schema v{current} is newer than this gpuwarden (v{SCHEMA_VERSION}) — upgrade gpuwarden"
+        )
+    for version, _description, apply in MIGRATIONS:
+        if version <= current:
+            continue
+        conn = db.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            apply(db)
+            conn.execute(f"PRAGMA user_version = {int(version)}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        current = version
+    return current

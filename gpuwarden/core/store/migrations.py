@@ -1,0 +1,18 @@
+"""The ordered list of schema migrations. Append only: never edit a released migration."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import sqlite_utils
+
+from gpuwarden.core.store import schema_runs, schema_telemetry
+
+Migration = tuple[int, str, Callable[[sqlite_utils.Database], None]]
+
+MIGRATIONS: list[Migration] = [
+    (1, "telemetry: gpus, samples, rollups, processes, host", schema_telemetry.migrate_v1),
+    (2, "runs: runs, attempts, events, retunes, metrics", schema_runs.migrate_v2),
+]
+
+SCHEMA_VERSION = MIGRATIONS[-1][0]
