@@ -1,0 +1,179 @@
+"""Prometheus exposition (opt-in, TCP, read-only): GPU series under dcgm-exporter's names where
+dcgm-exporter has the metric, so existing Grafana dashboards work, plus `gpuwarden_*` series for
+what only gpuwarden knows (runs, retunes, lost GPUs, the host).
+
+The collector reads the daemon's latest in-memory snapshot on each scrape; it never touches NVML
+or the database, so a scrape cannot slow the sampler.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from gpuwarden.core.telemetry.types import GpuSample, GpuStatic, HostSample
+
+MIB = 1024**2
+RUN_STATES = ("queued", "starting", "running", "retuning", "succeeded", "failed", "stopped", "interrupted")
+
+
+class MetricsSource(Protocol):
+    """What the exporter needs from the daemon (the daemon's in-memory latest state)."""
+
+    def gpu_snapshot(self) -> list[tuple[GpuStatic, GpuSample | None]]: ...
+
+    def host_snapshot(self) -> HostSample | None: ...
+
+    def runs_snapshot(self) -> list[dict[str, Any]]:
+        """Dicts with id, name, kind, state, attempts, retunes and the latest progress fields
+        (samples_per_s, tokens_per_s, samples_seen, loss, mem_peak) where known."""
+        ...
+
+
+# (dcgm-exporter name, GpuSample attribute, scale, help). Units follow dcgm-exporter: MiB for
+# framebuffer memory, W for power, mJ for energy, MHz for clocks, °C, %.
+_DCGM_GAUGES: tuple[tuple[str, str, float, str], ...] = (
+    ("DCGM_FI_DEV_GPU_UTIL", "util_gpu", 1.0, "GPU utilization (in %)."),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", "util_mem", 1.0, "Memory utilization (in %)."),
+    ("DCGM_FI_DEV_FB_USED", "mem_used", 1.0 / MIB, "Framebuffer memory used (in MiB)."),
+    ("DCGM_FI_DEV_POWER_USAGE", "power_w", 1.0, "Power draw (in W)."),
+    ("DCGM_FI_DEV_POWER_MGMT_LIMIT", "power_limit_w", 1.0, "Enforced power limit (in W)."),
+    ("DCGM_FI_DEV_GPU_TEMP", "temperature_c", 1.0, "GPU temperature (in C)."),
+    ("DCGM_FI_DEV_SM_CLOCK", "sm_clock_mhz", 1.0, "SM clock frequency (in MHz)."),
+    ("DCGM_FI_DEV_MEM_CLOCK", "mem_clock_mhz", 1.0, "Memory clock frequency (in MHz)."),
+    ("DCGM_FI_DEV_FAN_SPEED", "fan_pct", 1.0, "Fan speed (in %)."),
+    ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "throttle_reasons", 1.0, "Throttling reasons bitmask."),
+    ("DCGM_FI_DEV_PSTATE", "pstate", 1.0, "Performance state (P0-P15)."),
+)
+_GPU_LABELS = ["gpu", "UUID", "device", "modelName", "Hostname"]
+
+
+class GpuwardenCollector(Collector):
+    def __init__(self, source: MetricsSource, hostname: str | None = None) -> None:
+        self._source = source
+        self._hostname = hostname or socket.gethostname()
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._gpu_metrics()
+        yield from self._host_metrics()
+        yield from self._run_metrics()
+
+    def _gpu_metrics(self) -> Iterator[Metric]:
+        snapshot = self._source.gpu_snapshot()
+        families = {
+            name: GaugeMetricFamily(name, help_, labels=_GPU_LABELS) for name, _, _, help_ in _DCGM_GAUGES
+        }
+        fb_free = GaugeMetricFamily(
+            "DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", labels=_GPU_LABELS
+        )
+        # dcgm-exporter exposes this counter without the `_total` suffix that CounterMetricFamily
+        # would add; build the family by hand so existing dashboards find the same series name.
+        energy = Metric(
+            "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "Total energy consumption since boot (in mJ).", "counter"
+        )
+        lost = GaugeMetricFamily(
+            "gpuwarden_gpu_lost", "1 while the GPU does not answer NVML.", labels=_GPU_LABELS
+        )
+        for static, sample in snapshot:
+            labels = [str(static.index), static.uuid, f"nvidia{static.index}", static.name, self._hostname]
+            lost.add_metric(labels, 1.0 if sample is not None and sample.lost else 0.0)
+            if sample is None or sample.lost:
+                continue
+            for name, attr, scale, _ in _DCGM_GAUGES:
+                value = getattr(sample, attr)
+                if value is not None:
+                    families[name].add_metric(labels, float(value) * scale)
+            if sample.mem_used is not None and sample.mem_total is not None:
+                fb_free.add_metric(labels, (sample.mem_total - sample.mem_used) / MIB)
+            if sample.energy_mj is not None:
+                energy.add_sample(
+                    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+                    dict(zip(_GPU_LABELS, labels, strict=True)),
+                    float(sample.energy_mj),
+                )
+        yield from families.values()
+        yield fb_free
+        yield energy
+        yield lost
+
+    def _host_metrics(self) -> Iterator[Metric]:
+        host = self._source.host_snapshot()
+        if host is None:
+            return
+        for name, value, help_ in (
+            ("gpuwarden_host_cpu_percent", host.cpu_percent, "Host CPU utilisation (in %)."),
+            ("gpuwarden_host_memory_used_bytes", host.mem_used, "Host memory used (bytes)."),
+            ("gpuwarden_host_memory_total_bytes", host.mem_total, "Host memory total (bytes)."),
+            ("gpuwarden_host_load1", host.load1, "Host 1-minute load average."),
+        ):
+            if value is not None:
+                g = GaugeMetricFamily(name, help_)
+                g.add_metric([], float(value))
+                yield g
+
+    def _run_metrics(self) -> Iterator[Metric]:
+        runs = self._source.runs_snapshot()
+        state = GaugeMetricFamily(
+            "gpuwarden_run_state", "1 for the run's current state.", labels=["run", "name", "kind", "state"]
+        )
+        attempts = GaugeMetricFamily("gpuwarden_run_attempts", "Attempts started.", labels=["run", "name"])
+        retunes = CounterMetricFamily("gpuwarden_run_retunes", "Retunes applied.", labels=["run", "name"])
+        progress = {
+            key: GaugeMetricFamily(f"gpuwarden_run_{key}", help_, labels=["run", "name"])
+            for key, help_ in (
+                ("samples_per_s", "Latest training/inference throughput (samples/s)."),
+                ("tokens_per_s", "Latest throughput (tokens/s)."),
+                ("samples_seen", "Samples processed so far."),
+                ("loss", "Latest training loss."),
+                ("mem_peak", "Latest peak device memory of the run (bytes)."),
+            )
+        }
+        for run in runs:
+            ident = [str(run["id"]), str(run.get("name") or "")]
+            for s in RUN_STATES:
+                state.add_metric(
+                    [*ident, str(run.get("kind") or ""), s], 1.0 if run.get("state") == s else 0.0
+                )
+            attempts.add_metric(ident, float(run.get("attempts") or 0))
+            retunes.add_metric(ident, float(run.get("retunes") or 0))
+            for key, family in progress.items():
+                value = run.get(key)
+                if isinstance(value, int | float):
+                    family.add_metric(ident, float(value))
+        yield state
+        yield attempts
+        yield retunes
+        yield from progress.values()
+
+
+@dataclass
+class MetricsServer:
+    """A running exporter; `close()` stops it (the daemon calls it on shutdown)."""
+
+    server: WSGIServer
+    thread: threading.Thread
+    host: str
+    port: int
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
+
+
+def start_metrics_server(source: MetricsSource, host: str, port: int) -> MetricsServer:
+    """Serve /metrics on host:port in a background thread (prometheus_client's own server)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(GpuwardenCollector(source))
+    server, thread = start_http_server(port, addr=host, registry=registry)
+    thread.name = "metrics-http"
+    return MetricsServer(server=server, thread=thread, host=host, port=server.server_port)

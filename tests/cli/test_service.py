@@ -1,0 +1,86 @@
+"""`gpuwarden service install|uninstall` against a recording fake `systemctl`/`loginctl` on PATH."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def _fake_tools(bin_dir: Path, log: Path, linger: str) -> None:
+    bin_dir.mkdir()
+    for tool, out in (("systemctl", ""), ("loginctl", linger)):
+        script = bin_dir / tool
+        script.write_text(f'#!/bin/sh\necho "{tool} $*" >> {log}\nprintf "{out}\\n"\n')
+        script.chmod(0o755)
+
+
+def _run(tmp_path: Path, *args: str, path: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "PATH": path,
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+    }
+    env.pop("GPUWARDEN_CONFIG", None)
+    return subprocess.run(
+        [sys.executable, "-m", "gpuwarden", "service", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+
+
+@pytest.fixture
+def fake_bin(tmp_path: Path) -> tuple[Path, Path]:
+    log = tmp_path / "calls.log"
+    _fake_tools(tmp_path / "bin", log, linger="no")
+    return tmp_path / "bin", log
+
+
+def test_install_writes_unit_enables_it_and_warns_about_lingering(
+    tmp_path: Path, fake_bin: tuple[Path, Path]
+) -> None:
+    bin_dir, log = fake_bin
+    if Path("/var/lib/systemd/linger").exists() and any(Path("/var/lib/systemd/linger").iterdir()):
+        pytest.skip("this machine has lingering users; the linger file check would short-circuit")
+    r = _run(tmp_path, "install", path=f"{bin_dir}:/usr/bin:/bin")
+    assert r.returncode == 0, r.stderr
+    unit = tmp_path / "config" / "systemd" / "user" / "gpuwarden.service"
+    text = unit.read_text()
+    assert f"ExecStart={sys.executable} -m gpuwarden daemon" in text
+    assert "Restart=on-failure" in text and "KillMode=mixed" in text
+    assert "WantedBy=default.target" in text
+    # the unit must read the same config/state as the shell that installed it
+    assert f"Environment=XDG_STATE_HOME={tmp_path / 'state'}" in text
+    calls = log.read_text().splitlines()
+    assert "systemctl --user daemon-reload" in calls
+    assert "systemctl --user enable --now gpuwarden.service" in calls
+    assert "lingering is off" in r.stderr and "loginctl enable-linger" in r.stderr
+
+
+def test_install_json_and_uninstall(tmp_path: Path, fake_bin: tuple[Path, Path]) -> None:
+    bin_dir, log = fake_bin
+    r = _run(tmp_path, "install", "--no-start", "--json", path=f"{bin_dir}:/usr/bin:/bin")
+    out = json.loads(r.stdout)
+    assert out["unit"].endswith("systemd/user/gpuwarden.service")
+    assert "systemctl --user enable gpuwarden.service" in log.read_text()
+    r = _run(tmp_path, "uninstall", "--json", path=f"{bin_dir}:/usr/bin:/bin")
+    assert r.returncode == 0
+    assert not Path(out["unit"]).exists()
+    assert "systemctl --user disable --now gpuwarden.service" in log.read_text()
+
+
+def test_install_without_systemctl_still_writes_the_unit(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = _run(tmp_path, "install", path=str(empty))
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "config" / "systemd" / "user" / "gpuwarden.service").exists()
+    assert "systemctl is not available here" in r.stderr
+    assert "Traceback" not in r.stderr

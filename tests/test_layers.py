@@ -1,0 +1,62 @@
+"""The layering rules, checked in a fresh interpreter (import-linter cannot see deferred imports)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+HEAVY = ("torch", "transformers", "accelerate", "textual", "rich", "textual_plotext")
+
+
+def _modules_after_importing(packages: list[str]) -> set[str]:
+    """Import every module under `packages` in a new interpreter; return sys.modules' top names
+    plus every gpuwarden module loaded."""
+    code = textwrap.dedent(
+        f"""
+        import importlib, json, pkgutil, sys
+        for name in {packages!r}:
+            pkg = importlib.import_module(name)
+            for info in pkgutil.walk_packages(pkg.__path__, name + "."):
+                if info.name.endswith("__main__"):
+                    continue
+                importlib.import_module(info.name)
+        print(json.dumps(sorted(sys.modules)))
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    return set(json.loads(out.stdout))
+
+
+def _top(mods: set[str]) -> set[str]:
+    return {m.split(".")[0] for m in mods}
+
+
+def test_core_and_daemon_never_load_heavy_or_ui_modules() -> None:
+    mods = _modules_after_importing(["gpuwarden.core", "gpuwarden.daemon"])
+    assert not (_top(mods) & set(HEAVY)), sorted(_top(mods) & set(HEAVY))
+    assert not {m for m in mods if m.startswith(("gpuwarden.tui", "gpuwarden.runners"))}
+
+
+def test_cli_entry_point_stays_light() -> None:
+    """`gpuwarden --help` and the daemon start through the CLI: it must not pull torch/textual."""
+    mods = _modules_after_importing(["gpuwarden.cli"])
+    assert not (_top(mods) & set(HEAVY)), sorted(_top(mods) & set(HEAVY))
+
+
+def test_runners_never_import_daemon_or_tui() -> None:
+    pytest.importorskip("torch")
+    mods = _modules_after_importing(["gpuwarden.runners"])
+    assert not {m for m in mods if m.startswith(("gpuwarden.daemon", "gpuwarden.tui"))}
+    assert "textual" not in _top(mods)
+
+
+def test_tui_never_imports_torch_or_daemon() -> None:
+    mods = _modules_after_importing(["gpuwarden.tui"])
+    assert not (_top(mods) & {"torch", "transformers", "accelerate"})
+    assert not {m for m in mods if m.startswith(("gpuwarden.daemon", "gpuwarden.runners"))}
