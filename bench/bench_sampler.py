@@ -1,0 +1,103 @@
+"""CPU cost of one sampler tick on an 8-GPU fake node (target: ≤ 1 ms of our own CPU per tick)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pynvml
+
+from gpuwarden.core.telemetry.fake_nvml import FakeNvml
+from gpuwarden.core.telemetry.host import HostReader
+from gpuwarden.core.telemetry.nvml import NvmlReader
+from gpuwarden.core.telemetry.sampler import Sampler
+
+TICKS = 2000
+TARGET_US = 1000.0
+
+
+def _cpu_us_per_call(fn: Callable[[], Any], fake: FakeNvml, n: int) -> float:
+    start = time.process_time()
+    for _ in range(n):
+        fake.advance(1.0)
+        fn()
+    return (time.process_time() - start) / n * 1e6
+
+
+def _fake_calls_per_tick(fake: FakeNvml) -> Callable[[], None]:
+    """The fake's own work: the same NVML calls a tick makes, without the reader around them."""
+    handles = [fake.nvmlDeviceGetHandleByIndex(i) for i in range(fake.gpu_count)]
+    last = [0] * len(handles)
+
+    def run() -> None:
+        for i, h in enumerate(handles):
+            fake.nvmlDeviceGetUtilizationRates(h)
+            try:
+                _, samples = fake.nvmlDeviceGetSamples(h, pynvml.NVML_GPU_UTILIZATION_SAMPLES, last[i])
+                last[i] = samples[-1].timeStamp
+            except fake.NVMLError:
+                pass
+            fake.nvmlDeviceGetMemoryInfo(h, version=fake.nvmlMemory_v2)
+            fake.nvmlDeviceGetPowerUsage(h)
+            fake.nvmlDeviceGetEnforcedPowerLimit(h)
+            fake.nvmlDeviceGetTotalEnergyConsumption(h)
+            fake.nvmlDeviceGetTemperature(h, 0)
+            fake.nvmlDeviceGetClockInfo(h, 1)
+            fake.nvmlDeviceGetClockInfo(h, 2)
+            fake.nvmlDeviceGetCurrentClocksEventReasons(h)
+            fake.nvmlDeviceGetFanSpeed(h)
+            fake.nvmlDeviceGetPerformanceState(h)
+
+    return run
+
+
+def run() -> list[dict[str, Any]]:
+    """Measure per-tick process CPU time; rows for `python -m bench`."""
+    fake = FakeNvml("h100x8")
+    for index in range(fake.gpu_count):
+        fake.add_process(index, os.getpid(), 1024**3)
+    reader = NvmlReader(fake)
+    host = HostReader()
+    sampler = Sampler(reader, host, process_interval=5.0, clock=lambda: fake.time)
+    for _ in range(50):  # warm caches and psutil's per-process state
+        fake.advance(1.0)
+        sampler.tick()
+
+    total = _cpu_us_per_call(sampler.tick, fake, TICKS)
+    gpus = _cpu_us_per_call(lambda: reader.sample(fake.time), fake, TICKS)
+    host_only = _cpu_us_per_call(lambda: host.sample(fake.time), fake, TICKS)
+    fake_only = _cpu_us_per_call(_fake_calls_per_tick(fake), fake, TICKS)
+    ours = total - fake_only
+    reader.close()
+
+    def row(name: str, value: float, target: str, ok: bool) -> dict[str, Any]:
+        return {
+            "benchmark": name,
+            "value": round(value, 1),
+            "unit": "µs CPU/tick",
+            "target": target,
+            "ok": ok,
+        }
+
+    return [
+        row("sampler tick, 8 fake GPUs (all: reader + fake + host + processes/5 s)", total, "info", True),
+        row(
+            "sampler tick, 8 fake GPUs, our code (all minus the fake's own calls)",
+            ours,
+            "≤ 1000",
+            ours <= TARGET_US,
+        ),
+        row("  GPU reader alone incl. fake (8 GPUs)", gpus, "info", True),
+        row("  fake NVML calls alone (8 GPUs)", fake_only, "info", True),
+        row("  host reader alone (psutil)", host_only, "info", True),
+    ]
+
+
+if __name__ == "__main__":
+    rows = run()
+    width = max(len(r["benchmark"]) for r in rows)
+    print(f"{'benchmark':<{width}}  {'value':>9}  {'unit':<11}  {'target':<7}  ok")
+    for r in rows:
+        print(f"{r['benchmark']:<{width}}  {r['value']:>9.1f}  {r['unit']:<11}  {r['target']:<7}  {r['ok']}")

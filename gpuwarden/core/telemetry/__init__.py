@@ -1,0 +1,1 @@
+"""Telemetry readers: NVML for GPUs (nvidia-ml-py), psutil for the host."""

@@ -1,0 +1,560 @@
+"""A fake of NVIDIA's `pynvml` module, for tests, benchmarks and demos without a GPU.
+
+`FakeNvml` exposes the pynvml functions and constants that `NvmlReader` uses, and raises the
+*real* pynvml error types (`pynvml.NVMLError(code)` returns the matching subclass), so the reader
+takes exactly the code paths it takes on hardware. Pass an instance where pynvml would go:
+`NvmlReader(nvml=FakeNvml("h100x2"))`, or set `GPUWARDEN_FAKE_NVML=h100x2` for a whole daemon.
+
+Scenarios (a name, optionally with a GPU count suffix `xN`, e.g. `h100x8`, `geforce-12gbx2`):
+
+- `h100`, `a100-80gb`: datacenter cards; every reading supported (fan speed too, so that every
+  path of the reader is exercised). `h100x8` is an 8-GPU node.
+- `geforce-12gb`: RTX 3060 12 GB. NotSupported: `nvmlDeviceGetSamples`, memory info v2, PCIe
+  throughput, MIG mode. Energy, enforced power limit and fan are supported.
+- `mixed`: GPU 0 an H100, GPU 1 a GeForce 12 GB (one answers what the other cannot).
+- `lost`: two H100s; GPU 1 raises `NVMLError_GpuIsLost` from `lost_after` seconds (default 5)
+  after the fake starts, until `recover(1)`.
+- `old-driver`: an A100 under driver 470: `nvmlDeviceGetMemoryInfo_v2` and
+  `nvmlDeviceGetCurrentClocksEventReasons` raise `FunctionNotFound`, and the v3 process query
+  raises `NVMLLibraryMismatchError` (the `_v2` one works), as the real binding does.
+- `old-binding`: an A100 driven by an old nvidia-ml-py: `nvmlDeviceGetCurrentClocksEventReasons`
+  and `nvmlMemory_v2` do not exist (AttributeError) and `nvmlDeviceGetMemoryInfo` takes no
+  `version`.
+- `none` (no library: `NVMLError_LibraryNotFound` from `nvmlInit`), `driver-not-loaded`,
+  `mismatch` (`LibRmVersionMismatch`; set `init_error = None` to let a retry succeed),
+  `no-gpus` (initialises, zero devices).
+
+Time: without a `clock`, the fake runs on virtual time starting at `FAKE_EPOCH` that moves only
+with `advance(seconds)`; with `clock=time.time` (what `GPUWARDEN_FAKE_NVML` uses) it follows the
+wall clock. Every series is a function of whole seconds since the fake started, `s`:
+
+- `util_gpu = UTIL_PATTERN[(s + 3 * index) % 10]`, `util_mem = util_gpu // 2`
+- power (mW) = idle + (default limit - idle) * util_gpu // 100; energy (mJ) is its exact integral
+  (power held constant over each second) plus `10**9 * (index + 1)`
+- temperature = 30 + util_gpu // 2; fan = 30 + util_gpu // 4; clocks at max when busy, idle
+  clocks when util is 0; pstate 0 when busy else 8; throttle 0x1 (idle) at 0 %, 0x4 (power
+  cap) at 100 %, else 0
+- memory used (v2) = 4 MiB + the processes' memory, reserved 512 MiB; v1 used adds reserved
+- GetSamples: `SAMPLES_PER_SECOND` samples a second at `start_us + s * 10**6 + k * 166_666` µs,
+  value util_gpu of that second, none while idle (NVML records nothing then)
+- PCIe (KB/s): tx = 1000 * util_gpu + index, rx = 2 * tx
+
+`add_process(gpu_index, pid, used_bytes)` puts a process on a GPU (its memory counts in
+mem_used); `calls[(function_name, gpu_index)]` counts every device call (index -1 for system
+calls), so tests can assert that an unsupported getter was probed only once.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import uuid as uuidlib
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pynvml
+
+FAKE_EPOCH = 1_700_000_000.0
+UTIL_PATTERN: tuple[int, ...] = (0, 0, 35, 80, 100, 100, 95, 60, 20, 0)
+SAMPLES_PER_SECOND = 6
+SAMPLE_STEP_US = 166_666
+SAMPLE_BUFFER = 120  # NVML keeps a bounded ring of samples; older ones are gone
+MIB = 1024**2
+BASE_USED = 4 * MIB
+RESERVED = 512 * MIB
+# What NVML puts in usedGpuMemory when it cannot tell (the binding may or may not map it to None).
+NOT_AVAILABLE = 2**64 - 1
+
+_OLD_DRIVER_MISSING = frozenset({"nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetCurrentClocksEventReasons"})
+_OLD_BINDING_MISSING = frozenset({"nvmlDeviceGetCurrentClocksEventReasons", "nvmlMemory_v2"})
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    """Static facts of one fake GPU model and the getters it answers NotSupported to."""
+
+    name: str
+    memory_total: int
+    power_default_mw: int
+    power_min_mw: int
+    power_max_mw: int
+    power_idle_mw: int
+    max_sm_clock: int
+    max_mem_clock: int
+    idle_sm_clock: int
+    idle_mem_clock: int
+    compute_capability: tuple[int, int]
+    not_supported: frozenset[str] = frozenset()
+
+
+MODELS: dict[str, GpuModel] = {
+    "h100": GpuModel(
+        "NVIDIA H100 80GB HBM3", 81559 * MIB, 700_000, 200_000, 700_000, 70_000, 1980, 2619, 345, 1593, (9, 0)
+    ),
+    "a100-80gb": GpuModel(
+        "NVIDIA A100-SXM4-80GB", 81920 * MIB, 400_000, 100_000, 400_000, 55_000, 1410, 1593, 210, 1593, (8, 0)
+    ),
+    "geforce-12gb": GpuModel(
+        "NVIDIA GeForce RTX 3060",
+        12288 * MIB,
+        170_000,
+        100_000,
+        170_000,
+        15_000,
+        2100,
+        7501,
+        210,
+        405,
+        (8, 6),
+        frozenset(
+            {
+                "nvmlDeviceGetSamples",
+                "nvmlDeviceGetMemoryInfo_v2",
+                "nvmlDeviceGetPcieThroughput",
+                "nvmlDeviceGetMigMode",
+            }
+        ),
+    ),
+}
+
+_SPECIAL = ("none", "driver-not-loaded", "mismatch", "no-gpus", "lost", "mixed", "old-driver", "old-binding")
+SCENARIOS: tuple[str, ...] = (*MODELS, *_SPECIAL)
+
+
+class _Handle:
+    """An opaque device handle, like pynvml's c_nvmlDevice_t pointer."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+
+@dataclass
+class _FakeGpu:
+    index: int
+    model: GpuModel
+    uuid: str
+    pci_bus_id: str
+    handle: _Handle
+    period_energy: int
+    prefix_energy: tuple[int, ...]
+    lost_at: float | None = None
+    lost_code: int = pynvml.NVML_ERROR_GPU_IS_LOST
+    processes: dict[tuple[int, str], int | None] = field(default_factory=dict)
+
+
+def _nvml_error(code: int) -> Exception:
+    err: Exception = pynvml.NVMLError(code)
+    return err
+
+
+class FakeNvml:
+    """A stand-in for the `pynvml` module, selected by a scenario string (see module docstring)."""
+
+    # The real module's error classes; every other NVML_* / NVMLError_* name is copied below.
+    NVMLError = pynvml.NVMLError
+    NVMLLibraryMismatchError = pynvml.NVMLLibraryMismatchError
+    nvmlMemory_v2 = pynvml.nvmlMemory_v2
+
+    def __new__(cls, scenario: str = "h100", *args: Any, **kwargs: Any) -> FakeNvml:
+        # An old binding lacks module attributes, which only a different class can express.
+        if cls is FakeNvml and _parse(scenario)[0] == "old-binding":
+            cls = _OldBindingFakeNvml
+        return super().__new__(cls)
+
+    def __init__(
+        self, scenario: str = "h100", *, clock: Callable[[], float] | None = None, lost_after: float = 5.0
+    ) -> None:
+        self.scenario = scenario
+        self._clock = clock
+        self._now = FAKE_EPOCH
+        self.start = clock() if clock is not None else FAKE_EPOCH
+        self._start_us = round(self.start * 1e6)
+        self.calls: Counter[tuple[str, int]] = Counter()
+        self.init_error: int | None = None
+        self.initialised = False
+        self.driver_version = "550.54.15"
+        self.cuda_driver_version = 12040
+        self._missing: frozenset[str] = frozenset()
+        self.process_v3_missing = False
+        self.memory_takes_version = True
+        self._gpus: list[_FakeGpu] = []
+
+        base, count = _parse(scenario)
+        models: list[GpuModel] = []
+        if base in MODELS:
+            models = [MODELS[base]] * count
+        elif base == "none":
+            self.init_error = pynvml.NVML_ERROR_LIBRARY_NOT_FOUND
+        elif base == "driver-not-loaded":
+            self.init_error = pynvml.NVML_ERROR_DRIVER_NOT_LOADED
+        elif base == "mismatch":
+            self.init_error = pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH
+            models = [MODELS["h100"]] * count
+        elif base == "lost":
+            models = [MODELS["h100"]] * max(count, 2)
+        elif base == "mixed":
+            models = [MODELS["h100"], MODELS["geforce-12gb"]]
+        elif base in ("old-driver", "old-binding"):
+            models = [MODELS["a100-80gb"]] * count
+            self.driver_version = "470.182.03"
+            self.cuda_driver_version = 11040
+            self._missing = _OLD_DRIVER_MISSING if base == "old-driver" else frozenset()
+            self.process_v3_missing = base == "old-driver"
+            self.memory_takes_version = base == "old-driver"
+        for i, model in enumerate(models):
+            self._gpus.append(self._make_gpu(i, model))
+        if base == "lost":
+            self._gpus[1].lost_at = self.start + lost_after
+
+    def _make_gpu(self, index: int, model: GpuModel) -> _FakeGpu:
+        powers = [self._power_for(model, UTIL_PATTERN[(k + 3 * index) % 10]) for k in range(10)]
+        prefix = [0]
+        for p in powers:
+            prefix.append(prefix[-1] + p)
+        return _FakeGpu(
+            index=index,
+            model=model,
+            uuid="GPU-" + str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, f"gpuwarden-fake/{model.name}/{index}")),
+            pci_bus_id=f"00000000:{0x18 + 0x10 * index:02X}:00.0",
+            handle=_Handle(index),
+            period_energy=prefix[-1],
+            prefix_energy=tuple(prefix),
+        )
+
+    @staticmethod
+    def _power_for(model: GpuModel, util: int) -> int:
+        return model.power_idle_mw + (model.power_default_mw - model.power_idle_mw) * util // 100
+
+    # ---- driving the fake -------------------------------------------------------------------
+
+    @property
+    def time(self) -> float:
+        """The fake's current time (virtual unless a clock was given)."""
+        return self._clock() if self._clock is not None else self._now
+
+    def advance(self, seconds: float) -> None:
+        """Move virtual time forward (only without an injected clock)."""
+        self._now += seconds
+
+    @property
+    def gpu_count(self) -> int:
+        """Number of devices the fake reports."""
+        return len(self._gpus)
+
+    def uuid(self, index: int) -> str:
+        """UUID of the fake GPU at `index`."""
+        return self._gpus[index].uuid
+
+    def add_process(self, gpu_index: int, pid: int, used_bytes: int | None, kind: str = "compute") -> None:
+        """Put a process holding `used_bytes` on a GPU; None (or NOT_AVAILABLE) means unknown."""
+        self._gpus[gpu_index].processes[(pid, kind)] = used_bytes
+
+    def remove_process(self, gpu_index: int, pid: int, kind: str = "compute") -> None:
+        """Take a process off a GPU."""
+        self._gpus[gpu_index].processes.pop((pid, kind), None)
+
+    def set_lost(self, gpu_index: int, code: int = pynvml.NVML_ERROR_GPU_IS_LOST) -> None:
+        """Make every call on this GPU raise `code` from now on (GpuIsLost, Unknown, ...)."""
+        gpu = self._gpus[gpu_index]
+        gpu.lost_at = self.time
+        gpu.lost_code = code
+
+    def recover(self, gpu_index: int) -> None:
+        """Bring a lost GPU back."""
+        self._gpus[gpu_index].lost_at = None
+
+    # ---- the deterministic series (tests compute expectations from these) --------------------
+
+    def second(self, t: float | None = None) -> int:
+        """Whole seconds since the fake started, at `t` (default: now)."""
+        return math.floor((self.time if t is None else t) - self.start)
+
+    def util_gpu(self, index: int, t: float | None = None) -> int:
+        """Coarse GPU utilisation (%) at time `t`."""
+        return UTIL_PATTERN[(self.second(t) + 3 * index) % 10]
+
+    def power_mw(self, index: int, t: float | None = None) -> int:
+        """Power draw (mW) at time `t`."""
+        return self._power_for(self._gpus[index].model, self.util_gpu(index, t))
+
+    def energy_mj(self, index: int, t: float | None = None) -> int:
+        """Energy counter (mJ) at time `t`: the integral of power since the fake started."""
+        gpu = self._gpus[index]
+        t = self.time if t is None else t
+        s = self.second(t)
+        frac = (t - self.start) - s
+        full, part = divmod(s, 10)
+        return (
+            10**9 * (index + 1)
+            + full * gpu.period_energy
+            + gpu.prefix_energy[part]
+            + int(self.power_mw(index, t) * frac)
+        )
+
+    def mem_used(self, index: int) -> int:
+        """Used memory as memory info v2 reports it (bytes, without the reserved part)."""
+        procs = self._gpus[index].processes.values()
+        return BASE_USED + sum(b for b in procs if b is not None and b != NOT_AVAILABLE)
+
+    # ---- pynvml: library and system ----------------------------------------------------------
+
+    def nvmlInit(self) -> None:
+        self.calls["nvmlInit", -1] += 1
+        if self.init_error is not None:
+            raise _nvml_error(self.init_error)
+        self.initialised = True
+
+    def nvmlShutdown(self) -> None:
+        self.calls["nvmlShutdown", -1] += 1
+        self.initialised = False
+
+    def _system(self, fn: str) -> None:
+        self.calls[fn, -1] += 1
+        if not self.initialised:
+            raise _nvml_error(pynvml.NVML_ERROR_UNINITIALIZED)
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        self._system("nvmlSystemGetDriverVersion")
+        return self.driver_version
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        self._system("nvmlSystemGetCudaDriverVersion")
+        return self.cuda_driver_version
+
+    def nvmlDeviceGetCount(self) -> int:
+        self._system("nvmlDeviceGetCount")
+        return len(self._gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> _Handle:
+        self._system("nvmlDeviceGetHandleByIndex")
+        if not 0 <= index < len(self._gpus):
+            raise _nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return self._device("nvmlDeviceGetHandleByIndex", self._gpus[index].handle).handle
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> _Handle:
+        self._system("nvmlDeviceGetHandleByUUID")
+        for gpu in self._gpus:
+            if gpu.uuid == uuid:
+                return self._device("nvmlDeviceGetHandleByUUID", gpu.handle).handle
+        raise _nvml_error(pynvml.NVML_ERROR_NOT_FOUND)
+
+    def nvmlDeviceGetHandleByPciBusId(self, bus_id: str) -> _Handle:
+        self._system("nvmlDeviceGetHandleByPciBusId")
+        for gpu in self._gpus:
+            if gpu.pci_bus_id == bus_id:
+                return self._device("nvmlDeviceGetHandleByPciBusId", gpu.handle).handle
+        raise _nvml_error(pynvml.NVML_ERROR_NOT_FOUND)
+
+    # ---- pynvml: devices ---------------------------------------------------------------------
+
+    def _device(self, fn: str, handle: _Handle) -> _FakeGpu:
+        gpu = self._gpus[handle.index]
+        self.calls[fn, gpu.index] += 1
+        if not self.initialised:
+            raise _nvml_error(pynvml.NVML_ERROR_UNINITIALIZED)
+        if gpu.lost_at is not None and self.time >= gpu.lost_at:
+            raise _nvml_error(gpu.lost_code)
+        if fn in self._missing:
+            raise _nvml_error(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        if fn in gpu.model.not_supported:
+            raise _nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return gpu
+
+    def nvmlDeviceGetUUID(self, handle: _Handle) -> str:
+        return self._device("nvmlDeviceGetUUID", handle).uuid
+
+    def nvmlDeviceGetName(self, handle: _Handle) -> str:
+        return self._device("nvmlDeviceGetName", handle).model.name
+
+    def nvmlDeviceGetPciInfo(self, handle: _Handle) -> Any:
+        gpu = self._device("nvmlDeviceGetPciInfo", handle)
+        info = pynvml.nvmlPciInfo_t()
+        info.busId = gpu.pci_bus_id.encode()
+        info.bus = 0x18 + 0x10 * gpu.index
+        return info
+
+    def nvmlDeviceGetMemoryInfo(self, handle: _Handle, version: int | None = None) -> Any:
+        if version and not self.memory_takes_version:
+            raise TypeError("nvmlDeviceGetMemoryInfo() got an unexpected keyword argument 'version'")
+        fn = "nvmlDeviceGetMemoryInfo_v2" if version else "nvmlDeviceGetMemoryInfo"
+        gpu = self._device(fn, handle)
+        used = self.mem_used(gpu.index)
+        if version:
+            mem = pynvml.c_nvmlMemory_v2_t()
+            mem.version = version
+            mem.reserved = RESERVED
+            mem.used = used
+        else:
+            mem = pynvml.c_nvmlMemory_t()
+            mem.used = used + RESERVED
+        mem.total = gpu.model.memory_total
+        mem.free = gpu.model.memory_total - used - RESERVED
+        return mem
+
+    def nvmlDeviceGetUtilizationRates(self, handle: _Handle) -> Any:
+        gpu = self._device("nvmlDeviceGetUtilizationRates", handle)
+        util = pynvml.c_nvmlUtilization_t()
+        util.gpu = self.util_gpu(gpu.index)
+        util.memory = util.gpu // 2
+        return util
+
+    def nvmlDeviceGetPowerUsage(self, handle: _Handle) -> int:
+        return self.power_mw(self._device("nvmlDeviceGetPowerUsage", handle).index)
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: _Handle) -> int:
+        return self._device("nvmlDeviceGetEnforcedPowerLimit", handle).model.power_default_mw
+
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, handle: _Handle) -> int:
+        return self._device("nvmlDeviceGetPowerManagementDefaultLimit", handle).model.power_default_mw
+
+    def nvmlDeviceGetPowerManagementLimitConstraints(self, handle: _Handle) -> list[int]:
+        model = self._device("nvmlDeviceGetPowerManagementLimitConstraints", handle).model
+        return [model.power_min_mw, model.power_max_mw]
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: _Handle) -> int:
+        return self.energy_mj(self._device("nvmlDeviceGetTotalEnergyConsumption", handle).index)
+
+    def nvmlDeviceGetTemperature(self, handle: _Handle, sensor: int) -> int:
+        gpu = self._device("nvmlDeviceGetTemperature", handle)
+        if sensor != pynvml.NVML_TEMPERATURE_GPU:
+            raise _nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return 30 + self.util_gpu(gpu.index) // 2
+
+    def nvmlDeviceGetClockInfo(self, handle: _Handle, clock_type: int) -> int:
+        gpu = self._device("nvmlDeviceGetClockInfo", handle)
+        busy = self.util_gpu(gpu.index) > 0
+        if clock_type == pynvml.NVML_CLOCK_SM:
+            return gpu.model.max_sm_clock if busy else gpu.model.idle_sm_clock
+        if clock_type == pynvml.NVML_CLOCK_MEM:
+            return gpu.model.max_mem_clock if busy else gpu.model.idle_mem_clock
+        raise _nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+
+    def nvmlDeviceGetMaxClockInfo(self, handle: _Handle, clock_type: int) -> int:
+        model = self._device("nvmlDeviceGetMaxClockInfo", handle).model
+        if clock_type == pynvml.NVML_CLOCK_SM:
+            return model.max_sm_clock
+        if clock_type == pynvml.NVML_CLOCK_MEM:
+            return model.max_mem_clock
+        raise _nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+
+    def _throttle(self, fn: str, handle: _Handle) -> int:
+        util = self.util_gpu(self._device(fn, handle).index)
+        return 0x1 if util == 0 else 0x4 if util == 100 else 0
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: _Handle) -> int:
+        return self._throttle("nvmlDeviceGetCurrentClocksEventReasons", handle)
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: _Handle) -> int:
+        return self._throttle("nvmlDeviceGetCurrentClocksThrottleReasons", handle)
+
+    def nvmlDeviceGetFanSpeed(self, handle: _Handle) -> int:
+        return 30 + self.util_gpu(self._device("nvmlDeviceGetFanSpeed", handle).index) // 4
+
+    def nvmlDeviceGetPerformanceState(self, handle: _Handle) -> int:
+        return 0 if self.util_gpu(self._device("nvmlDeviceGetPerformanceState", handle).index) else 8
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle: _Handle) -> tuple[int, int]:
+        return self._device("nvmlDeviceGetCudaComputeCapability", handle).model.compute_capability
+
+    def nvmlDeviceGetMigMode(self, handle: _Handle) -> list[int]:
+        self._device("nvmlDeviceGetMigMode", handle)
+        return [pynvml.NVML_DEVICE_MIG_DISABLE, pynvml.NVML_DEVICE_MIG_DISABLE]
+
+    def nvmlDeviceGetSamples(
+        self, handle: _Handle, sampling_type: int, last_ts: int
+    ) -> tuple[int, list[Any]]:
+        gpu = self._device("nvmlDeviceGetSamples", handle)
+        if sampling_type != pynvml.NVML_GPU_UTILIZATION_SAMPLES:
+            raise _nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        now_us = round(self.time * 1e6)
+        lo = max(last_ts, now_us - SAMPLE_BUFFER // SAMPLES_PER_SECOND * 1_000_000)
+        first_s = max(0, (lo - self._start_us) // 1_000_000)
+        last_s = (now_us - self._start_us) // 1_000_000
+        samples: list[Any] = []
+        for s in range(first_s, last_s + 1):
+            value = UTIL_PATTERN[(s + 3 * gpu.index) % 10]
+            if value == 0:
+                continue
+            base = self._start_us + s * 1_000_000
+            for k in range(SAMPLES_PER_SECOND):
+                ts = base + k * SAMPLE_STEP_US
+                if lo < ts <= now_us:
+                    sample = pynvml.c_nvmlSample_t()
+                    sample.timeStamp = ts
+                    sample.sampleValue.uiVal = value
+                    samples.append(sample)
+        if not samples:
+            raise _nvml_error(pynvml.NVML_ERROR_NOT_FOUND)
+        return pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, samples[-SAMPLE_BUFFER:]
+
+    def nvmlDeviceGetPcieThroughput(self, handle: _Handle, counter: int) -> int:
+        gpu = self._device("nvmlDeviceGetPcieThroughput", handle)
+        tx = 1000 * self.util_gpu(gpu.index) + gpu.index
+        return tx if counter == pynvml.NVML_PCIE_UTIL_TX_BYTES else 2 * tx
+
+    def _processes(self, fn: str, handle: _Handle, kind: str) -> list[Any]:
+        gpu = self._device(fn, handle)
+        return [
+            pynvml.nvmlFriendlyObject(
+                {
+                    "pid": pid,
+                    "usedGpuMemory": used,
+                    "gpuInstanceId": 0xFFFFFFFF,
+                    "computeInstanceId": 0xFFFFFFFF,
+                }
+            )
+            for (pid, k), used in gpu.processes.items()
+            if k == kind
+        ]
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: _Handle) -> list[Any]:
+        if self.process_v3_missing:
+            self.calls["nvmlDeviceGetComputeRunningProcesses", handle.index] += 1
+            raise pynvml.NVMLLibraryMismatchError(
+                "Unversioned function called and the pyNVML version does not match the NVML lib version."
+            )
+        return self._processes("nvmlDeviceGetComputeRunningProcesses", handle, "compute")
+
+    def nvmlDeviceGetComputeRunningProcesses_v2(self, handle: _Handle) -> list[Any]:
+        return self._processes("nvmlDeviceGetComputeRunningProcesses_v2", handle, "compute")
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: _Handle) -> list[Any]:
+        if self.process_v3_missing:
+            self.calls["nvmlDeviceGetGraphicsRunningProcesses", handle.index] += 1
+            raise pynvml.NVMLLibraryMismatchError(
+                "Unversioned function called and the pyNVML version does not match the NVML lib version."
+            )
+        return self._processes("nvmlDeviceGetGraphicsRunningProcesses", handle, "graphics")
+
+    def nvmlDeviceGetGraphicsRunningProcesses_v2(self, handle: _Handle) -> list[Any]:
+        return self._processes("nvmlDeviceGetGraphicsRunningProcesses_v2", handle, "graphics")
+
+
+class _OldBindingFakeNvml(FakeNvml):
+    """An old nvidia-ml-py: newer symbols are simply absent from the module."""
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in _OLD_BINDING_MISSING:
+            raise AttributeError(f"module 'pynvml' has no attribute '{name}'")
+        return super().__getattribute__(name)
+
+
+# The constants and error classes of the real module, so the fake can stand in for it whole.
+for _name in dir(pynvml):
+    if _name.startswith(("NVML_", "NVMLError")) or _name in ("NVMLLibraryMismatchError", "nvmlMemory_v2"):
+        setattr(FakeNvml, _name, getattr(pynvml, _name))
+
+
+def _parse(scenario: str) -> tuple[str, int]:
+    if scenario in SCENARIOS:
+        return scenario, 1
+    match = re.fullmatch(r"(?P<base>[a-z0-9-]+?)x(?P<count>[1-9][0-9]*)", scenario)
+    if match and match["base"] in SCENARIOS and match["base"] not in ("none", "driver-not-loaded"):
+        return match["base"], int(match["count"])
+    raise ValueError(
+        f"unknown fake NVML scenario {scenario!r}: use one of {', '.join(SCENARIOS)}, optionally with xN"
+    )

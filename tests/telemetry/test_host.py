@@ -1,0 +1,41 @@
+"""Host readings through psutil."""
+
+from __future__ import annotations
+
+import os
+
+import psutil
+
+from gpuwarden.core.telemetry.host import HostReader, ProcessEnricher
+from gpuwarden.core.telemetry.types import GpuProcess
+
+
+def test_host_sample_has_plausible_values() -> None:
+    reader = HostReader()
+    s = reader.sample(12.5)
+    vm = psutil.virtual_memory()
+    assert s.ts == 12.5
+    assert s.mem_total == vm.total
+    assert s.mem_used is not None and 0 < s.mem_used <= vm.total
+    assert s.cpu_percent is not None and 0.0 <= s.cpu_percent <= 100.0
+    assert s.load1 is not None and s.load1 >= 0.0 and s.load15 is not None
+    assert s.swap_used is not None and s.swap_used >= 0
+
+
+def test_enricher_dedups_pids_and_measures_cpu_from_the_second_call() -> None:
+    enrich = ProcessEnricher()
+    rows = [GpuProcess(ts=1.0, uuid=f"GPU-{i}", pid=os.getpid(), used_memory=1) for i in range(2)]
+    enrich(rows)
+    assert rows[0].name == rows[1].name == psutil.Process().name()
+    assert rows[0].rss is not None and rows[0].rss > 0
+    assert rows[0].cpu_percent is None and rows[1].cpu_percent is None
+    again = [GpuProcess(ts=2.0, uuid="GPU-0", pid=os.getpid(), used_memory=1)]
+    enrich(again)
+    assert again[0].cpu_percent is not None
+
+
+def test_enricher_tolerates_vanished_pids() -> None:
+    enrich = ProcessEnricher()
+    rows = [GpuProcess(ts=1.0, uuid="GPU-0", pid=2**22 + 12345, used_memory=None)]
+    enrich(rows)
+    assert (rows[0].name, rows[0].cmdline, rows[0].user, rows[0].cpu_percent, rows[0].rss) == (None,) * 5
