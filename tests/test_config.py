@@ -148,6 +148,31 @@ def test_command_spec_ok(tmp_path: Path) -> None:
             "name: a\nkind: command\ncommand: {argv: [x]}\ntrain: {task: image}\n",
             "kind 'command' does not use `train:`",
         ),
+        # union-typed keys: no pydantic member tags, one line saying what is accepted
+        (
+            "name: a\nkind: command\ncommand: {argv: [x]}\npolicy: defualt\n",
+            "s.yaml:4: policy: unknown retune policy 'defualt' — did you mean 'default'?",
+        ),
+        (
+            "name: a\nkind: command\ncommand: {argv: [x]}\npolicy: {base: default, max_attempts: -1}\n",
+            "s.yaml:4: policy.max_attempts: must be greater than or equal to 0 (got -1)",
+        ),
+        (
+            "name: a\nkind: command\ncommand: {argv: [x]}\npolicy: {base: default, max_attempt: 3}\n",
+            "s.yaml:4: policy.max_attempt: unknown key — did you mean 'max_attempts'?",
+        ),
+        (
+            "name: a\nkind: command\ncommand: {argv: [x]}\nresources: {gpus: [1, {a: 1}]}\n",
+            "s.yaml:4: resources.gpus[1]: must be one of: an integer, a string (got {'a': 1})",
+        ),
+        (
+            "name: a\nkind: command\ncommand: {argv: [x]}\nresources: {gpus: 1.5}\n",
+            "s.yaml:4: resources.gpus: must be one of: an integer, a list (got 1.5)",
+        ),
+        (
+            "name: a\nkind: command\ncommand: {argv: [x]}\nknobs: {a: [1]}\n",
+            "s.yaml:4: knobs.a: must be one of: an integer, a number, a string, true/false (got [1])",
+        ),
     ],
 )
 def test_spec_errors_are_one_located_line(text: str, expected: str) -> None:
@@ -156,6 +181,11 @@ def test_spec_errors_are_one_located_line(text: str, expected: str) -> None:
     msg = str(e.value)
     assert expected in msg, msg
     assert len(msg.splitlines()) == 1, msg
+
+
+def test_gpu_indices_may_be_numbers() -> None:
+    spec = parse_spec("name: a\nkind: command\ncommand: {argv: [x]}\nresources: {gpus: [0, GPU-x]}\n")
+    assert spec.resources.gpus == ["0", "GPU-x"]
 
 
 def test_amp_true_means_mixed_precision() -> None:

@@ -44,9 +44,25 @@ def test_core_and_daemon_never_load_heavy_or_ui_modules() -> None:
 
 
 def test_cli_entry_point_stays_light() -> None:
-    """`gpuwarden --help` and the daemon start through the CLI: it must not pull torch/textual."""
+    """Every CLI module imports without torch/transformers/textual (they load inside commands).
+    `rich` is allowed here: httpx imports its own CLI, and with it rich, whenever rich is
+    installed — fine for a client, which is why the daemon never imports httpx."""
     mods = _modules_after_importing(["gpuwarden.cli"])
-    assert not (_top(mods) & set(HEAVY)), sorted(_top(mods) & set(HEAVY))
+    heavy = set(HEAVY) - {"rich"}
+    assert not (_top(mods) & heavy), sorted(_top(mods) & heavy)
+
+
+def test_daemon_command_chain_never_loads_rich_or_httpx() -> None:
+    """What `gpuwarden daemon` imports before serving: the entry point, its command, the daemon."""
+    code = (
+        "import sys, json, gpuwarden.cli.main, gpuwarden.cli.daemon_cmds, gpuwarden.daemon.app;"
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    mods = _top(set(json.loads(out.stdout)))
+    assert not (mods & {*HEAVY, "httpx"}), sorted(mods & {*HEAVY, "httpx"})
 
 
 def test_runners_never_import_daemon_or_tui() -> None:

@@ -17,6 +17,8 @@ from gpuwarden.core.config.spec_infer import InferSpec
 from gpuwarden.core.config.spec_train import TrainSpec
 from gpuwarden.core.config.validation import StrictModel, validate
 from gpuwarden.core.config.yamlsource import YamlDocument, load_yaml_file, parse_yaml
+from gpuwarden.core.errors import UserError
+from gpuwarden.core.oom.policy import PolicyRef, resolve_policy
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
@@ -51,7 +53,7 @@ class CommandSpec(StrictModel):
 class Resources(StrictModel):
     """What a run needs from the machine."""
 
-    gpus: int | list[str] = Field(
+    gpus: int | list[int | str] = Field(
         1, description="how many GPUs (picked by free memory), or their UUIDs/indices; 0 = CPU only"
     )
     allow_cpu: bool = Field(True, description="with no GPU on the machine, run on the CPU instead")
@@ -62,12 +64,14 @@ class Resources(StrictModel):
 
     @field_validator("gpus")
     @classmethod
-    def _gpus(cls, v: int | list[str]) -> int | list[str]:
-        if isinstance(v, int) and v < 0:
-            raise ValueError("must be ≥ 0 (0 = CPU only)")
-        if isinstance(v, list) and not v:
+    def _gpus(cls, v: int | list[int | str]) -> int | list[str]:
+        if isinstance(v, int):
+            if v < 0:
+                raise ValueError("must be ≥ 0 (0 = CPU only)")
+            return v
+        if not v:
             raise ValueError("an empty list names no GPU — give a count or GPU UUIDs/indices")
-        return v
+        return [str(g) for g in v]
 
 
 class RunSpec(StrictModel):
@@ -87,6 +91,17 @@ class RunSpec(StrictModel):
     on_interrupt: Literal["resume", "leave"] = Field(
         "leave", description="when the daemon finds the run's process gone after a restart"
     )
+    policy: PolicyRef | None = Field(
+        None,
+        description="retune policy after an OOM: a name from configs/policies, a .yaml path, "
+        "or inline keys over a `base` policy (default: `default`, `inference` for infer runs)",
+    )
+    autotune: bool = Field(
+        False, description="probe for the fastest micro-batch on this GPU before the first attempt"
+    )
+    profile: Literal["auto"] | None = Field(
+        None, description="`auto`: knobs not set in the spec start from the detected GPU's memory tier"
+    )
 
     @field_validator("name")
     @classmethod
@@ -105,6 +120,16 @@ class RunSpec(StrictModel):
         if extra:
             raise ValueError(f"kind '{self.kind}' does not use `{extra[0]}:` — remove it or change `kind`")
         return self
+
+    @field_validator("policy")
+    @classmethod
+    def _policy_exists(cls, v: PolicyRef | None) -> PolicyRef | None:
+        if v is not None:
+            try:
+                resolve_policy(v)
+            except UserError as exc:  # reported at the spec's `policy:` key, not as a crash
+                raise ValueError(str(exc)) from None
+        return v
 
 
 def spec_from_document(doc: YamlDocument) -> RunSpec:

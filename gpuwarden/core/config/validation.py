@@ -59,6 +59,76 @@ def allowed_keys(model: type[BaseModel], parent: KeyPath) -> list[str]:
     return names
 
 
+def _union_members(annotation: Any) -> list[Any]:
+    if get_origin(annotation) in (Union, types.UnionType):
+        return [a for a in get_args(annotation) if a is not type(None)]
+    return []
+
+
+def _member_tag(member: Any) -> str:
+    """The name pydantic puts in an error location for one member of a union."""
+    if isinstance(member, type):
+        return member.__name__
+    return str(member).replace("typing.", "")
+
+
+def _pick_member(members: list[Any], tag: str) -> Any:
+    """The union member a pydantic location tag names (`PolicyOverride`, `list[...]`, `int`)."""
+    for m in members:
+        if _member_tag(m) == tag:
+            return m
+    for prefix, origin in (("list[", list), ("dict[", dict), ("tuple[", tuple)):
+        if tag.startswith(prefix):
+            return next((m for m in members if get_origin(m) is origin), None)
+    if tag.startswith("function-"):
+        return members[0]
+    return None
+
+
+def _child(annotation: Any, part: str | int) -> Any:
+    model = _model_in(annotation) if not isinstance(annotation, type) else annotation
+    if isinstance(part, str) and isinstance(model, type) and issubclass(model, BaseModel):
+        field = model.model_fields.get(part)
+        return field.annotation if field is not None else None
+    args = [a for a in get_args(annotation) if a is not type(None)]
+    return args[-1] if args else None
+
+
+def clean_location(model: type[BaseModel], loc: KeyPath) -> tuple[KeyPath, bool]:
+    """`loc` without the union-member tags pydantic inserts (`policy.PolicyOverride.x` →
+    `policy.x`), and whether a union member was named (so a scalar member's error can be noise)."""
+    out: list[str | int] = []
+    annotation: Any = model
+    tagged = False
+    for part in loc:
+        members = _union_members(annotation)
+        if members and isinstance(part, str):
+            member = _pick_member(members, part)
+            if member is not None or part in ("str", "int", "float", "bool"):
+                tagged = True
+                annotation = member
+                continue
+        out.append(part)
+        annotation = _child(annotation, part)
+    return tuple(out), tagged
+
+
+_SCALAR_NAMES = {
+    "string_type": "a string",
+    "int_type": "an integer",
+    "int_parsing": "an integer",
+    "int_from_float": "an integer",
+    "float_type": "a number",
+    "float_parsing": "a number",
+    "bool_type": "true/false",
+    "bool_parsing": "true/false",
+    "list_type": "a list",
+    "dict_type": "a mapping",
+    "model_type": "a mapping",
+}
+_SCALAR_TYPE_ERRORS = set(_SCALAR_NAMES)
+
+
 def _suggest(word: str, choices: list[str]) -> str:
     close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
     if close:
@@ -78,8 +148,25 @@ def format_validation_error(
 ) -> list[str]:
     """One line per problem, e.g. `spec.yaml:7: train.batch_size: must be > 0 (got -4)`."""
     problems: list[str] = []
-    for err in exc.errors():
-        loc: KeyPath = tuple(p for p in err["loc"] if isinstance(p, str | int))
+    errors = exc.errors()
+    cleaned = [clean_location(model, tuple(p for p in e["loc"] if isinstance(p, str | int))) for e in errors]
+    merged: set[KeyPath] = set()
+    for err, (loc, tagged) in zip(errors, cleaned, strict=True):
+        # Every branch of a scalar union refused the value: one line listing what is accepted.
+        same = [e for e, (c, t) in zip(errors, cleaned, strict=True) if c == loc and t]
+        if tagged and len(same) > 1 and all(e["type"] in _SCALAR_TYPE_ERRORS for e in same):
+            if loc not in merged:
+                merged.add(loc)
+                kinds = ", ".join(dict.fromkeys(_SCALAR_NAMES[e["type"]] for e in same))
+                got = _describe_input(err.get("input"))
+                problems.append(f"{where(loc)}: {_dotted(loc)}: must be one of: {kinds} (got {got})")
+            continue
+        # A mapping given to a `name | {inline}` field fails the scalar branch too; that error is
+        # noise when the mapping branch has its own, more precise, complaint.
+        if tagged and err["type"] in _SCALAR_TYPE_ERRORS and isinstance(err.get("input"), dict | list):
+            others = [c for c, t in cleaned if t and c[: len(loc)] == loc and c != loc]
+            if others or sum(1 for c, _ in cleaned if c == loc) > 1:
+                continue
         key = _dotted(loc)
         kind = err["type"]
         if kind == "extra_forbidden":

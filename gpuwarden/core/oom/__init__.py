@@ -1,0 +1,24 @@
+"""Out-of-memory handling: classify a failure, pick the next change from a retune policy.
+
+`classify` reads error text and exceptions, `policy` loads retune ladders from YAML, `retune`
+decides the next restart's change, `memory_model` predicts the largest micro-batch that fits,
+and `profiles` gives starting points per GPU memory tier. Pure functions, no torch.
+"""
+
+from gpuwarden.core.oom.classify import (
+    Classification,
+    Verdict,
+    classify_exception,
+    classify_text,
+    parse_size,
+    read_oom_kill_count,
+)
+
+__all__ = [
+    "Classification",
+    "Verdict",
+    "classify_exception",
+    "classify_text",
+    "parse_size",
+    "read_oom_kill_count",
+]

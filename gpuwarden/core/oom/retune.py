@@ -1,0 +1,522 @@
+"""The retune decision: given a classified failure and a policy, the one change for the restart.
+
+Pure and deterministic: the daemon passes everything (current knobs, history, measured peaks,
+capacity, attempts, time, environment) and records what comes back. The ladder is walked from
+the top; a rung is skipped when it does not answer the verdict, is already in effect, or does
+not exist for the run's kind, and every skip is remembered so a give-up says why.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuwarden.core.oom.classify import Classification, format_size, parse_size
+from gpuwarden.core.oom.memory_model import Prediction, predict_max_batch
+from gpuwarden.core.oom.policy import DEFAULT_MAX_TIMES, RetunePolicy, Rung
+
+ALLOC_VARIABLES = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
+EXPANDABLE = "expandable_segments:True"
+DEFAULT_FACTOR = 0.5
+DEFAULT_WAIT_SECONDS = 60.0
+DEFAULT_GPU_FRACTION = 0.85
+DEFAULT_OFFLOAD_FACTOR = 0.8
+# Below this a GPU budget leaves no room for anything but the CUDA context.
+MIN_GPU_BUDGET = 1 << 30
+
+RUN_KINDS = ("train", "infer", "command")
+# Knobs each built-in kind has; a `command` run has the knobs its spec declares.
+KIND_KNOBS: dict[str, frozenset[str]] = {
+    "train": frozenset(
+        {"batch_size", "grad_accum_steps", "world_size", "max_length", "gradient_checkpointing", "precision"}
+    ),
+    "infer": frozenset(
+        {
+            "batch_size",
+            "max_new_tokens",
+            "max_pixels",
+            "precision",
+            "max_memory",
+            "device_map",
+            "load_in_8bit",
+        }
+    ),
+}
+
+
+@dataclass(frozen=True)
+class RetuneDecision:
+    """What the next restart changes, or why the run must fail.
+
+    `changes` maps each knob to (from, to); `env` holds variables to set for the restart;
+    `lr_scale` is set only when the effective batch changed (linear scaling rule, new/old);
+    `wait_s` asks the daemon to wait before restarting; `give_up` is a one-line reason to fail.
+    """
+
+    action: str
+    changes: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    lr_scale: float | None = None
+    reason: str = ""
+    prediction: dict[str, Any] | None = None
+    give_up: str | None = None
+    wait_s: float | None = None
+    rung: int | None = None
+
+    @property
+    def is_give_up(self) -> bool:
+        """The run must fail; nothing is restarted."""
+        return self.give_up is not None
+
+    def apply(self, knobs: dict[str, Any]) -> dict[str, Any]:
+        """The knobs for the restart: `knobs` with this decision's changes applied."""
+        out = dict(knobs)
+        for name, (_, new) in self.changes.items():
+            out[name] = new
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form; (from, to) pairs become two-element lists."""
+        return {
+            "action": self.action,
+            "changes": {k: [a, b] for k, (a, b) in self.changes.items()},
+            "env": dict(self.env),
+            "lr_scale": self.lr_scale,
+            "reason": self.reason,
+            "prediction": self.prediction,
+            "give_up": self.give_up,
+            "wait_s": self.wait_s,
+            "rung": self.rung,
+        }
+
+
+def _give_up(reason: str, prediction: dict[str, Any] | None = None) -> RetuneDecision:
+    return RetuneDecision(action="give_up", reason=reason, give_up=reason, prediction=prediction)
+
+
+@dataclass
+class _Context:
+    classification: Classification
+    policy: RetunePolicy
+    kind: str
+    knobs: dict[str, Any]
+    history: list[dict[str, Any]]
+    memory_points: list[tuple[int, int]]
+    capacity: int | None
+    env: dict[str, str]
+    prediction: Prediction | None = None
+
+    def has(self, knob: str) -> bool:
+        """Whether the run has this knob: built-in kinds by their spec, command runs by `knobs`."""
+        if self.kind in KIND_KNOBS:
+            return knob in KIND_KNOBS[self.kind]
+        return knob in self.knobs
+
+    def times_used(self, action: str) -> int:
+        return sum(1 for h in self.history if h.get("action") == action)
+
+    def memory_capacity(self) -> int | None:
+        """The memory that ran out: the card's (or the allocator's cap), or the host limit given."""
+        if self.classification.verdict == "host_oom":
+            return self.capacity
+        fields = self.classification.fields
+        candidates = [self.capacity]
+        for name in ("allowed", "total"):
+            value = fields.get(name)
+            if isinstance(value, int):
+                candidates.append(value)
+                break
+        known = [c for c in candidates if c is not None and c > 0]
+        return min(known) if known else None
+
+    def predict(self, batch: int) -> Prediction:
+        """Largest batch the memory model expects to fit; the current batch just ran out."""
+        if self.prediction is None:
+            self.prediction = predict_max_batch(
+                self.memory_points, self.memory_capacity(), self.policy.headroom, oom_at=[batch]
+            )
+        return self.prediction
+
+
+# A rung handler returns the decision, or a short note saying why the rung does not apply.
+_Handler = Callable[[_Context, Rung], "RetuneDecision | str"]
+
+
+def _divisors(n: int) -> list[int]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def _int_knob(ctx: _Context, name: str, default: int) -> int:
+    value = ctx.knobs.get(name, default)
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else default
+
+
+def _allocator(ctx: _Context, rung: Rung) -> RetuneDecision | str:
+    device = ctx.classification.fields.get("device")
+    if device in ("mps", "xpu", "cpu"):
+        return f"the allocator setting is for CUDA and ROCm, not {device}"
+    for name in ALLOC_VARIABLES:
+        value = ctx.env.get(name, "").replace(" ", "").lower()
+        if "expandable_segments:true" in value:
+            return f"{name} already has expandable_segments:True"
+        if "expandable_segments:false" in value:
+            return f"{name} sets expandable_segments:False; left as the run's environment chose"
+    target: str = rung.variable or next((n for n in ALLOC_VARIABLES if ctx.env.get(n)), ALLOC_VARIABLES[0])
+    old = ctx.env.get(target, "")
+    new = f"{old},{EXPANDABLE}" if old else EXPANDABLE
+    return RetuneDecision(
+        action=rung.action,
+        env={target: new},
+        reason=f"{ctx.classification.reason}; set {target}={new} so freed blocks can be reused",
+    )
+
+
+def _micro_batch(ctx: _Context, rung: Rung) -> RetuneDecision | str:
+    if ctx.kind == "infer":
+        return "inference has no micro-batch (reduce_generation_batch lowers its batch)"
+    if not ctx.has("batch_size"):
+        return "the run has no batch_size knob"
+    if ctx.kind == "command" and not ctx.has("grad_accum_steps"):
+        return "the run has no grad_accum_steps knob, so the effective batch cannot be kept"
+    micro = _int_knob(ctx, "batch_size", 1)
+    accum = _int_knob(ctx, "grad_accum_steps", 1)
+    world = _int_knob(ctx, "world_size", 1)
+    floor = ctx.policy.min_micro_batch
+    per_device = micro * accum
+    candidates = [d for d in _divisors(per_device) if floor <= d < micro]
+    if not candidates:
+        if micro <= floor:
+            return f"micro-batch {micro} is the minimum (min_micro_batch {floor})"
+        return f"no divisor of {per_device} (micro × accumulation) between {floor} and {micro}"
+    prediction = ctx.predict(micro)
+    limit = prediction.batch if prediction.batch is not None else micro // 2
+    fitting = [d for d in candidates if d <= limit]
+    # When the model says nothing fits, the smallest allowed micro-batch is the best left to try.
+    new = max(fitting) if fitting else min(candidates)
+    new_accum = per_device // new
+    why = (
+        f"memory model predicts {prediction.batch} fits ({prediction.basis})"
+        if prediction.batch is not None
+        else f"no prediction ({prediction.basis}); halving"
+    )
+    return RetuneDecision(
+        action=rung.action,
+        changes={"batch_size": (micro, new), "grad_accum_steps": (accum, new_accum)},
+        reason=(
+            f"{ctx.classification.reason}; {why}: micro-batch {micro} → {new}, accumulation "
+            f"{accum} → {new_accum}, effective batch {per_device * world} kept"
+        ),
+        prediction=prediction.to_dict(),
+    )
+
+
+def _flag(knob: str, label: str) -> _Handler:
+    def handler(ctx: _Context, rung: Rung) -> RetuneDecision | str:
+        if not ctx.has(knob):
+            return f"the run has no {knob} knob"
+        if bool(ctx.knobs.get(knob)):
+            return f"{label} is already on"
+        if knob == "load_in_8bit":
+            device = ctx.classification.fields.get("device", ctx.knobs.get("device"))
+            if device not in (None, "cuda"):
+                return f"8-bit weights need CUDA, the run is on {device}"
+        return RetuneDecision(
+            action=rung.action,
+            changes={knob: (ctx.knobs.get(knob, False), True)},
+            reason=f"{ctx.classification.reason}; turn on {label}",
+        )
+
+    return handler
+
+
+_SIXTEEN_BIT = ("bf16", "fp16")
+
+
+def _precision(ctx: _Context, rung: Rung) -> RetuneDecision | str:
+    if not ctx.has("precision"):
+        return "the run has no precision knob"
+    current = str(ctx.knobs.get("precision", "auto"))
+    resolved = str(ctx.knobs.get("resolved_precision", current))
+    if current in _SIXTEEN_BIT or resolved in _SIXTEEN_BIT:
+        return f"precision is already {resolved if resolved in _SIXTEEN_BIT else current}"
+    bf16_ok = ctx.knobs.get("bf16_supported") is not False
+    target = rung.precision or ("bf16" if bf16_ok else "fp16")
+    if target == "bf16" and not bf16_ok:
+        return "bf16 is not supported on this device"
+    return RetuneDecision(
+        action=rung.action,
+        changes={"precision": (current, target)},
+        reason=f"{ctx.classification.reason}; precision {current} → {target}",
+    )
+
+
+def _semantic(knob: str) -> _Handler:
+    def handler(ctx: _Context, rung: Rung) -> RetuneDecision | str:
+        if not ctx.has(knob):
+            return f"the run has no {knob} knob"
+        if not ctx.policy.allows(knob):
+            return f"{knob} changes results and the policy does not allow it (add {knob} to `allow`)"
+        current = ctx.knobs.get(knob)
+        if not isinstance(current, int) or isinstance(current, bool):
+            return f"{knob} is not set (the model's default); set it in the spec to let the ladder lower it"
+        new = math.floor(current * (rung.factor or DEFAULT_FACTOR))
+        if rung.multiple_of:
+            new -= new % rung.multiple_of
+        new = max(new, rung.min or 1)
+        if new >= current:
+            return f"{knob} {current} is at its minimum ({rung.min or 1})"
+        return RetuneDecision(
+            action=rung.action,
+            changes={knob: (current, new)},
+            reason=f"{ctx.classification.reason}; {knob} {current} → {new} (allowed by the policy)",
+        )
+
+    return handler
+
+
+def _generation_batch(ctx: _Context, rung: Rung) -> RetuneDecision | str:
+    if not ctx.has("batch_size"):
+        return "the run has no batch_size knob"
+    if ctx.kind == "train" or (ctx.kind == "command" and ctx.has("grad_accum_steps")):
+        return "a training batch is changed by reduce_micro_batch, which keeps the effective batch"
+    batch = _int_knob(ctx, "batch_size", 1)
+    floor = rung.min or 1
+    if batch <= floor:
+        return f"generation batch {batch} is the minimum ({floor})"
+    prediction = ctx.predict(batch)
+    if prediction.batch is not None:
+        target = prediction.batch
+        why = f"memory model predicts {prediction.batch} fits ({prediction.basis})"
+    else:
+        target = math.floor(batch * (rung.factor or DEFAULT_FACTOR))
+        why = f"no prediction ({prediction.basis}); ×{rung.factor or DEFAULT_FACTOR}"
+    new = max(floor, min(target, batch - 1))
+    return RetuneDecision(
+        action=rung.action,
+        changes={"batch_size": (batch, new)},
+        reason=f"{ctx.classification.reason}; {why}: generation batch {batch} → {new}",
+        prediction=prediction.to_dict(),
+    )
+
+
+def _format_budget(num_bytes: int) -> str:
+    mib = num_bytes >> 20
+    return f"{mib >> 10}GiB" if mib % 1024 == 0 else f"{mib}MiB"
+
+
+def _gpu_keys(budget: dict[str, Any]) -> list[str]:
+    return [k for k in budget if str(k).isdigit()]
+
+
+def _offload(ctx: _Context, rung: Rung) -> RetuneDecision | str:
+    if not ctx.has("max_memory"):
+        return "the run has no max_memory knob (offload is for inference with accelerate)"
+    current = ctx.knobs.get("max_memory")
+    device_map = ctx.knobs.get("device_map")
+    factor = rung.factor or DEFAULT_OFFLOAD_FACTOR
+    changes: dict[str, tuple[Any, Any]] = {}
+    if isinstance(current, dict) and _gpu_keys(current) and device_map == "auto":
+        lowered: dict[str, Any] = dict(current)
+        for key in _gpu_keys(current):
+            try:
+                old = parse_size(str(current[key]))
+            except ValueError:
+                return f"max_memory[{key}] = {current[key]!r} is not a size"
+            new = max(MIN_GPU_BUDGET, math.floor(old * factor))
+            if new >= old:
+                return f"GPU budget {current[key]} is at the minimum ({format_size(MIN_GPU_BUDGET)})"
+            lowered[key] = _format_budget(new)
+        changes["max_memory"] = (current, lowered)
+        what = f"lower the GPU budget ×{factor}: {current} → {lowered}"
+    elif isinstance(current, str) and ctx.kind == "command":
+        try:
+            old = parse_size(current)
+        except ValueError:
+            return f"max_memory {current!r} is not a size"
+        new = max(MIN_GPU_BUDGET, math.floor(old * factor))
+        if new >= old:
+            return f"GPU budget {current} is at the minimum ({format_size(MIN_GPU_BUDGET)})"
+        changes["max_memory"] = (current, _format_budget(new))
+        what = f"lower the GPU budget ×{factor}: {current} → {_format_budget(new)}"
+    else:
+        capacity = ctx.memory_capacity()
+        if capacity is None:
+            return "the card's memory is unknown, so no GPU budget can be set"
+        budget_bytes = max(MIN_GPU_BUDGET, math.floor(capacity * (rung.gpu_fraction or DEFAULT_GPU_FRACTION)))
+        budget: dict[str, str] = {"0": _format_budget(budget_bytes)}
+        if rung.cpu_memory:
+            budget["cpu"] = rung.cpu_memory
+        changes["max_memory"] = (current, budget)
+        if ctx.has("device_map") and device_map != "auto":
+            changes["device_map"] = (device_map, "auto")
+        what = f"offload what does not fit: max_memory {budget}, device_map auto"
+    return RetuneDecision(
+        action=rung.action,
+        changes=changes,
+        reason=f"{ctx.classification.reason}; {what} (slower, layers beyond the budget run from CPU)",
+    )
+
+
+def _wait(ctx: _Context, rung: Rung) -> RetuneDecision | str:
+    limit = rung.max_times or DEFAULT_MAX_TIMES[rung.action]
+    used = ctx.times_used(rung.action)
+    seconds = rung.seconds or DEFAULT_WAIT_SECONDS
+    return RetuneDecision(
+        action=rung.action,
+        reason=f"{ctx.classification.reason}; wait {seconds:g} s for the other processes to free memory "
+        f"(wait {used + 1} of {limit}), then restart unchanged",
+        wait_s=seconds,
+    )
+
+
+def _move(ctx: _Context, rung: Rung) -> RetuneDecision | str:
+    if ctx.knobs.get("other_gpus") == 0:
+        return "no other GPU to move to"
+    return RetuneDecision(
+        action=rung.action,
+        reason=f"{ctx.classification.reason}; restart unchanged on the GPU with the most free memory",
+    )
+
+
+_HANDLERS: dict[str, _Handler] = {
+    "allocator_expandable_segments": _allocator,
+    "reduce_micro_batch": _micro_batch,
+    "gradient_checkpointing": _flag("gradient_checkpointing", "gradient checkpointing"),
+    "lower_precision": _precision,
+    "reduce_max_length": _semantic("max_length"),
+    "reduce_max_pixels": _semantic("max_pixels"),
+    "reduce_max_new_tokens": _semantic("max_new_tokens"),
+    "offload": _offload,
+    "load_in_8bit": _flag("load_in_8bit", "8-bit weights"),
+    "reduce_generation_batch": _generation_batch,
+    "wait_for_memory": _wait,
+    "move_gpu": _move,
+}
+
+
+def _change_effective_batch(ctx: _Context) -> RetuneDecision | str:
+    """Last resort when the user allows it: a smaller micro-batch with the same accumulation."""
+    if ctx.kind == "infer":
+        return "inference has no effective batch"
+    if not ctx.has("batch_size"):
+        return "the run has no batch_size knob"
+    micro = _int_knob(ctx, "batch_size", 1)
+    accum = _int_knob(ctx, "grad_accum_steps", 1)
+    world = _int_knob(ctx, "world_size", 1)
+    floor = ctx.policy.min_micro_batch
+    if micro <= floor:
+        return f"micro-batch {micro} is the minimum (min_micro_batch {floor})"
+    prediction = ctx.predict(micro)
+    target = prediction.batch if prediction.batch is not None else micro // 2
+    new = max(floor, min(target, micro - 1))
+    scale = new / micro
+    old_eff, new_eff = micro * accum * world, new * accum * world
+    return RetuneDecision(
+        action="reduce_micro_batch",
+        changes={"batch_size": (micro, new)},
+        lr_scale=scale,
+        reason=(
+            f"{ctx.classification.reason}; the ladder kept the effective batch as long as it could; "
+            f"effective batch {old_eff} → {new_eff} (allowed by the policy), learning rate scaled "
+            f"×{scale:g} (linear scaling rule)"
+        ),
+        prediction=prediction.to_dict(),
+    )
+
+
+def decide(
+    classification: Classification,
+    policy: RetunePolicy,
+    *,
+    kind: str,
+    knobs: dict[str, Any],
+    history: list[dict[str, Any]],
+    memory_points: list[tuple[int, int]],
+    capacity: int | None,
+    attempts_so_far: int,
+    elapsed_s: float,
+    env: dict[str, str],
+) -> RetuneDecision:
+    """The change for the next restart, or a give-up with its reason.
+
+    `knobs` are the current values (train: batch_size, grad_accum_steps, world_size, max_length,
+    gradient_checkpointing, precision; infer: batch_size, max_new_tokens, max_pixels, precision,
+    max_memory, device_map, load_in_8bit; command: the spec's knobs). Optional hints in knobs:
+    `resolved_precision`, `bf16_supported`, `device`, `other_gpus`. `history` holds the earlier
+    decisions' `to_dict()` (their `action` counts waits and moves). `memory_points` are
+    (micro_batch, peak_bytes) measured under the current knobs and `capacity` the bytes of the
+    memory that ran out. `elapsed_s` counts from the run's first out-of-memory.
+    """
+    if kind not in RUN_KINDS:
+        raise ValueError(f"unknown run kind {kind!r}; expected one of {', '.join(RUN_KINDS)}")
+    if not classification.retunable:
+        return _give_up(f"{classification.verdict}: {classification.reason} — retuning cannot fix this")
+    if attempts_so_far >= policy.max_attempts:
+        return _give_up(
+            f"gave up after {attempts_so_far} retune attempts (policy max_attempts {policy.max_attempts}); "
+            f"last failure: {classification.reason}"
+        )
+    if policy.max_total_seconds is not None and elapsed_s >= policy.max_total_seconds:
+        return _give_up(
+            f"gave up after {elapsed_s:.0f} s of retuning (policy max_total_seconds "
+            f"{policy.max_total_seconds:g}); last failure: {classification.reason}"
+        )
+    ctx = _Context(classification, policy, kind, knobs, history, memory_points, capacity, env)
+    skipped: list[str] = []
+    answers_verdict = False
+    for index, rung in enumerate(policy.ladder):
+        if classification.verdict not in rung.when:
+            continue
+        answers_verdict = True
+        limit = rung.max_times or DEFAULT_MAX_TIMES.get(rung.action)
+        used = ctx.times_used(rung.action)
+        if limit is not None and used >= limit:
+            skipped.append(f"{rung.action}: used {used} times (max_times {limit})")
+            continue
+        outcome = _HANDLERS[rung.action](ctx, rung)
+        if isinstance(outcome, RetuneDecision):
+            return RetuneDecision(
+                action=outcome.action,
+                changes=outcome.changes,
+                env=outcome.env,
+                lr_scale=outcome.lr_scale,
+                reason=outcome.reason,
+                prediction=outcome.prediction,
+                wait_s=outcome.wait_s,
+                rung=index,
+            )
+        skipped.append(f"{rung.action}: {outcome}")
+    shrinks_batch = any(
+        r.action == "reduce_micro_batch" and classification.verdict in r.when for r in policy.ladder
+    )
+    if shrinks_batch and policy.allows("effective_batch"):
+        outcome = _change_effective_batch(ctx)
+        if isinstance(outcome, RetuneDecision):
+            return outcome
+        skipped.append(f"effective batch: {outcome}")
+    prediction = ctx.prediction.to_dict() if ctx.prediction is not None else None
+    if not answers_verdict:
+        return _give_up(
+            f"no rung of policy {policy.name or '(inline)'} answers {classification.verdict} "
+            f"({classification.reason})",
+            prediction,
+        )
+    return _give_up(
+        f"retune ladder exhausted for {classification.verdict} ({classification.reason}): "
+        + "; ".join(skipped),
+        prediction,
+    )
+
+
+def effective_batch(knobs: dict[str, Any]) -> int | None:
+    """micro × accumulation × world size from knobs, or None without a batch size."""
+    micro = knobs.get("batch_size")
+    if not isinstance(micro, int):
+        return None
+    return micro * int(knobs.get("grad_accum_steps", 1)) * int(knobs.get("world_size", 1))
+
+
+__all__ = ["ALLOC_VARIABLES", "KIND_KNOBS", "RUN_KINDS", "RetuneDecision", "decide", "effective_batch"]

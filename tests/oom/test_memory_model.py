@@ -1,0 +1,124 @@
+"""The linear memory model: fits on synthetic points, the OOM bound, and its edge cases."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpuwarden.core.oom.memory_model import Prediction, fit_line, predict_max_batch, worst_peaks
+
+GiB = 1 << 30
+MiB = 1 << 20
+
+
+def line(fixed: int, per_sample: int, batches: list[int]) -> list[tuple[int, int]]:
+    return [(b, fixed + per_sample * b) for b in batches]
+
+
+def test_fit_recovers_exact_line() -> None:
+    fixed, per_sample = fit_line(line(10 * GiB, 512 * MiB, [1, 2, 4, 8])) or (0.0, 0.0)
+    assert fixed == pytest.approx(10 * GiB)
+    assert per_sample == pytest.approx(512 * MiB)
+
+
+def test_fit_needs_two_distinct_batch_sizes() -> None:
+    assert fit_line([]) is None
+    assert fit_line([(4, GiB), (4, 2 * GiB)]) is None
+
+
+def test_fit_uses_worst_peak_per_batch() -> None:
+    # Two steps at batch 4 (a short and a long sequence): the model must hold for the long one.
+    points = [(2, 12 * GiB), (4, 13 * GiB), (4, 14 * GiB)]
+    assert worst_peaks(points) == {2: 12 * GiB, 4: 14 * GiB}
+    fixed, per_sample = fit_line(points) or (0.0, 0.0)
+    assert per_sample == pytest.approx(GiB)
+    assert fixed == pytest.approx(10 * GiB)
+
+
+def test_worst_peaks_drops_nonsense() -> None:
+    assert worst_peaks([(0, GiB), (-1, GiB), (2, -5), (3, GiB)]) == {3: GiB}
+
+
+def test_prediction_from_fit_with_headroom() -> None:
+    points = line(10 * GiB, GiB, [2, 4])
+    p = predict_max_batch(points, 21 * GiB, headroom=0.08)
+    # budget 21 × 0.92 = 19.32 GiB → (19.32 − 10) / 1 = 9.32 → 9
+    assert p.batch == 9
+    assert p.fixed == pytest.approx(10 * GiB)
+    assert p.per_sample == pytest.approx(GiB)
+    assert p.budget == pytest.approx(21 * GiB * 0.92)
+    assert p.peak_at(9) == pytest.approx(19 * GiB)
+    assert "least-squares" in p.basis
+    assert predict_max_batch(points, 21 * GiB, headroom=0.0).batch == 11
+
+
+def test_prediction_nothing_fits() -> None:
+    p = predict_max_batch(line(30 * GiB, GiB, [1, 2]), 24 * GiB)
+    assert p.batch == 0
+
+
+def test_oom_steepens_an_underestimating_fit() -> None:
+    # The fit says batch 12 needs 22 GiB < 24 GiB, yet batch 12 ran out of memory.
+    points = line(10 * GiB, GiB, [2, 4])
+    p = predict_max_batch(points, 24 * GiB, headroom=0.08, oom_at=[12])
+    assert p.per_sample is not None and p.per_sample >= (24 * GiB - 10 * GiB) / 12
+    assert p.batch is not None and p.batch < 12
+    assert "steepened" in p.basis
+
+
+def test_oom_caps_prediction_below_oom_batch() -> None:
+    points = line(GiB, 10 * MiB, [2, 4])  # the line says hundreds fit
+    p = predict_max_batch(points, 24 * GiB, oom_at=[64])
+    assert p.batch is not None and p.batch <= 63
+
+
+def test_one_point_assumes_proportional() -> None:
+    p = predict_max_batch([(4, 8 * GiB)], 16 * GiB, headroom=0.0)
+    assert p.fixed == 0.0
+    assert p.per_sample == pytest.approx(2 * GiB)
+    assert p.batch == 8
+    assert "proportional" in p.basis
+
+
+def test_one_point_and_oom_bound() -> None:
+    # Measured 12 GiB at batch 4; batch 16 ran out of 20 GiB: slope ≥ (20 − 12) / 12 GiB.
+    p = predict_max_batch([(4, 12 * GiB)], 20 * GiB, headroom=0.0, oom_at=[16])
+    assert p.per_sample == pytest.approx(8 * GiB / 12)
+    assert p.batch is not None and 4 <= p.batch < 16
+    assert "OOM at 16" in p.basis
+
+
+def test_flat_measurements_do_not_extrapolate() -> None:
+    p = predict_max_batch([(2, 10 * GiB), (4, 10 * GiB)], 24 * GiB, oom_at=[32])
+    assert p.batch == 31
+    assert "do not grow" in p.basis
+    assert predict_max_batch([(2, 10 * GiB), (4, 9 * GiB)], 24 * GiB).batch is None
+
+
+def test_no_evidence() -> None:
+    assert predict_max_batch([], 24 * GiB).batch is None
+    assert predict_max_batch(line(GiB, GiB, [1, 2]), None).basis == "capacity unknown"
+    with pytest.raises(ValueError):
+        predict_max_batch([], GiB, headroom=1.0)
+
+
+def test_to_dict_is_plain() -> None:
+    d = predict_max_batch(line(GiB, GiB, [1, 2]), 8 * GiB).to_dict()
+    assert set(d) == {"batch", "fixed", "per_sample", "capacity", "headroom", "basis"}
+    assert Prediction(**d).batch == d["batch"]
+
+
+@given(
+    fixed=st.integers(min_value=0, max_value=40 * GiB),
+    per_sample=st.integers(min_value=MiB, max_value=4 * GiB),
+    capacity=st.integers(min_value=GiB, max_value=141 * GiB),
+    headroom=st.floats(min_value=0.0, max_value=0.3),
+)
+def test_predicted_batch_fits_the_budget(fixed: int, per_sample: int, capacity: int, headroom: float) -> None:
+    p = predict_max_batch(line(fixed, per_sample, [1, 3, 7]), capacity, headroom=headroom)
+    assert p.batch is not None
+    budget = capacity * (1 - headroom)
+    # Largest: b fits, b + 1 does not (small tolerance for the float fit).
+    assert p.batch == 0 or fixed + per_sample * p.batch <= budget + 1024
+    assert fixed + per_sample * (p.batch + 1) > budget - 1024
