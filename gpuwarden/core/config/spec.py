@@ -25,6 +25,13 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 KnobValue = int | float | str | bool
 
 
+def check_env_names(env: dict[str, str]) -> dict[str, str]:
+    for name in env:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise ValueError(f"{name!r} is not a valid environment variable name — use letters, digits, _")
+    return env
+
+
 class CommandSpec(StrictModel):
     """A program to run as-is: an argv list (no shell), extra environment, working directory."""
 
@@ -84,6 +91,10 @@ class RunSpec(StrictModel):
     command: CommandSpec | None = None
     train: TrainSpec | None = None
     infer: InferSpec | None = None
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="extra environment for the run's process, any kind (retunes set allocator options here)",
+    )
     knobs: dict[str, KnobValue] = Field(
         default_factory=dict, description="values substituted as {name} in argv/env of command runs"
     )
@@ -102,6 +113,11 @@ class RunSpec(StrictModel):
     profile: Literal["auto"] | None = Field(
         None, description="`auto`: knobs not set in the spec start from the detected GPU's memory tier"
     )
+
+    @field_validator("env")
+    @classmethod
+    def _run_env_names(cls, v: dict[str, str]) -> dict[str, str]:
+        return check_env_names(v)
 
     @field_validator("name")
     @classmethod

@@ -1,0 +1,255 @@
+"""Planning the restart after an out-of-memory: classify, measure, decide, build the next spec.
+
+This is the whole decision the daemon makes between "the attempt ran out of memory" and "start
+the next attempt", kept free of the daemon so it can be tested on its own. Steps:
+
+1. Classify — from the runner's own `oom` event when there is one (it saw the exception chain),
+   else from the tail of stderr and the exit status (a `command` run: any program).
+2. Measure — memory points (micro-batch, peak) from the run's progress events. When the run
+   died before reporting any (the usual case: the first step did not fit), short probe processes
+   at smaller micro-batches give the points, so the memory model can jump straight to the
+   largest micro-batch that fits instead of halving blindly.
+3. Decide — `retune.decide` walks the run's policy ladder.
+4. Apply — the knobs go back into the spec (train/infer sections, or `knobs` for command runs),
+   allocator settings into `env`, and the learning rate is rescaled if the policy allowed the
+   effective batch to change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuwarden.core.config.spec import RunSpec
+from gpuwarden.core.oom.classify import Classification, classify_text
+from gpuwarden.core.oom.memory_model import predict_max_batch
+from gpuwarden.core.oom.policy import resolve_policy
+from gpuwarden.core.oom.retune import RetuneDecision, decide
+
+# A probe: run the job briefly at this micro-batch; the measured peak (bytes) or None, and
+# whether it ran out of memory.
+Probe = Callable[[int], tuple[int | None, bool]]
+
+TRAIN_KNOBS = (
+    "batch_size",
+    "grad_accum_steps",
+    "world_size",
+    "max_length",
+    "gradient_checkpointing",
+    "precision",
+)
+INFER_KNOBS = (
+    "batch_size",
+    "max_new_tokens",
+    "max_pixels",
+    "precision",
+    "max_memory",
+    "device_map",
+    "load_in_8bit",
+)
+
+
+@dataclass
+class AttemptFacts:
+    """What is known about the attempt that ran out of memory."""
+
+    number: int
+    events: Sequence[dict[str, Any]]  # this run's events, every attempt, oldest first
+    stderr_tail: str = ""
+    exit_code: int | None = None
+    signal: int | None = None
+    oom_kill: bool | None = None
+    gpu_capacity: int | None = None  # the placed GPU's memory, when on a GPU
+    host_capacity: int | None = None  # the address-space limit, else the host's memory
+
+
+@dataclass
+class RecoveryPlan:
+    """Either a spec for the next attempt (with what changed and why) or a reason to fail."""
+
+    classification: Classification
+    decision: RetuneDecision
+    spec: dict[str, Any] | None = None
+    from_: dict[str, Any] = field(default_factory=dict)
+    to: dict[str, Any] = field(default_factory=dict)
+    probes: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def give_up(self) -> str | None:
+        return self.decision.give_up
+
+    def evidence(self) -> dict[str, Any]:
+        return {
+            "message": self.classification.message,
+            "reason": self.classification.reason,
+            "fields": self.classification.fields,
+            "decision": self.decision.to_dict(),
+            "probes": self.probes,
+        }
+
+
+def classification_of(facts: AttemptFacts) -> Classification:
+    """The runner's `oom` event of this attempt if any, else the text and exit status."""
+    for e in reversed(facts.events):
+        if e.get("attempt") == facts.number and e.get("type") == "oom":
+            fields = e.get("fields") if isinstance(e.get("fields"), dict) else {}
+            verdict = str(e.get("verdict") or "gpu_capacity")
+            text = classify_text(str(e.get("message") or ""), exit_code=facts.exit_code)
+            # The runner saw the exception chain: its verdict stands; the text adds the reason.
+            if text.verdict == verdict:
+                return text
+            return Classification(verdict, str(e.get("message") or ""), fields, text.reason or verdict)  # type: ignore[arg-type]
+    return classify_text(
+        facts.stderr_tail, exit_code=facts.exit_code, signal=facts.signal, oom_kill=facts.oom_kill
+    )
+
+
+def current_knobs(spec: RunSpec) -> dict[str, Any]:
+    if spec.train is not None:
+        t = spec.train
+        knobs = {k: getattr(t, k) for k in TRAIN_KNOBS}
+        knobs["precision"] = t.resolved_precision_request()
+        return knobs
+    if spec.infer is not None:
+        return {k: getattr(spec.infer, k) for k in INFER_KNOBS}
+    return dict(spec.knobs)
+
+
+def memory_points(events: Sequence[dict[str, Any]], host: bool) -> list[tuple[int, int]]:
+    """(micro-batch, peak) from progress events. For host OOM under an address-space limit the
+    runner's `vm_peak` (address space) is what the limit counts, so it is preferred there."""
+    points: list[tuple[int, int]] = []
+    for e in events:
+        if e.get("type") != "progress" or not isinstance(e.get("batch_size"), int):
+            continue
+        peak = e.get("vm_peak") if host and isinstance(e.get("vm_peak"), int) else e.get("mem_peak")
+        if isinstance(peak, int | float) and peak > 0:
+            points.append((int(e["batch_size"]), int(peak)))
+    return points
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _probe_points(
+    probe: Probe, batch: int, per_device: int | None, min_batch: int
+) -> tuple[list[tuple[int, int]], list[dict[str, Any]]]:
+    """Probe two micro-batches well under the one that failed (1/8 and 1/4 of it, over the
+    divisors that keep the effective batch), going lower while they run out of memory."""
+    options = [
+        d for d in (_divisors(per_device) if per_device else range(1, batch)) if min_batch <= d < batch
+    ]
+    points: list[tuple[int, int]] = []
+    ooms: list[int] = [batch]
+    log: list[dict[str, Any]] = []
+    targets = [max(1, batch // 8), max(1, batch // 4)]
+    tried: set[int] = set()
+    for _ in range(4):
+        if len(points) >= 2 or not options:
+            break
+        target = targets[len(points)] if len(points) < len(targets) else max(1, batch // 8)
+        below = [d for d in options if d <= target and d not in tried and d < min(ooms)]
+        if not below:
+            below = [d for d in options if d not in tried and d < min(ooms)]
+            if not below:
+                break
+        b = max(below)
+        tried.add(b)
+        peak, oom = probe(b)
+        log.append({"batch_size": b, "peak": peak, "oom": oom})
+        if oom:
+            ooms.append(b)
+            targets = [max(1, b // 4), max(1, b // 2)]
+        elif peak is not None:
+            points.append((b, peak))
+    return points, log
+
+
+def plan_recovery(
+    spec: RunSpec,
+    facts: AttemptFacts,
+    *,
+    history: list[dict[str, Any]],
+    retunes_so_far: int,
+    elapsed_s: float,
+    probe: Probe | None = None,
+) -> RecoveryPlan:
+    """Everything between "this attempt ran out of memory" and the next attempt's spec."""
+    classification = classification_of(facts)
+    policy = resolve_policy(spec.policy, kind=spec.kind)
+    knobs = current_knobs(spec)
+    host = classification.verdict == "host_oom"
+    capacity = facts.host_capacity if host else facts.gpu_capacity
+    points = memory_points(facts.events, host)
+    batch = knobs.get("batch_size")
+    probes: list[dict[str, Any]] = []
+    if (
+        probe is not None
+        and classification.retunable
+        and classification.verdict in ("gpu_capacity", "host_oom")
+        and isinstance(batch, int)
+        and batch > 1
+        and len({b for b, _ in points}) < 2
+    ):
+        per_device = None
+        if spec.train is not None:
+            per_device = spec.train.batch_size * spec.train.grad_accum_steps
+        more, probes = _probe_points(probe, batch, per_device, policy.min_micro_batch)
+        points += more
+    env = dict(spec.env)
+    if spec.command is not None:
+        env = {**spec.command.env, **env}
+    decision = decide(
+        classification,
+        policy,
+        kind=spec.kind,
+        knobs=knobs,
+        history=history,
+        memory_points=points,
+        capacity=capacity,
+        attempts_so_far=retunes_so_far,
+        elapsed_s=elapsed_s,
+        env=env,
+    )
+    plan = RecoveryPlan(classification, decision, probes=probes)
+    if decision.is_give_up:
+        return plan
+    if decision.prediction is None and points and capacity and isinstance(batch, int):
+        decision_prediction = predict_max_batch(points, capacity, policy.headroom, oom_at=[batch]).to_dict()
+        plan.decision = RetuneDecision(**{**decision.__dict__, "prediction": decision_prediction})
+    plan.spec, plan.from_, plan.to = apply_decision(spec, plan.decision)
+    return plan
+
+
+def apply_decision(
+    spec: RunSpec, decision: RetuneDecision
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The next attempt's spec document, and the (from, to) of everything that changed."""
+    doc = spec.model_dump(mode="json", exclude_none=True)
+    section = "train" if spec.train is not None else "infer" if spec.infer is not None else None
+    before: dict[str, Any] = {}
+    after: dict[str, Any] = {}
+    for knob, (old, new) in decision.changes.items():
+        if section is not None:
+            doc[section][knob] = new
+            key = f"{section}.{knob}"
+        else:
+            doc.setdefault("knobs", {})[knob] = new
+            key = f"knobs.{knob}"
+        before[key], after[key] = old, new
+    if section == "train" and "precision" in decision.changes:
+        doc["train"].pop("amp", None)
+    for name, value in decision.env.items():
+        old_env = doc.get("env", {}).get(name)
+        if old_env != value:
+            doc.setdefault("env", {})[name] = value
+            before[f"env.{name}"], after[f"env.{name}"] = old_env, value
+    if decision.lr_scale is not None and section == "train":
+        opt = doc["train"].setdefault("optimizer", {})
+        old_lr = spec.train.optimizer.lr if spec.train is not None else None
+        if old_lr is not None:
+            opt["lr"] = old_lr * decision.lr_scale
+            before["train.optimizer.lr"], after["train.optimizer.lr"] = old_lr, opt["lr"]
+    return doc, before, after

@@ -1,0 +1,120 @@
+"""plan_recovery: from an out-of-memory attempt to the next attempt's spec, with probes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuwarden.core.config.spec import RunSpec, parse_spec, spec_from_mapping
+from gpuwarden.core.oom.recovery import AttemptFacts, plan_recovery
+
+GB = 10**9
+CPU_OOM = (
+    "RuntimeError: [enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
+    "you tried to allocate 4000000000 bytes. Error code 12 (Cannot allocate memory)"
+)
+
+
+def train_spec(batch: int, accum: int) -> RunSpec:
+    return parse_spec(
+        f"name: t\nkind: train\ntrain: {{task: image, batch_size: {batch}, grad_accum_steps: {accum}}}\n"
+        "resources: {memory_limit: 6GB}\n"
+    )
+
+
+def oom_event(attempt: int, verdict: str = "host_oom", message: str = CPU_OOM) -> dict[str, Any]:
+    return {"type": "oom", "attempt": attempt, "verdict": verdict, "message": message, "fields": {}}
+
+
+class Machine:
+    """peak(b) = 1 GB + 0.3 GB·b under a 6 GB limit: 16 fits (5.8 GB) only without headroom."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+
+    def __call__(self, b: int) -> tuple[int | None, bool]:
+        self.calls.append(b)
+        peak = int(1 * GB + 0.3 * GB * b)
+        return (None, True) if peak > 6 * GB else (peak, False)
+
+
+def test_host_oom_probes_then_jumps_to_the_predicted_fit_keeping_the_effective_batch() -> None:
+    spec = train_spec(64, 1)
+    m = Machine()
+    facts = AttemptFacts(number=1, events=[oom_event(1)], exit_code=3, host_capacity=6 * GB)
+    plan = plan_recovery(spec, facts, history=[], retunes_so_far=0, elapsed_s=0, probe=m)
+    assert plan.give_up is None, plan.give_up
+    assert m.calls == [8, 16] or m.calls[:1] == [8]
+    assert plan.classification.verdict == "host_oom"
+    assert plan.spec is not None
+    new = spec_from_mapping(plan.spec)
+    assert new.train is not None
+    # budget 6 GB × 0.92 = 5.52 GB → b ≤ 15.06; the largest divisor of 64 under that is 8
+    assert new.train.batch_size == 8 and new.train.grad_accum_steps == 8
+    assert new.train.effective_batch == 64
+    assert plan.from_ == {"train.batch_size": 64, "train.grad_accum_steps": 1}
+    assert plan.to == {"train.batch_size": 8, "train.grad_accum_steps": 8}
+    assert plan.decision.prediction is not None and plan.decision.prediction["batch"] == 15
+    assert [p["batch_size"] for p in plan.probes] == m.calls
+
+
+def test_progress_points_make_probes_unnecessary() -> None:
+    spec = train_spec(32, 2)
+    events = [
+        {"type": "progress", "attempt": 1, "batch_size": 4, "mem_peak": 2 * GB, "step": 1, "samples_seen": 8},
+        {
+            "type": "progress",
+            "attempt": 1,
+            "batch_size": 8,
+            "mem_peak": 3 * GB,
+            "step": 2,
+            "samples_seen": 16,
+        },
+        oom_event(2, verdict="gpu_capacity", message="CUDA out of memory. Tried to allocate 2.00 GiB."),
+    ]
+    m = Machine()
+    facts = AttemptFacts(number=2, events=events, exit_code=3, gpu_capacity=12 * GB)
+    plan = plan_recovery(spec, facts, history=[], retunes_so_far=1, elapsed_s=10, probe=m)
+    assert m.calls == []  # two batch sizes already measured
+    assert plan.spec is not None
+    t = spec_from_mapping(plan.spec).train
+    assert t is not None and t.batch_size * t.grad_accum_steps == 64
+    # 1 GB + 0.25 GB·b under 12 GB × 0.92 → b ≤ 40; largest divisor of 64 below 32 that fits: 16
+    assert t.batch_size == 16
+
+
+def test_command_run_classified_from_stderr_changes_its_templated_knob() -> None:
+    spec = parse_spec(
+        "name: c\nkind: command\ncommand: {argv: [python, infer.py, --batch, '{batch_size}']}\n"
+        "knobs: {batch_size: 32}\n"
+    )
+    stderr = "Traceback ...\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 11.76 GiB of which 1.02 GiB is free."
+    facts = AttemptFacts(number=1, events=[], stderr_tail=stderr, exit_code=1, gpu_capacity=12 * GB)
+    plan = plan_recovery(spec, facts, history=[], retunes_so_far=0, elapsed_s=0, probe=None)
+    assert plan.classification.verdict == "gpu_capacity"
+    assert plan.spec is not None and plan.spec["knobs"]["batch_size"] < 32
+    assert plan.from_ == {"knobs.batch_size": 32}
+
+
+def test_fragmentation_sets_the_allocator_first() -> None:
+    spec = train_spec(16, 1)
+    msg = (
+        "CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total capacity of 23.65 GiB of which "
+        "0.80 GiB is free. Including non-PyTorch memory, this process has 22.80 GiB memory in use. Of the "
+        "allocated memory 14.00 GiB is allocated by PyTorch, and 8.00 GiB is reserved by PyTorch but unallocated."
+    )
+    facts = AttemptFacts(
+        number=1, events=[oom_event(1, "gpu_fragmentation", msg)], exit_code=3, gpu_capacity=24 * GB
+    )
+    plan = plan_recovery(spec, facts, history=[], retunes_so_far=0, elapsed_s=0, probe=Machine())
+    assert plan.classification.verdict == "gpu_fragmentation"
+    assert plan.spec is not None and "expandable_segments:True" in plan.spec["env"]["PYTORCH_ALLOC_CONF"]
+    assert plan.spec["train"]["batch_size"] == 16  # no shrinking for fragmentation
+    assert plan.probes == []
+
+
+def test_shape_bug_gives_up_with_the_reason() -> None:
+    msg = "CUDA out of memory. Tried to allocate 7178.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 70.00 GiB is free."
+    facts = AttemptFacts(number=1, events=[], stderr_tail=msg, exit_code=1, gpu_capacity=80 * GB)
+    plan = plan_recovery(train_spec(8, 1), facts, history=[], retunes_so_far=0, elapsed_s=0, probe=Machine())
+    assert plan.spec is None
+    assert plan.give_up is not None and plan.give_up.startswith("shape_bug")
