@@ -163,7 +163,7 @@ def test_command_spec_ok(tmp_path: Path) -> None:
         ),
         (
             "name: a\nkind: command\ncommand: {argv: [x]}\nresources: {gpus: [1, {a: 1}]}\n",
-            "s.yaml:4: resources.gpus[1]: must be one of: an integer, a string (got {'a': 1})",
+            "s.yaml:4: resources.gpus[1]: must be a valid string (got {'a': 1})",
         ),
         (
             "name: a\nkind: command\ncommand: {argv: [x]}\nresources: {gpus: 1.5}\n",

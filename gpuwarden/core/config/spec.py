@@ -60,7 +60,7 @@ class CommandSpec(StrictModel):
 class Resources(StrictModel):
     """What a run needs from the machine."""
 
-    gpus: int | list[int | str] = Field(
+    gpus: int | list[str] = Field(
         1, description="how many GPUs (picked by free memory), or their UUIDs/indices; 0 = CPU only"
     )
     allow_cpu: bool = Field(True, description="with no GPU on the machine, run on the CPU instead")
@@ -69,16 +69,22 @@ class Resources(StrictModel):
         None, description="address-space limit (RLIMIT_AS) of the run's process, e.g. 6GiB"
     )
 
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _indices_as_text(cls, v: Any) -> Any:
+        # `gpus: [0, 1]` names GPUs by index; keep every entry as text like a UUID.
+        if isinstance(v, list):
+            return [str(g) if isinstance(g, int) and not isinstance(g, bool) else g for g in v]
+        return v
+
     @field_validator("gpus")
     @classmethod
-    def _gpus(cls, v: int | list[int | str]) -> int | list[str]:
-        if isinstance(v, int):
-            if v < 0:
-                raise ValueError("must be ≥ 0 (0 = CPU only)")
-            return v
-        if not v:
+    def _gpus(cls, v: int | list[str]) -> int | list[str]:
+        if isinstance(v, int) and v < 0:
+            raise ValueError("must be ≥ 0 (0 = CPU only)")
+        if isinstance(v, list) and not v:
             raise ValueError("an empty list names no GPU — give a count or GPU UUIDs/indices")
-        return [str(g) for g in v]
+        return v
 
 
 class RunSpec(StrictModel):
