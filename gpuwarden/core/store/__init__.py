@@ -1,0 +1,1 @@
+"""SQLite store (sqlite-utils): telemetry samples with rollups, and the runs the daemon supervises."""
