@@ -62,6 +62,7 @@ class Progress(Event):
     mem_reserved: int | None = None
     mem_peak: int | None = None
     num_alloc_retries: int | None = None
+    vm_peak: int | None = None  # CPU runs: peak address space (what RLIMIT_AS counts)
     total: int | None = None  # samples (or items) in the whole run, for progress bars and ETA
 
 

@@ -166,7 +166,13 @@ class SubprocessProber:
         events = [e for e in (decode(line) for line in _read_lines(events_path)) if e is not None]
         progress = [e for e in events if e["type"] == "progress"]
         oom = code == EXIT_OOM or any(e["type"] == "oom" for e in events)
-        peaks = [int(e["mem_peak"]) for e in progress if isinstance(e.get("mem_peak"), int | float)]
+        # Under an address-space limit (CPU runs) the peak that matters is the address space.
+        key = (
+            "vm_peak"
+            if self.spec.resources.memory_limit and any("vm_peak" in e for e in progress)
+            else "mem_peak"
+        )
+        peaks = [int(e[key]) for e in progress if isinstance(e.get(key), int | float)]
         mem_peak = max(peaks) if peaks else None
         if oom:
             return ProbeResult(c, ok=False, oom=True, mem_peak=mem_peak, wall_s=wall)

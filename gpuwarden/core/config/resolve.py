@@ -1,0 +1,45 @@
+"""Resolve relative paths in a run spec against a base directory (the spec file's directory).
+
+The daemon calls this at submit time: runners start in the run's own directory, so a path such
+as `model: models/tiny` must already point at the right place when the spec is written to
+`attempts/<n>/resolved.yaml`. `~` is expanded too. Every `Path` field is handled, wherever it
+sits in the spec (train/infer sections, `command.cwd`), so new path fields need no change here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from gpuwarden.core.config.spec import RunSpec
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _resolve_value(value: Any, base: Path) -> Any:
+    if isinstance(value, Path):
+        path = value.expanduser()
+        return path if path.is_absolute() else base / path
+    if isinstance(value, BaseModel):
+        return _resolve_model(value, base)
+    return value
+
+
+def _resolve_model(model: M, base: Path) -> M:
+    updates: dict[str, Any] = {}
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        new = _resolve_value(value, base)
+        if new is not value:
+            updates[name] = new
+    return model.model_copy(update=updates) if updates else model
+
+
+def resolve_relative_paths(spec: RunSpec, base: Path) -> RunSpec:
+    """A copy of `spec` with every relative path made absolute against `base` (made absolute first).
+
+    Paths are joined, not `resolve()`d: symlinks stay as the user wrote them.
+    """
+    return _resolve_model(spec, Path(base).expanduser().absolute())

@@ -1,0 +1,79 @@
+"""User errors end as one `error` event, exit status 2 and no traceback; warnings do not stop runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuwarden.core.events import EXIT_OK, EXIT_USER_ERROR
+from tests.runners.conftest import RunResult, RunRunner
+from tests.runners.test_train_image import image_section
+
+
+def assert_user_error(result: RunResult, code: str, *needles: str) -> str:
+    assert result.rc == EXIT_USER_ERROR, result.stderr
+    error = result.one("error")
+    assert error["code"] == code, error
+    assert "\n" not in error["message"]
+    for needle in needles:
+        assert needle in error["message"], error["message"]
+    assert "Traceback" not in result.stderr
+    assert not result.of_type("finished")
+    message: str = error["message"]
+    return message
+
+
+def test_missing_model_directory(run_runner: RunRunner, assets: dict[str, Path], tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-model"
+    result = run_runner({"task": "causal_lm", "model": str(missing), "data": str(assets["texts"])})
+    assert_user_error(result, "missing_model", str(missing))
+
+
+def test_unreadable_text_data(run_runner: RunRunner, assets: dict[str, Path], tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "fine"}\n{"text": oops}\n', encoding="utf-8")
+    result = run_runner({"task": "causal_lm", "model": str(assets["lm"]), "data": str(bad)})
+    assert_user_error(result, "bad_data", f"{bad}:2")
+
+
+def test_unreadable_image_names_the_file(
+    run_runner: RunRunner, assets: dict[str, Path], tmp_path: Path
+) -> None:
+    folder = tmp_path / "images"
+    folder.mkdir()
+    for src in sorted(assets["images"].glob("*.png"))[:3]:
+        (folder / src.name).write_bytes(src.read_bytes())
+    (folder / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n this is not an image")
+    result = run_runner(image_section(data=str(folder)))
+    assert_user_error(result, "bad_data", "broken.png")
+
+
+@pytest.mark.parametrize(
+    ("spec", "code", "needle"),
+    [
+        ({"precision": "fp16"}, "unsupported", "fp16 needs a CUDA GPU"),
+        ({"world_size": 2}, "unsupported", "world_size 2"),
+        ({"batch_sise": 4}, "invalid_config", "did you mean 'batch_size'"),
+    ],
+)
+def test_impossible_requests_are_user_errors(
+    run_runner: RunRunner, spec: dict[str, Any], code: str, needle: str
+) -> None:
+    assert_user_error(run_runner(image_section(**spec)), code, needle)
+
+
+def test_bf16_on_cpu_warns_and_runs(run_runner: RunRunner) -> None:
+    result = run_runner(image_section(precision="bf16", max_steps=2, log_interval=1))
+    assert result.rc == EXIT_OK, result.stderr
+    warning = result.one("warning")
+    assert warning["code"] == "precision_slow" and warning["used"] == "bf16"
+    assert result.one("started")["dtype"] == "bf16"
+
+
+def test_legacy_amp_switch_says_it_runs_fp32_on_cpu(run_runner: RunRunner) -> None:
+    result = run_runner(image_section(amp=True, max_steps=1))
+    assert result.rc == EXIT_OK, result.stderr
+    warning = result.one("warning")
+    assert warning["code"] == "precision_unavailable" and warning["used"] == "fp32"

@@ -1,0 +1,1 @@
+"""Tests of the inference runner (gpuwarden.runners.infer)."""
