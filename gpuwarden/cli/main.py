@@ -15,6 +15,22 @@ from gpuwarden.core.errors import UserError
 COMMANDS: dict[str, str] = {
     "monitor": "gpuwarden.cli.monitor:monitor",
     "gpus": "gpuwarden.cli.gpus:gpus",
+    "service": "gpuwarden.cli.service:service",
+    "tune": "gpuwarden.cli.tune:tune",
+    # daemon and runs (issue 3)
+    "daemon": "gpuwarden.cli.daemon_cmds:daemon",
+    "up": "gpuwarden.cli.daemon_cmds:up",
+    "down": "gpuwarden.cli.daemon_cmds:down",
+    "status": "gpuwarden.cli.daemon_cmds:status",
+    "ps": "gpuwarden.cli.runs_cmds:ps",
+    "run": "gpuwarden.cli.runs_cmds:run_cmd",
+    "show": "gpuwarden.cli.runs_cmds:show",
+    "stop": "gpuwarden.cli.runs_cmds:stop",
+    "resume": "gpuwarden.cli.runs_cmds:resume",
+    "logs": "gpuwarden.cli.runs_cmds:logs",
+    "events": "gpuwarden.cli.runs_cmds:events",
+    "rm": "gpuwarden.cli.runs_cmds:rm",
+    "history": "gpuwarden.cli.runs_cmds:history",
 }
 
 
@@ -31,10 +47,21 @@ class LazyGroup(click.Group):
         return super().get_command(ctx, cmd_name)
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=LazyGroup, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]}
+)
 @click.version_option(__version__, prog_name="gpuwarden")
-def cli() -> None:
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """Watch NVIDIA GPUs, keep their history, and supervise runs that retune themselves."""
+    if ctx.invoked_subcommand is None:
+        # Bare `gpuwarden`: the dashboard on a terminal, the help text anywhere else (pipes, scripts).
+        if sys.stdin.isatty() and sys.stdout.isatty():
+            dashboard = cli.get_command(ctx, "tui")
+            assert dashboard is not None
+            ctx.invoke(dashboard)
+        else:
+            click.echo(ctx.get_help())
 
 
 def main(argv: list[str] | None = None) -> Any:

@@ -1,0 +1,208 @@
+"""`gpuwarden daemon | up | down | status`: run, start, stop and query the daemon.
+
+`daemon` must stay light: it imports the daemon (never httpx, whose CLI extras pull in rich);
+the others are clients and import gpuwarden.client lazily.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gpuwarden.cli.format import print_json
+from gpuwarden.core.errors import UserError
+from gpuwarden.core.paths import Paths
+
+UP_TIMEOUT_S = 15.0
+DOWN_TIMEOUT_S = 20.0
+
+
+def _paths() -> Paths:
+    from gpuwarden.core.config.settings import load_settings
+
+    return load_settings().resolve_paths()
+
+
+@click.command()
+@click.option(
+    "--sample-interval", type=float, default=None, help="Seconds between samples (overrides config)."
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default=None,
+    help="Log verbosity.",
+)
+def daemon(sample_interval: float | None, log_level: str | None) -> None:
+    """Run the daemon in the foreground (logs to stderr; for systemd or a terminal)."""
+    from gpuwarden.core.config.settings import load_settings
+    from gpuwarden.daemon.app import Daemon
+    from gpuwarden.daemon.lock import DaemonRunning
+
+    settings = load_settings(flags={"sample_interval": sample_interval, "log_level": log_level})
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        Daemon(settings).run()
+    except DaemonRunning as exc:
+        click.echo(f"gpuwarden: {exc}", err=True)
+        sys.exit(1)
+
+
+def _health(paths: Paths) -> dict[str, Any] | None:
+    from gpuwarden.client import ApiClient
+
+    if not paths.socket.exists():
+        return None
+    try:
+        with ApiClient(paths.socket, timeout=5.0) as client:
+            return client.health()
+    except UserError as exc:
+        if exc.code == "not_running":
+            return None
+        raise
+
+
+def _log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def up(as_json: bool) -> None:
+    """Start the daemon in the background unless it runs; wait until it answers."""
+    paths = _paths()
+    health = _health(paths)
+    if health is not None:
+        _report_up(health, paths, as_json, started=False)
+        return
+    paths.state_dir.mkdir(parents=True, exist_ok=True)
+    log_fd = os.open(paths.daemon_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gpuwarden", "daemon"],
+            stdin=subprocess.DEVNULL,
+            stdout=log_fd,
+            stderr=log_fd,
+            start_new_session=True,
+            close_fds=True,
+        )
+    finally:
+        os.close(log_fd)
+    deadline = time.monotonic() + UP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        code = proc.poll()
+        if code is not None:
+            tail = _log_tail(paths.daemon_log)
+            if code == 1 and "already running" in tail:
+                # another `up` won the race: that daemon is the one we wanted
+                health = _health(paths)
+                if health is not None:
+                    _report_up(health, paths, as_json, started=False)
+                    return
+            raise UserError(
+                f"the daemon exited with status {code}; last lines of {paths.daemon_log}:\n{tail}"
+            )
+        health = _health(paths)
+        if health is not None:
+            _report_up(health, paths, as_json, started=True)
+            return
+        time.sleep(0.05)
+    raise UserError(f"the daemon did not answer within {UP_TIMEOUT_S:.0f} s — see {paths.daemon_log}")
+
+
+def _report_up(health: dict[str, Any], paths: Paths, as_json: bool, started: bool) -> None:
+    if as_json:
+        print_json({"started": started, "pid": health["pid"], "log": str(paths.daemon_log), "health": health})
+        return
+    verb = "started" if started else "already running"
+    click.echo(f"gpuwarden daemon {verb} (pid {health['pid']}), logging to {paths.daemon_log}")
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def down(as_json: bool) -> None:
+    """Stop the daemon cleanly. Runs keep running; the next daemon re-adopts them."""
+    from gpuwarden.daemon.lock import lock_holder_alive, read_pid
+
+    paths = _paths()
+    pid = read_pid(paths.pid_file)
+    if not lock_holder_alive(paths.lock_file):
+        if as_json:
+            print_json({"stopped": False, "was_running": False})
+        else:
+            click.echo("gpuwarden daemon is not running")
+        return
+    try:
+        from gpuwarden.client import ApiClient
+
+        with ApiClient(paths.socket, timeout=5.0) as client:
+            pid = client.shutdown().get("pid", pid)
+    except UserError:
+        if pid is None:
+            raise UserError(
+                f"the daemon holds {paths.lock_file} but has no pid file — stop it by hand"
+            ) from None
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + DOWN_TIMEOUT_S
+    while lock_holder_alive(paths.lock_file):
+        if time.monotonic() > deadline:
+            raise UserError(
+                f"the daemon (pid {pid}) did not stop within {DOWN_TIMEOUT_S:.0f} s — see {paths.daemon_log}"
+            )
+        time.sleep(0.05)
+    if as_json:
+        print_json({"stopped": True, "was_running": True, "pid": pid})
+    else:
+        click.echo(
+            f"gpuwarden daemon stopped (pid {pid}); runs keep running and are re-adopted by the next daemon"
+        )
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def status(as_json: bool) -> None:
+    """The daemon's version, uptime and GPU status, and runs by state."""
+    from gpuwarden.client import ApiClient
+
+    with ApiClient() as client:
+        health = client.health()
+        runs = client.runs()
+    counts: dict[str, int] = {}
+    for run in runs:
+        counts[run["state"]] = counts.get(run["state"], 0) + 1
+    if as_json:
+        print_json({"daemon": health, "runs": counts})
+        return
+    click.echo(
+        f"gpuwarden daemon {health['version']} (API {health['api_version']}), pid {health['pid']},"
+        f" up {_duration(health['uptime_s'])}"
+    )
+    click.echo(f"gpus: {health['gpu_status']}")
+    click.echo(f"db: {health['db']}")
+    summary = ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) or "none"
+    click.echo(f"runs: {summary}")
+
+
+def _duration(seconds: float) -> str:
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"

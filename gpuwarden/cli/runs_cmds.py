@@ -1,0 +1,297 @@
+"""`gpuwarden ps | run | show | stop | resume | logs | events | rm`: runs through the daemon's API.
+
+RUN is a run id, a run name (its newest run), or a unique prefix of either.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gpuwarden.cli.format import print_json
+from gpuwarden.client import ApiClient
+from gpuwarden.core.errors import UserError
+
+FINAL = ("succeeded", "failed", "stopped", "interrupted")
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON (and nothing else) on stdout.")
+
+
+def _when(ts: float | None) -> str:
+    return "-" if ts is None else dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _event_line(event: dict[str, Any]) -> str:
+    skip = {"v", "type", "ts", "id", "attempt", "source", "run_id", "dropped"}
+    fields = " ".join(f"{k}={v}" for k, v in event.items() if k not in skip and v is not None)
+    when = dt.datetime.fromtimestamp(float(event.get("ts", 0))).strftime("%H:%M:%S")
+    return f"{when} #{event.get('id', '')} [{event.get('attempt') or '-'}] {event['type']}: {fields}"
+
+
+@click.command()
+@click.option("--all", "show_all", is_flag=True, help="Include finished runs (default: the last 20 of them).")
+@json_option
+def ps(show_all: bool, as_json: bool) -> None:
+    """List runs: id, name, state, attempt, started."""
+    with ApiClient() as client:
+        runs = client.runs()
+    if not show_all:
+        active = [r for r in runs if r["state"] not in FINAL]
+        done = [r for r in runs if r["state"] in FINAL][:20]
+        runs = active + done
+    if as_json:
+        print_json({"runs": runs})
+        return
+    if not runs:
+        click.echo("no runs — submit one with `gpuwarden run SPEC.yaml`")
+        return
+    click.echo(f"{'ID':<12} {'NAME':<24} {'STATE':<12} {'ATT':>3}  {'CREATED':<19}  MESSAGE")
+    for r in runs:
+        click.echo(
+            f"{r['id']:<12} {r['name'][:24]:<24} {r['state']:<12} {r['attempt']:>3}  {_when(r['created_at'])}"
+            f"  {(r['message'] or '')[:80]}"
+        )
+
+
+@click.command("run")
+@click.argument("spec_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("-f", "--follow", is_flag=True, help="Stream state, events and output until the run ends.")
+@json_option
+def run_cmd(spec_file: Path, follow: bool, as_json: bool) -> None:
+    """Submit SPEC_FILE (YAML) to the daemon; relative paths in it start from its directory."""
+    try:
+        text = spec_file.read_text()
+    except OSError as exc:
+        raise UserError(f"{spec_file}: cannot read the spec: {exc.strerror}") from None
+    with ApiClient() as client:
+        run = client.submit_yaml(text, spec_file.resolve().parent, label=str(spec_file))
+        if not follow:
+            if as_json:
+                print_json(run)
+            else:
+                click.echo(f"{run['id']}  {run['name']}  {run['state']}  (run dir {run['run_dir']})")
+            return
+        if not as_json:
+            click.echo(f"{run['id']}  {run['name']}  submitted", err=True)
+        final = _follow(client, run["id"], as_json)
+    if as_json:
+        print_json(final)
+    sys.exit(0 if final["state"] == "succeeded" else 1)
+
+
+def _follow(client: ApiClient, run_id: str, as_json: bool) -> dict[str, Any]:
+    """Print events and stdout/stderr as they come (long-polls); the run's final detail."""
+    since = 0
+    offsets: dict[tuple[int, str], int] = {}
+    while True:
+        batch = client.events(run_id, since=since, wait=1.0)
+        for event in batch["events"]:
+            if not as_json:
+                click.echo(_event_line(event), err=True)
+        since = batch["next_since"]
+        detail = client.run(run_id)
+        _print_new_output(client, run_id, detail, offsets, as_json)
+        if detail["state"] in FINAL:
+            more = client.events(run_id, since=since)
+            for event in more["events"]:
+                if not as_json:
+                    click.echo(_event_line(event), err=True)
+            _print_new_output(client, run_id, detail, offsets, as_json)
+            if not as_json:
+                click.echo(f"{run_id}: {detail['state']} — {detail['message'] or ''}", err=True)
+            return detail
+
+
+def _print_new_output(
+    client: ApiClient, run_id: str, detail: dict[str, Any], offsets: dict[tuple[int, str], int], as_json: bool
+) -> None:
+    for attempt in detail["attempts"]:
+        for stream in ("stdout", "stderr"):
+            key = (attempt["attempt"], stream)
+            offset = offsets.get(key, 0)
+            while True:
+                chunk = client.logs(run_id, stream=stream, attempt=attempt["attempt"], offset=offset)
+                if chunk["data"] and not as_json:
+                    out = sys.stdout if stream == "stdout" else sys.stderr
+                    out.write(chunk["data"])
+                    out.flush()
+                offset = chunk["next_offset"]
+                if not chunk["data"] or chunk["next_offset"] >= chunk["size"]:
+                    break
+            offsets[key] = offset
+
+
+@click.command()
+@click.argument("run")
+@json_option
+def show(run: str, as_json: bool) -> None:
+    """A run's state, spec, attempts, retunes and report."""
+    with ApiClient() as client:
+        detail = client.run(run)
+    if as_json:
+        print_json(detail)
+        return
+    click.echo(f"{detail['id']}  {detail['name']}  ({detail['kind']})")
+    click.echo(f"state:    {detail['state']} — {detail['message'] or ''}")
+    click.echo(f"created:  {_when(detail['created_at'])}   ended: {_when(detail['ended_at'])}")
+    click.echo(f"run dir:  {detail['run_dir']}")
+    if detail["effective_batch"] is not None:
+        click.echo(f"effective batch: {detail['effective_batch']}")
+    for a in detail["attempts"]:
+        gpus = ",".join(g[:12] for g in a["gpus"]) or "cpu"
+        click.echo(
+            f"attempt {a['attempt']}: {a['classification'] or a['state']}  pid {a['pid']}  gpus {gpus}"
+            f"  {_when(a['started_at'])} → {_when(a['ended_at'])}  {a['reason'] or ''}"
+        )
+    for r in detail["retunes"]:
+        click.echo(f"retune after attempt {r['attempt']}: {r['from']} → {r['to']} ({r['verdict'] or ''})")
+    if detail["report"] is not None:
+        click.echo(f"report:   {Path(detail['run_dir']) / 'report.json'}")
+
+
+@click.command()
+@click.argument("run")
+@click.option(
+    "--grace", type=click.FloatRange(0, 3600), default=None, help="Seconds between SIGTERM and SIGKILL."
+)
+@click.option("--wait/--no-wait", default=True, help="Wait until the run has stopped.")
+@json_option
+def stop(run: str, grace: float | None, wait: bool, as_json: bool) -> None:
+    """Stop a run: SIGTERM to its process group, SIGKILL after the grace period."""
+    with ApiClient() as client:
+        detail = client.stop(run, grace)
+        while wait and detail["state"] not in FINAL:
+            time.sleep(0.2)
+            detail = client.run(detail["id"])
+    if as_json:
+        print_json(detail)
+    else:
+        click.echo(f"{detail['id']}  {detail['state']} — {detail['message'] or ''}")
+
+
+@click.command()
+@click.argument("run")
+@json_option
+def resume(run: str, as_json: bool) -> None:
+    """Queue a new attempt of a failed, stopped or interrupted run."""
+    with ApiClient() as client:
+        detail = client.resume(run)
+    if as_json:
+        print_json(detail)
+    else:
+        click.echo(f"{detail['id']}  {detail['state']} — {detail['message'] or ''}")
+
+
+@click.command()
+@click.argument("run")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new output until the attempt ends.")
+@click.option("--stderr", "use_stderr", is_flag=True, help="Show stderr instead of stdout.")
+@click.option("--attempt", type=click.IntRange(1), default=None, help="Attempt number (default: the latest).")
+@click.option(
+    "--tail", "tail_bytes", type=click.IntRange(1, 1 << 20), default=65536, help="Bytes from the end."
+)
+@json_option
+def logs(
+    run: str, follow: bool, use_stderr: bool, attempt: int | None, tail_bytes: int, as_json: bool
+) -> None:
+    """Print a run's output (the end of it; with -f, then new output as it comes)."""
+    stream = "stderr" if use_stderr else "stdout"
+    with ApiClient() as client:
+        chunk = client.logs(run, stream=stream, attempt=attempt, offset=-tail_bytes, limit=tail_bytes)
+        if as_json and not follow:
+            print_json(chunk)
+            return
+        collected = [chunk]
+        if not as_json:
+            click.echo(chunk["data"], nl=False)
+        while follow and not chunk["eof"]:
+            chunk = client.logs(
+                run, stream=stream, attempt=chunk["attempt"], offset=chunk["next_offset"], wait=5.0
+            )
+            collected.append(chunk)
+            if not as_json:
+                click.echo(chunk["data"], nl=False)
+    if as_json:
+        print_json(
+            {
+                "data": "".join(c["data"] for c in collected),
+                "offset": collected[0]["offset"],
+                "next_offset": collected[-1]["next_offset"],
+                "eof": collected[-1]["eof"],
+                "overflow": collected[0]["overflow"],
+                "attempt": collected[0]["attempt"],
+                "stream": stream,
+            }
+        )
+
+
+@click.command()
+@click.argument("run")
+@click.option("--since", type=click.IntRange(0), default=0, help="Only events with a larger id.")
+@json_option
+def events(run: str, since: int, as_json: bool) -> None:
+    """A run's events: state changes, runner events, daemon notes."""
+    rows: list[dict[str, Any]] = []
+    with ApiClient() as client:
+        while True:
+            batch = client.events(run, since=since, limit=1000)
+            rows.extend(batch["events"])
+            if len(batch["events"]) < 1000:
+                break
+            since = batch["next_since"]
+    if as_json:
+        print_json({"events": rows})
+        return
+    for event in rows:
+        click.echo(_event_line(event))
+
+
+@click.command()
+@click.argument("runs", nargs=-1, required=True)
+@json_option
+def rm(runs: tuple[str, ...], as_json: bool) -> None:
+    """Forget finished runs and delete their directories."""
+    deleted = []
+    with ApiClient() as client:
+        for ref in runs:
+            deleted.append(client.delete(ref)["deleted"])
+    if as_json:
+        print_json({"deleted": deleted})
+    else:
+        for run_id in deleted:
+            click.echo(f"removed {run_id}")
+
+
+@click.command()
+@click.option("--window", default="1h", show_default=True, help="How far back: 15m, 1h, 24h, 7d…")
+@click.option(
+    "--metric", "metrics", multiple=True, help="Metric name (repeatable); default util_gpu, mem_used."
+)
+@click.option("--gpu", "gpus", multiple=True, help="GPU UUID (repeatable); default all.")
+@click.option("--points", type=click.IntRange(1, 5000), default=60, show_default=True, help="Buckets.")
+@json_option
+def history(window: str, metrics: tuple[str, ...], gpus: tuple[str, ...], points: int, as_json: bool) -> None:
+    """Metric history from the daemon's store."""
+    with ApiClient() as client:
+        result = client.history(window=window, metrics=metrics, gpus=gpus, points=points)
+    if as_json:
+        print_json(result)
+        return
+    series = result.get("series", {})
+    if not series:
+        click.echo("no samples in that window")
+        return
+    for gpu, by_metric in series.items():
+        for metric, values in by_metric.items():
+            if not values:
+                click.echo(f"{gpu[:16]}  {metric}: no data")
+                continue
+            # each point is [bucket start, avg, min, max]
+            click.echo(
+                f"{gpu[:16]}  {metric}: last {values[-1][1]:.4g}  min {min(p[2] for p in values):.4g}"
+                f"  max {max(p[3] for p in values):.4g}  ({len(values)} points, tier {result['tier']})"
+            )

@@ -1,0 +1,424 @@
+"""Queries over the run tables: what the supervisor writes and what the API reads.
+
+Writers call these from the daemon's single store-writer thread; readers use a read-only
+connection. Each write method is one transaction, so a crash leaves the row either before or after
+the change, never half of it (events and their file offset in particular move together).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import sqlite_utils
+
+from gpuwarden.core.errors import UserError
+
+ACTIVE_STATES = ("starting", "running", "retuning")
+FINAL_STATES = ("succeeded", "failed", "stopped", "interrupted")
+RUN_STATES = ("queued", *ACTIVE_STATES, *FINAL_STATES)
+
+_METRIC_FIELDS = (
+    "step",
+    "samples_seen",
+    "tokens_seen",
+    "loss",
+    "lr",
+    "samples_per_s",
+    "tokens_per_s",
+    "batch_size",
+    "mem_allocated",
+    "mem_reserved",
+    "mem_peak",
+)
+_JSON_RUN_COLUMNS = ("spec", "submitted_spec")
+_RUN_UPDATABLE = {
+    "state",
+    "spec",
+    "name",
+    "updated_at",
+    "started_at",
+    "ended_at",
+    "attempt",
+    "message",
+    "stop_requested",
+}
+_ATTEMPT_UPDATABLE = {
+    "state",
+    "pid",
+    "create_time",
+    "started_at",
+    "ended_at",
+    "exit_code",
+    "signal",
+    "classification",
+    "reason",
+    "adopted",
+    "gpus",
+    "oom_kill_before",
+}
+
+
+@contextmanager
+def transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """BEGIN IMMEDIATE … COMMIT on an autocommit connection; ROLLBACK on any error."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def _row_dict(cursor: sqlite3.Cursor, row: Sequence[Any]) -> dict[str, Any]:
+    return {d[0]: row[i] for i, d in enumerate(cursor.description)}
+
+
+class RunStore:
+    """Runs, attempts, run events, retunes and run metrics in one SQLite database."""
+
+    def __init__(self, db: sqlite_utils.Database) -> None:
+        self.db = db
+        self.conn: sqlite3.Connection = db.conn
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        cursor = self.conn.execute(sql, params)
+        return [_row_dict(cursor, row) for row in cursor.fetchall()]
+
+    @staticmethod
+    def _decode_run(row: dict[str, Any]) -> dict[str, Any]:
+        for column in _JSON_RUN_COLUMNS:
+            row[column] = json.loads(row[column])
+        row["stop_requested"] = bool(row["stop_requested"])
+        return row
+
+    @staticmethod
+    def _decode_attempt(row: dict[str, Any]) -> dict[str, Any]:
+        row["gpus"] = json.loads(row["gpus"])
+        row["adopted"] = bool(row["adopted"])
+        return row
+
+    def get_run(self, run_id: str) -> dict[str, Any] | None:
+        """The run with this exact id, or None."""
+        rows = self._query("SELECT * FROM runs WHERE id = ?", (run_id,))
+        return self._decode_run(rows[0]) if rows else None
+
+    def list_runs(
+        self, states: Sequence[str] | None = None, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Runs, newest first, optionally only those in `states`."""
+        sql = "SELECT * FROM runs"
+        params: list[Any] = []
+        if states:
+            sql += f" WHERE state IN ({','.join('?' * len(states))})"
+            params.extend(states)
+        sql += " ORDER BY created_at DESC, id DESC"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        return [self._decode_run(r) for r in self._query(sql, params)]
+
+    def resolve(self, ref: str) -> dict[str, Any]:
+        """A run by id, exact name (the newest such run), or a unique id/name prefix.
+
+        Raises UserError code `not_found` or `ambiguous`.
+        """
+        run = self.get_run(ref)
+        if run is not None:
+            return run
+        by_name = self._query("SELECT * FROM runs WHERE name = ? ORDER BY created_at DESC LIMIT 1", (ref,))
+        if by_name:
+            return self._decode_run(by_name[0])
+        escaped = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        rows = self._query(
+            "SELECT * FROM runs WHERE id LIKE ? ESCAPE '\\' OR name LIKE ? ESCAPE '\\'"
+            " ORDER BY created_at DESC",
+            (escaped + "%", escaped + "%"),
+        )
+        if len(rows) == 1:
+            return self._decode_run(rows[0])
+        if not rows:
+            raise UserError(f"no run matches '{ref}' — see `gpuwarden ps`", code="not_found")
+        names = ", ".join(f"{r['id']} ({r['name']})" for r in rows[:5])
+        raise UserError(f"'{ref}' matches several runs: {names} — give more of the id", code="ambiguous")
+
+    def attempts(self, run_id: str) -> list[dict[str, Any]]:
+        """Every attempt of a run, oldest first."""
+        rows = self._query("SELECT * FROM attempts WHERE run_id = ? ORDER BY attempt", (run_id,))
+        return [self._decode_attempt(r) for r in rows]
+
+    def attempt(self, run_id: str, attempt: int) -> dict[str, Any] | None:
+        rows = self._query("SELECT * FROM attempts WHERE run_id = ? AND attempt = ?", (run_id, attempt))
+        return self._decode_attempt(rows[0]) if rows else None
+
+    def live_attempts(self) -> list[dict[str, Any]]:
+        """Attempts not yet ended, with their run's state: what a restarted daemon must re-adopt."""
+        rows = self._query(
+            "SELECT a.* FROM attempts a JOIN runs r ON r.id = a.run_id WHERE a.state != 'ended'"
+            " ORDER BY r.created_at"
+        )
+        return [self._decode_attempt(r) for r in rows]
+
+    def events(
+        self, run_id: str, since: int = 0, limit: int = 1000, types: Sequence[str] | None = None
+    ) -> list[dict[str, Any]]:
+        """Events with id > `since`, oldest first; each is the stored event plus id/attempt/source."""
+        sql = "SELECT id, attempt, ts, type, source, payload FROM run_events WHERE run_id = ? AND id > ?"
+        params: list[Any] = [run_id, since]
+        if types:
+            sql += f" AND type IN ({','.join('?' * len(types))})"
+            params.extend(types)
+        sql += " ORDER BY id LIMIT ?"
+        params.append(limit)
+        out = []
+        for row in self._query(sql, params):
+            event = json.loads(row.pop("payload"))
+            event.update(row)
+            out.append(event)
+        return out
+
+    def last_event(self, run_id: str, attempt: int, types: Sequence[str]) -> dict[str, Any] | None:
+        """The newest runner event of one of `types` in an attempt."""
+        rows = self._query(
+            f"SELECT payload FROM run_events WHERE run_id = ? AND attempt = ? AND source = 'runner'"
+            f" AND type IN ({','.join('?' * len(types))}) ORDER BY id DESC LIMIT 1",
+            (run_id, attempt, *types),
+        )
+        return json.loads(rows[0]["payload"]) if rows else None
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """Every run with its attempt and retune counts and its latest progress metrics, in one
+        query (what the Prometheus exporter reads on each scrape)."""
+        return self._query(
+            "SELECT r.id, r.name, r.kind, r.state, r.attempt AS attempts,"
+            " (SELECT COUNT(*) FROM retunes t WHERE t.run_id = r.id) AS retunes,"
+            " m.samples_per_s, m.tokens_per_s, m.samples_seen, m.loss, m.mem_peak"
+            " FROM runs r LEFT JOIN run_metrics m ON m.rowid ="
+            " (SELECT rowid FROM run_metrics WHERE run_id = r.id ORDER BY ts DESC LIMIT 1)"
+            " ORDER BY r.created_at"
+        )
+
+    def max_event_id(self) -> int:
+        row = self.conn.execute("SELECT COALESCE(MAX(id), 0) FROM run_events").fetchone()
+        return int(row[0])
+
+    def retunes(self, run_id: str) -> list[dict[str, Any]]:
+        """Retune records of a run, oldest first, JSON columns decoded."""
+        rows = self._query("SELECT * FROM retunes WHERE run_id = ? ORDER BY id", (run_id,))
+        for row in rows:
+            for column in ("from_json", "to_json", "evidence_json", "prediction_json"):
+                value = row.pop(column)
+                row[column.removesuffix("_json")] = json.loads(value) if value is not None else None
+        return rows
+
+    def metrics(self, run_id: str, limit: int = 10_000) -> list[dict[str, Any]]:
+        """Progress metrics of a run, oldest first."""
+        return self._query(
+            "SELECT * FROM run_metrics WHERE run_id = ? ORDER BY ts LIMIT ?",
+            (run_id, limit),
+        )
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def create_run(
+        self,
+        run_id: str,
+        name: str,
+        kind: str,
+        spec: dict[str, Any],
+        run_dir: str,
+        message: str | None = None,
+    ) -> None:
+        """Insert a queued run."""
+        now = time.time()
+        with transaction(self.conn):
+            self.conn.execute(
+                "INSERT INTO runs (id, name, kind, state, spec, submitted_spec, run_dir, created_at,"
+                " updated_at, message) VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?)",
+                (run_id, name, kind, json.dumps(spec), json.dumps(spec), run_dir, now, now, message),
+            )
+            payload = {"v": 1, "type": "state", "ts": now, "state": "queued", "message": message}
+            self.conn.execute(
+                "INSERT INTO run_events (run_id, attempt, ts, type, source, payload)"
+                " VALUES (?, 0, ?, 'state', 'daemon', ?)",
+                (run_id, now, json.dumps(payload)),
+            )
+
+    def update_run(self, run_id: str, **fields: Any) -> None:
+        """Set columns of a run (spec as a dict); updated_at is set to now."""
+        self._update("runs", _RUN_UPDATABLE, "id = ?", (run_id,), fields)
+
+    def update_attempt(self, run_id: str, attempt: int, **fields: Any) -> None:
+        """Set columns of an attempt (gpus as a list)."""
+        self._update("attempts", _ATTEMPT_UPDATABLE, "run_id = ? AND attempt = ?", (run_id, attempt), fields)
+
+    def _update(
+        self, table: str, allowed: set[str], where: str, key: tuple[Any, ...], fields: dict[str, Any]
+    ) -> None:
+        unknown = set(fields) - allowed
+        if unknown:
+            raise ValueError(f"{table}: cannot update {sorted(unknown)}")
+        if table == "runs":
+            fields.setdefault("updated_at", time.time())
+        values = [json.dumps(v) if k in ("spec", "gpus") else v for k, v in fields.items()]
+        assignments = ", ".join(f"{k} = ?" for k in fields)
+        with transaction(self.conn):
+            self.conn.execute(f"UPDATE {table} SET {assignments} WHERE {where}", (*values, *key))
+
+    def set_state(self, run_id: str, state: str, message: str | None = None, **fields: Any) -> dict[str, Any]:
+        """Move a run to `state`, recording a `state` daemon event in the same transaction; returns
+        that event (with its id)."""
+        if state not in RUN_STATES:
+            raise ValueError(f"unknown run state {state!r}")
+        now = time.time()
+        fields["updated_at"] = now
+        if state in FINAL_STATES:
+            fields.setdefault("ended_at", now)
+        values = [json.dumps(v) if k == "spec" else v for k, v in fields.items()]
+        assignments = "".join(f", {k} = ?" for k in fields)
+        row = self.conn.execute("SELECT attempt FROM runs WHERE id = ?", (run_id,)).fetchone()
+        with transaction(self.conn):
+            self.conn.execute(
+                f"UPDATE runs SET state = ?, message = ?{assignments} WHERE id = ?",
+                (state, message, *values, run_id),
+            )
+            payload = {"v": 1, "type": "state", "ts": now, "state": state, "message": message}
+            cursor = self.conn.execute(
+                "INSERT INTO run_events (run_id, attempt, ts, type, source, payload)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (run_id, row[0] if row else None, now, "state", "daemon", json.dumps(payload)),
+            )
+        return {
+            **payload,
+            "id": int(cursor.lastrowid or 0),
+            "attempt": row[0] if row else None,
+            "source": "daemon",
+        }
+
+    def add_attempt(
+        self,
+        run_id: str,
+        attempt: int,
+        *,
+        stdout_path: str,
+        stderr_path: str,
+        events_path: str,
+        gpus: list[str],
+        spec: dict[str, Any] | None = None,
+    ) -> None:
+        """Record a new attempt (state `starting`) and make it the run's current one."""
+        now = time.time()
+        with transaction(self.conn):
+            self.conn.execute(
+                "INSERT INTO attempts (run_id, attempt, state, started_at, stdout_path, stderr_path,"
+                " events_path, gpus) VALUES (?, ?, 'starting', ?, ?, ?, ?, ?)",
+                (run_id, attempt, now, stdout_path, stderr_path, events_path, json.dumps(gpus)),
+            )
+            self.conn.execute(
+                "UPDATE runs SET attempt = ?, state = 'starting', updated_at = ?,"
+                " started_at = COALESCE(started_at, ?), ended_at = NULL, stop_requested = 0 WHERE id = ?",
+                (attempt, now, now, run_id),
+            )
+            if spec is not None:
+                self.conn.execute("UPDATE runs SET spec = ? WHERE id = ?", (json.dumps(spec), run_id))
+
+    def add_events(
+        self, run_id: str, attempt: int, events: Sequence[dict[str, Any]], new_offset: int, skipped: int = 0
+    ) -> list[int]:
+        """Store runner events and the events file offset they end at, atomically; returns their ids.
+
+        Progress events also become run_metrics rows.
+        """
+        ids: list[int] = []
+        with transaction(self.conn):
+            for event in events:
+                cursor = self.conn.execute(
+                    "INSERT INTO run_events (run_id, attempt, ts, type, source, payload)"
+                    " VALUES (?, ?, ?, ?, 'runner', ?)",
+                    (run_id, attempt, float(event["ts"]), str(event["type"]), json.dumps(event)),
+                )
+                ids.append(int(cursor.lastrowid or 0))
+                if event["type"] == "progress":
+                    values = [_number(event.get(f)) for f in _METRIC_FIELDS]
+                    self.conn.execute(
+                        f"INSERT INTO run_metrics (run_id, attempt, ts, {', '.join(_METRIC_FIELDS)})"
+                        f" VALUES (?, ?, ?, {', '.join('?' * len(_METRIC_FIELDS))})",
+                        (run_id, attempt, float(event["ts"]), *values),
+                    )
+            self.conn.execute(
+                "UPDATE attempts SET events_offset = ?, events_skipped = events_skipped + ?"
+                " WHERE run_id = ? AND attempt = ?",
+                (new_offset, skipped, run_id, attempt),
+            )
+        return ids
+
+    def add_daemon_event(
+        self, run_id: str, attempt: int | None, type_: str, payload: dict[str, Any] | None = None
+    ) -> int:
+        """An event the daemon itself says about a run (placement warnings, adoption, classification)."""
+        now = time.time()
+        body = {"v": 1, "type": type_, "ts": now, **(payload or {})}
+        with transaction(self.conn):
+            cursor = self.conn.execute(
+                "INSERT INTO run_events (run_id, attempt, ts, type, source, payload)"
+                " VALUES (?, ?, ?, ?, 'daemon', ?)",
+                (run_id, attempt, now, type_, json.dumps(body)),
+            )
+        return int(cursor.lastrowid or 0)
+
+    def add_retune(
+        self,
+        run_id: str,
+        attempt: int,
+        from_: dict[str, Any],
+        to: dict[str, Any],
+        verdict: str | None = None,
+        evidence: dict[str, Any] | None = None,
+        prediction: dict[str, Any] | None = None,
+    ) -> int:
+        """Record a retune decision (issue 5's hook supplies the values)."""
+        with transaction(self.conn):
+            cursor = self.conn.execute(
+                "INSERT INTO retunes (run_id, attempt, ts, from_json, to_json, verdict, evidence_json,"
+                " prediction_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    run_id,
+                    attempt,
+                    time.time(),
+                    json.dumps(from_),
+                    json.dumps(to),
+                    verdict,
+                    json.dumps(evidence) if evidence is not None else None,
+                    json.dumps(prediction) if prediction is not None else None,
+                ),
+            )
+        return int(cursor.lastrowid or 0)
+
+    def set_retune_outcome(self, run_id: str, outcome: str) -> None:
+        """Fill the outcome of the run's latest retune that has none yet."""
+        with transaction(self.conn):
+            self.conn.execute(
+                "UPDATE retunes SET outcome = ? WHERE id = (SELECT MAX(id) FROM retunes WHERE run_id = ?"
+                " AND outcome IS NULL)",
+                (outcome, run_id),
+            )
+
+    def delete_run(self, run_id: str) -> None:
+        """Remove a run and (by cascade) its attempts, events, retunes and metrics."""
+        with transaction(self.conn):
+            for table in ("run_metrics", "retunes", "run_events", "attempts"):
+                self.conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+            self.conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+
+
+def _number(value: Any) -> float | int | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return value

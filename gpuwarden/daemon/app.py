@@ -1,0 +1,313 @@
+"""The daemon: lock, store writer, sampler, supervisor and API server, started and stopped in order.
+
+Threads: `store-writer` (the only database writer), `sampler` (ticks at the configured cadence),
+`supervisor` (runs), and uvicorn's event loop on the main thread. Extra components (the Prometheus
+exporter) attach with `Daemon.add_component` and receive every tick through `on_tick`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+import sqlite_utils
+
+from gpuwarden import __version__
+from gpuwarden.core.config.settings import Settings
+from gpuwarden.core.paths import Paths
+from gpuwarden.core.store.db import open_db
+from gpuwarden.core.store.runs import RunStore
+from gpuwarden.core.store.telemetry import TelemetryStore
+from gpuwarden.core.telemetry.types import GpuProcess, GpuReader, GpuSample, GpuStatic, HostSample, Tick
+from gpuwarden.daemon.lock import InstanceLock, ensure_private_dir
+from gpuwarden.daemon.placement import GpuState
+from gpuwarden.daemon.stream import Broadcaster
+from gpuwarden.daemon.supervisor import RetuneHook, Supervisor, no_retune
+from gpuwarden.daemon.writer import StoreWriter
+
+log = logging.getLogger("gpuwarden.daemon")
+
+API_VERSION = "1.0"
+RETENTION_EVERY_S = 3600.0
+# Ticks queued for the writer beyond this are dropped (and logged) rather than piling up in memory.
+MAX_WRITE_BACKLOG = 300
+
+
+class Component(Protocol):
+    """Something that lives as long as the daemon (e.g. the metrics exporter)."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+class Daemon:
+    """One user's daemon; `run()` blocks until SIGTERM/SIGINT or `request_shutdown()`."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        paths: Paths | None = None,
+        *,
+        gpu_reader: GpuReader | None = None,
+        retune_hook: RetuneHook = no_retune,
+    ) -> None:
+        self.settings = settings
+        self.paths = paths or settings.resolve_paths()
+        self.started_at = time.time()
+        self.lock = InstanceLock(self.paths.lock_file, self.paths.pid_file)
+        self.writer = StoreWriter(self.paths.db)
+        self.broadcaster = Broadcaster()
+        self._gpu_reader = gpu_reader
+        self.sampler: Any = None
+        self.telemetry: TelemetryStore | None = None
+        self.latest_tick: Tick | None = None
+        self.latest_processes: list[GpuProcess] = []
+        self.tick_listeners: list[Callable[[Tick], None]] = []
+        self.components: list[Component] = []
+        self.supervisor = Supervisor(
+            settings, self.paths, self.writer, self.gpu_states, self.broadcaster, retune_hook=retune_hook
+        )
+        self.server: Any = None
+        self._stop = threading.Event()
+        self._sampler_thread = threading.Thread(target=self._sample_loop, name="sampler", daemon=True)
+        self._readers = threading.local()
+        self._shutdown_hooks: list[Callable[[], None]] = []
+
+    # -- hooks for the lead's components ------------------------------------------------------------
+
+    def add_component(self, component: Component) -> None:
+        """Start `component` with the daemon and stop it on shutdown (call before `run`)."""
+        self.components.append(component)
+
+    def on_tick(self, callback: Callable[[Tick], None]) -> None:
+        """Call `callback(tick)` on the sampler thread after each tick (keep it fast)."""
+        self.tick_listeners.append(callback)
+
+    # -- state others read ----------------------------------------------------------------------------
+
+    @property
+    def uptime(self) -> float:
+        return time.time() - self.started_at
+
+    @property
+    def gpu_status(self) -> str:
+        """One line: the GPUs sampled, or why none are."""
+        if self.sampler is None:
+            return "starting"
+        status = self.sampler.status
+        if status:
+            return str(status)
+        gpus = self.sampler.gpus()
+        names = sorted({g.name for g in gpus})
+        return f"{len(gpus)} GPU{'s' if len(gpus) != 1 else ''}: {', '.join(names)}"
+
+    def gpu_states(self) -> list[GpuState]:
+        """Placement's view of the GPUs: static totals plus the latest tick's memory use."""
+        if self.sampler is None:
+            return []
+        latest = {s.uuid: s for s in self.latest_tick.gpus} if self.latest_tick else {}
+        states = []
+        for g in self.sampler.gpus():
+            sample = latest.get(g.uuid)
+            total = sample.mem_total if sample and sample.mem_total is not None else g.memory_total
+            states.append(
+                GpuState(
+                    uuid=g.uuid,
+                    index=g.index,
+                    memory_total=total,
+                    memory_used=sample.mem_used if sample else None,
+                    lost=bool(sample and sample.lost),
+                )
+            )
+        return states
+
+    # -- the Prometheus exporter's MetricsSource (gpuwarden.daemon.metrics) ---------------------------
+
+    def gpu_snapshot(self) -> list[tuple[GpuStatic, GpuSample | None]]:
+        """Each GPU's static facts with its latest sample (None before the first tick)."""
+        if self.sampler is None:
+            return []
+        latest = {s.uuid: s for s in self.latest_tick.gpus} if self.latest_tick else {}
+        return [(g, latest.get(g.uuid)) for g in self.sampler.gpus()]
+
+    def host_snapshot(self) -> HostSample | None:
+        return self.latest_tick.host if self.latest_tick else None
+
+    def runs_snapshot(self) -> list[dict[str, Any]]:
+        """Runs with attempt/retune counts and latest progress, read on the caller's thread."""
+        return self.runs().snapshot()
+
+    def read_db(self) -> sqlite_utils.Database:
+        """This thread's read-only connection (API handlers run on a thread pool)."""
+        db = getattr(self._readers, "db", None)
+        if db is None:
+            db = open_db(self.paths.db, readonly=True)
+            self._readers.db = db
+        return db
+
+    def runs(self) -> RunStore:
+        return RunStore(self.read_db())
+
+    def telemetry_reader(self) -> TelemetryStore:
+        return TelemetryStore(self.read_db())
+
+    # -- lifecycle --------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Everything but the API server: lock, store, first tick, re-adoption, threads."""
+        from gpuwarden.core.telemetry.host import HostReader
+        from gpuwarden.core.telemetry.nvml import open_gpu_reader
+        from gpuwarden.core.telemetry.sampler import Sampler
+
+        self.lock.acquire()
+        ensure_private_dir(self.paths.runtime_dir)
+        self.paths.state_dir.mkdir(parents=True, exist_ok=True)
+        self.paths.runs_dir.mkdir(parents=True, exist_ok=True)
+        self.writer.start()
+        reader = self._gpu_reader or open_gpu_reader()
+        self.sampler = Sampler(reader, HostReader(), process_interval=self.settings.process_interval)
+        self.telemetry = self.writer.call(TelemetryStore)
+        self._store_gpus()
+        self._tick_once()
+        log.info("gpus: %s", self.gpu_status)
+        self.supervisor.start()
+        self._sampler_thread.start()
+        for component in self.components:
+            component.start()
+        log.info(
+            "gpuwarden daemon %s (pid %d) — db %s, socket %s",
+            __version__,
+            os.getpid(),
+            self.paths.db,
+            self.paths.socket,
+        )
+
+    def _store_gpus(self) -> None:
+        telemetry, gpus = self.telemetry, self.sampler.gpus()
+        assert telemetry is not None
+        self.writer.call(lambda db: telemetry.upsert_gpus(gpus, time.time()))
+
+    def _tick_once(self) -> None:
+        version = self.sampler.gpus_version
+        tick: Tick = self.sampler.tick()
+        if self.sampler.gpus_version != version:
+            self._store_gpus()
+        self.latest_tick = tick
+        if tick.processes is not None:
+            self.latest_processes = tick.processes
+        telemetry = self.telemetry
+        assert telemetry is not None
+        if self.writer.backlog > MAX_WRITE_BACKLOG:
+            log.warning("store writer is %d jobs behind: dropping a tick", self.writer.backlog)
+        else:
+            self.writer.submit(lambda db: telemetry.write_tick(tick))
+        if self.broadcaster.client_count:
+            self.broadcaster.publish(
+                "sample",
+                {
+                    "ts": tick.ts,
+                    "gpus": [s.to_dict() for s in tick.gpus],
+                    "host": tick.host.to_dict() if tick.host else None,
+                },
+            )
+        for listener in self.tick_listeners:
+            try:
+                listener(tick)
+            except Exception:
+                log.exception("tick listener failed")
+
+    def _sample_loop(self) -> None:
+        interval = self.settings.sample_interval
+        next_at = time.monotonic() + interval
+        next_retention = time.monotonic() + 60.0
+        while not self._stop.wait(max(0.0, next_at - time.monotonic())):
+            try:
+                self._tick_once()
+            except Exception:
+                log.exception("sampling failed; next tick goes on")
+            now = time.monotonic()
+            # Fixed cadence without drift; a stall skips the missed ticks instead of bursting.
+            next_at += interval
+            if next_at < now:
+                next_at = now + interval
+            if now >= next_retention:
+                next_retention = now + RETENTION_EVERY_S
+                self._retention()
+
+    def _retention(self) -> None:
+        telemetry, r = self.telemetry, self.settings.retention
+        assert telemetry is not None
+
+        def job(db: sqlite_utils.Database) -> int:
+            return telemetry.enforce_retention(
+                time.time(), r.raw_hours, r.minute_days, r.hour_days, r.chunk_rows
+            )
+
+        self.writer.submit(job)
+
+    def serve(self) -> None:
+        """Bind the socket and serve the API until asked to stop (blocks)."""
+        from gpuwarden.daemon.api import create_app
+        from gpuwarden.daemon.server import bind_socket, make_server
+
+        sock = bind_socket(self.paths.socket)
+        self.server = make_server(create_app(self))
+        log.info("listening on %s", self.paths.socket)
+        try:
+            self.server.run(sockets=[sock])
+        finally:
+            sock.close()
+
+    def request_shutdown(self) -> None:
+        """Ask the server to stop (from an API handler or another thread)."""
+        if self.server is not None:
+            self.server.should_exit = True
+        self.broadcaster.close_all()
+
+    def close(self) -> None:
+        """Stop threads in order, flush the store, remove the socket, release the lock."""
+        if not self.lock.held:
+            return  # another daemon owns the socket and the store
+        self._stop.set()
+        self.broadcaster.close_all()
+        for component in reversed(self.components):
+            try:
+                component.stop()
+            except Exception:
+                log.exception("component failed to stop")
+        self.supervisor.stop()
+        if self._sampler_thread.is_alive():
+            self._sampler_thread.join(timeout=10)
+        if self.telemetry is not None:
+            telemetry = self.telemetry
+            try:
+                self.writer.call(lambda db: telemetry.flush())
+            except Exception:
+                log.exception("flushing telemetry failed")
+        self.writer.stop()
+        if self.sampler is not None:
+            self.sampler.close()
+        if self.server is not None:
+            _unlink_own_socket(self.paths.socket)
+        self.lock.release()
+        log.info("gpuwarden daemon stopped")
+
+    def run(self) -> None:
+        """start → serve → close."""
+        try:
+            self.start()
+            self.serve()
+        finally:
+            self.close()
+
+
+def _unlink_own_socket(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()

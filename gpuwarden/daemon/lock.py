@@ -1,0 +1,91 @@
+"""One daemon per user: an fcntl lock on Paths.lock_file, held for the daemon's lifetime.
+
+The lock (not the pid file) is the truth: the kernel drops it when the process dies, so a daemon
+killed with -9 never leaves a stale lock behind. The pid file is only for messages and `down`.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+from gpuwarden.core.errors import UserError
+
+
+class DaemonRunning(UserError):
+    """Another daemon holds the lock."""
+
+    def __init__(self, pid: int | None) -> None:
+        self.pid = pid
+        super().__init__(
+            f"gpuwarden daemon already running (pid {pid if pid else '?'})", code="already_running"
+        )
+
+
+def ensure_private_dir(path: Path) -> None:
+    """Create `path` (and parents) and make it 0700: the socket's directory must not be shared."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(path, 0o700)
+
+
+def read_pid(pid_file: Path) -> int | None:
+    """The pid written by the running daemon, or None when the file is missing or garbled."""
+    try:
+        return int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+class InstanceLock:
+    """Exclusive, non-blocking lock plus pid file; `release` on clean exit."""
+
+    def __init__(self, lock_file: Path, pid_file: Path) -> None:
+        self.lock_file = lock_file
+        self.pid_file = pid_file
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self) -> None:
+        """Take the lock or raise DaemonRunning with the holder's pid."""
+        ensure_private_dir(self.lock_file.parent)
+        fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise DaemonRunning(read_pid(self.pid_file)) from None
+        self._fd = fd
+        tmp = self.pid_file.with_suffix(".tmp")
+        tmp.write_text(f"{os.getpid()}\n")
+        os.replace(tmp, self.pid_file)
+
+    def release(self) -> None:
+        """Remove the pid file and drop the lock."""
+        if self._fd is None:
+            return
+        if read_pid(self.pid_file) == os.getpid():
+            self.pid_file.unlink(missing_ok=True)
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        os.close(self._fd)
+        self._fd = None
+
+
+def lock_holder_alive(lock_file: Path) -> bool:
+    """True when some process holds the daemon lock (probe without keeping it)."""
+    try:
+        fd = os.open(lock_file, os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)

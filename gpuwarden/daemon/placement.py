@@ -1,0 +1,110 @@
+"""Which GPUs a run gets: by free memory in the latest samples, at most N runs per GPU.
+
+Pure functions over plain records, so the policy is tested without a daemon.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from gpuwarden.core.config.spec import Resources
+from gpuwarden.core.errors import UserError
+
+
+@dataclass(frozen=True)
+class GpuState:
+    """What placement needs to know of one GPU."""
+
+    uuid: str
+    index: int
+    memory_total: int | None
+    memory_used: int | None
+    lost: bool = False
+
+    @property
+    def free(self) -> int | None:
+        if self.memory_total is None or self.memory_used is None:
+            return None
+        return max(0, self.memory_total - self.memory_used)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """GPUs (UUIDs) for a run; an empty list is a CPU run, `warning` says why when it was not asked."""
+
+    gpus: list[str]
+    warning: str | None = None
+
+    @property
+    def cpu(self) -> bool:
+        return not self.gpus
+
+    def env(self) -> dict[str, str]:
+        """The CUDA variables the child gets: PCI bus order and the chosen UUIDs ("" = no GPU)."""
+        return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(self.gpus)}
+
+
+def _named(gpus: Sequence[GpuState], names: Sequence[str]) -> list[GpuState]:
+    """GPUs named by UUID, UUID prefix or index (indices come as text or numbers)."""
+    chosen = []
+    for name in names:
+        match = [g for g in gpus if g.uuid == name or str(g.index) == name.strip() or g.uuid.startswith(name)]
+        if len(match) != 1:
+            known = ", ".join(f"{g.index}={g.uuid}" for g in gpus) or "none"
+            raise UserError(f"resources.gpus: no single GPU matches '{name}' — GPUs here: {known}")
+        chosen.append(match[0])
+    return chosen
+
+
+def check_feasible(resources: Resources, gpus: Sequence[GpuState]) -> None:
+    """Raise UserError at submit time for requests no amount of waiting can satisfy."""
+    wanted = resources.gpus
+    if wanted == 0:
+        return
+    if not gpus:
+        if not resources.allow_cpu:
+            raise UserError(
+                "resources: the run needs a GPU, none was found, and allow_cpu is false — set allow_cpu: true"
+            )
+        return
+    if isinstance(wanted, list):
+        _named(gpus, [str(w) for w in wanted])
+    elif wanted > len(gpus):
+        raise UserError(f"resources.gpus: asks for {wanted} GPUs but this machine has {len(gpus)}")
+
+
+def place(
+    resources: Resources,
+    gpus: Sequence[GpuState],
+    busy: Mapping[str, int],
+    max_runs_per_gpu: int,
+) -> Placement | None:
+    """GPUs for a run now, or None when it must wait in the queue.
+
+    `busy` counts the runs already placed on each GPU UUID. With no GPU on the machine a run that
+    allows the CPU runs there (with a warning); gpus: 0 always means the CPU.
+    """
+    wanted = resources.gpus
+    if wanted == 0:
+        return Placement([])
+    if not gpus:
+        if resources.allow_cpu:
+            return Placement([], warning="no GPU found: running on the CPU (allow_cpu: true)")
+        return None
+    need = resources.min_free_memory
+
+    def fits(g: GpuState) -> bool:
+        if g.lost or busy.get(g.uuid, 0) >= max_runs_per_gpu:
+            return False
+        return need is None or (g.free is not None and g.free >= int(need))
+
+    if isinstance(wanted, list):
+        chosen = _named(gpus, [str(w) for w in wanted])
+        return Placement([g.uuid for g in chosen]) if all(fits(g) for g in chosen) else None
+    candidates = [g for g in gpus if fits(g)]
+    if len(candidates) < wanted:
+        return None
+    # most free memory first; unknown free memory last; index breaks ties so placement is stable
+    candidates.sort(key=lambda g: (g.free is None, -(g.free or 0), busy.get(g.uuid, 0), g.index))
+    return Placement([g.uuid for g in candidates[:wanted]])

@@ -1,0 +1,182 @@
+"""Attempt processes: spawn in their own session, stop by process group, tell how they ended.
+
+The daemon opens the attempt's stdout/stderr files and hands the child their descriptors, so the
+daemon is never in the output path and a daemon restart cannot lose a line.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from gpuwarden.core.events import EXIT_OK, EXIT_OOM, EXIT_TERMINATED, EXIT_USER_ERROR
+
+# psutil create times are floats rounded differently across reads; this is far below the time
+# it takes the kernel to reuse a pid.
+CREATE_TIME_TOLERANCE_S = 0.05
+
+
+@dataclass(frozen=True)
+class ExitStatus:
+    """How a process ended: an exit code, a signal, or neither when it was not our child."""
+
+    code: int | None
+    signal: int | None
+
+    @property
+    def known(self) -> bool:
+        return self.code is not None or self.signal is not None
+
+    def describe(self) -> str:
+        if self.signal is not None:
+            try:
+                return f"killed by {signal.Signals(self.signal).name}"
+            except ValueError:
+                return f"killed by signal {self.signal}"
+        if self.code is not None:
+            return f"exit code {self.code}"
+        return "exit status unknown (re-adopted process)"
+
+
+class Child:
+    """An attempt's process: spawned by this daemon, or re-adopted from a previous one."""
+
+    def __init__(self, pid: int, create_time: float, popen: subprocess.Popen[bytes] | None = None) -> None:
+        self.pid = pid
+        self.create_time = create_time
+        self.popen = popen
+
+    @property
+    def adopted(self) -> bool:
+        return self.popen is None
+
+    def poll(self) -> ExitStatus | None:
+        """None while running, else how it ended (unknown code/signal for adopted processes)."""
+        if self.popen is not None:
+            rc = self.popen.poll()
+            if rc is None:
+                return None
+            return ExitStatus(code=None, signal=-rc) if rc < 0 else ExitStatus(code=rc, signal=None)
+        return None if process_alive(self.pid, self.create_time) else ExitStatus(code=None, signal=None)
+
+    def group_alive(self) -> bool:
+        """Whether any process of the attempt's process group remains."""
+        try:
+            os.killpg(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def signal_group(self, sig: int) -> bool:
+        """Send `sig` to the whole process group (grandchildren included); False if none is left."""
+        try:
+            os.killpg(self.pid, sig)
+        except ProcessLookupError:
+            return False
+        return True
+
+
+def process_alive(pid: int, create_time: float | None) -> bool:
+    """True when `pid` runs and is the same process (same create time), not a zombie."""
+    try:
+        proc = psutil.Process(pid)
+        if create_time is not None and abs(proc.create_time() - create_time) > CREATE_TIME_TOLERANCE_S:
+            return False
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return False
+
+
+def open_log(path: Path) -> int:
+    """An append-only descriptor for a child's stdout/stderr file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+
+
+def spawn(
+    argv: list[str],
+    env: dict[str, str],
+    cwd: Path | None,
+    stdout_path: Path,
+    stderr_path: Path,
+    memory_limit: int | None = None,
+) -> Child:
+    """Start `argv` (no shell) in a new session; raises OSError when it cannot be started."""
+    if memory_limit is not None:
+        # A tiny exec wrapper sets RLIMIT_AS in the child: preexec_fn is unsafe in a threaded daemon.
+        argv = [sys.executable, "-m", "gpuwarden.daemon.rlimit", str(int(memory_limit)), "--", *argv]
+    out_fd = open_log(stdout_path)
+    err_fd = open_log(stderr_path)
+    try:
+        popen = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out_fd,
+            stderr=err_fd,
+            env=env,
+            cwd=str(cwd) if cwd is not None else None,
+            start_new_session=True,
+            close_fds=True,
+        )
+    finally:
+        os.close(out_fd)
+        os.close(err_fd)
+    try:
+        create_time = psutil.Process(popen.pid).create_time()
+    except psutil.Error:
+        create_time = 0.0
+    return Child(popen.pid, create_time, popen)
+
+
+def adopt(pid: int, create_time: float) -> Child | None:
+    """A Child for a process a previous daemon started, if it still runs."""
+    return Child(pid, create_time) if process_alive(pid, create_time) else None
+
+
+@dataclass(frozen=True)
+class Classification:
+    """The verdict on an ended attempt: succeeded | failed | oom | stopped | terminated."""
+
+    outcome: str
+    reason: str
+
+
+def classify(
+    status: ExitStatus,
+    *,
+    stop_requested: bool,
+    oom_kills_delta: int | None,
+    last_runner_event: str | None,
+) -> Classification:
+    """Decide how an attempt ended from its exit status, the OOM-killer counter and its events.
+
+    Re-adopted processes have no exit status: their last decisive event decides.
+    """
+    how = status.describe()
+    if stop_requested:
+        return Classification("stopped", f"stopped on request ({how})")
+    if last_runner_event == "oom" or status.code == EXIT_OOM:
+        return Classification("oom", f"out of memory ({how})")
+    if status.signal == signal.SIGKILL and oom_kills_delta:
+        return Classification("oom", "killed by the kernel's OOM killer (host memory)")
+    if status.code == EXIT_OK:
+        return Classification("succeeded", how)
+    if status.code == EXIT_TERMINATED or status.signal == signal.SIGTERM:
+        return Classification("terminated", f"terminated from outside gpuwarden ({how})")
+    if status.code == EXIT_USER_ERROR:
+        return Classification("failed", f"the run cannot start as specified ({how})")
+    if not status.known:
+        if last_runner_event == "finished":
+            return Classification("succeeded", "finished (exit status unknown: process was re-adopted)")
+        if last_runner_event == "error":
+            return Classification("failed", "error event (exit status unknown: process was re-adopted)")
+        return Classification("failed", how)
+    return Classification("failed", how)

@@ -1,0 +1,120 @@
+"""The CLI as a user drives it: up/down, run --follow, --json everywhere, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import pytest
+
+from gpuwarden.client import NOT_RUNNING
+from tests.daemon.conftest import DaemonHandle
+
+SPEC = """\
+name: counted
+kind: command
+command:
+  argv: ["python3", "-c", "import sys; [print('n', i) for i in range({n})]; sys.exit({code})"]
+knobs: {{n: 3, code: 0}}
+resources: {{gpus: 1}}
+"""
+
+
+def test_cli_without_a_daemon_says_so_in_one_line(daemon_factory: Any) -> None:
+    gw: DaemonHandle = daemon_factory(start=False)
+    for args in (["status"], ["ps", "--json"], ["show", "x"], ["logs", "x"], ["history"]):
+        result = gw.cli(*args)
+        assert result.returncode != 0, args
+        assert result.stdout == "", args
+        assert result.stderr.strip() == f"gpuwarden: {NOT_RUNNING}", args
+
+
+def test_up_run_follow_json_outputs_and_down(daemon_factory: Any) -> None:
+    gw: DaemonHandle = daemon_factory(start=False)
+    up = gw.cli_json("up")
+    assert up["started"] is True and up["log"].endswith("daemon.log")
+    again = gw.cli("up")
+    assert again.returncode == 0 and "already running" in again.stdout
+    second = gw.cli("daemon")
+    assert second.returncode == 1
+    assert f"gpuwarden daemon already running (pid {up['pid']})" in second.stderr
+
+    ok = gw.write_spec("ok", SPEC.format(n="{n}", code="{code}"))
+    follow = gw.cli("run", str(ok), "--follow")
+    assert follow.returncode == 0, follow.stderr
+    assert follow.stdout.splitlines() == ["n 0", "n 1", "n 2"]
+    assert "succeeded" in follow.stderr
+
+    (gw.root / "work").mkdir()
+    relative = gw.write_spec("cwd", 'name: cwd\nkind: command\ncommand:\n  argv: ["pwd"]\n  cwd: work\n')
+    pwd = gw.cli("run", str(relative), "--follow")
+    assert pwd.returncode == 0 and pwd.stdout.strip() == str(gw.root / "work")
+
+    failing = gw.write_spec("bad", SPEC.format(n="{n}", code="{code}").replace("code: 0", "code: 4"))
+    failed = gw.cli("run", str(failing), "--follow", "--json")
+    assert failed.returncode == 1
+    assert json.loads(failed.stdout)["state"] == "failed"
+
+    submitted = gw.cli_json("run", str(ok))
+    run_id = submitted["id"]
+    outputs: dict[str, Any] = {
+        "status": gw.cli_json("status"),
+        "ps": gw.cli_json("ps", "--all"),
+        "show": gw.cli_json("show", run_id),
+        "events": gw.cli_json("events", run_id),
+        "logs": gw.cli_json("logs", run_id),
+        "history": gw.cli_json("history", "--window", "10m", "--metric", "power_w"),
+    }
+    assert {r["id"] for r in outputs["ps"]["runs"]} >= {run_id}
+    show = outputs["show"]
+    for key in ("id", "name", "state", "attempts", "retunes", "effective_batch", "report"):
+        assert key in show
+    assert show["effective_batch"] is None
+    done = gw.wait_state(run_id)
+    assert done["state"] == "succeeded"
+    assert gw.cli_json("logs", run_id)["data"] == "n 0\nn 1\nn 2\n"
+    followed = gw.cli_json("logs", run_id, "--follow")  # the attempt has ended: returns at once
+    assert followed["data"] == "n 0\nn 1\nn 2\n" and followed["eof"] is True
+    rm = gw.cli_json("rm", run_id)
+    assert rm == {"deleted": [run_id]}
+    gone = gw.cli("show", run_id)
+    assert gone.returncode == 2 and gone.stderr.startswith("gpuwarden: no run matches")
+
+    down = gw.cli_json("down")
+    assert down["stopped"] is True and down["pid"] == up["pid"]
+    assert not gw.socket.exists()
+    assert gw.cli_json("down") == {"stopped": False, "was_running": False}
+
+
+def test_up_reports_the_log_tail_when_the_daemon_dies(daemon_factory: Any) -> None:
+    gw: DaemonHandle = daemon_factory(start=False)
+    gw.runtime_dir.mkdir(mode=0o700)
+    gw.socket.write_text("not a socket")
+    result = gw.cli("up")
+    assert result.returncode == 2
+    assert result.stderr.startswith("gpuwarden: the daemon exited with status 2; last lines of ")
+    assert "exists and is not a socket" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_down_leaves_runs_running_and_up_readopts_them(daemon_factory: Any) -> None:
+    gw: DaemonHandle = daemon_factory(start=False)
+    gw.cli_json("up")
+    spec = gw.write_spec("sleepy", 'name: sleepy\nkind: command\ncommand:\n  argv: ["sleep", "30"]\n')
+    run_id = gw.cli_json("run", str(spec))["id"]
+    pid = gw.wait_state(run_id, ("running",))["attempts"][0]["pid"]
+    gw.cli_json("down")
+    os.kill(pid, 0)
+    gw.cli_json("up")
+    assert gw.cli_json("show", run_id)["state"] == "running"
+    stopped = gw.cli_json("stop", run_id, "--grace", "1")
+    assert stopped["state"] == "stopped"
+    resumed = gw.cli_json("resume", run_id)
+    assert resumed["state"] in ("queued", "starting", "running")
+    gw.wait_state(run_id, ("running",))
+    gw.cli_json("stop", run_id, "--grace", "0")
+    gw.cli_json("down")
+    time.sleep(0.1)

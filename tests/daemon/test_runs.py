@@ -1,0 +1,258 @@
+"""Runs under a real daemon: success, failure, stop with grace, group kill, queue, edit, resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from gpuwarden.core.errors import UserError
+from tests.daemon.conftest import DaemonHandle, command_spec
+
+
+def _log(run: dict[str, object], stream: str = "stdout", attempt: int = 1) -> str:
+    return (Path(str(run["run_dir"])) / "attempts" / str(attempt) / f"{stream}.log").read_text()
+
+
+def test_command_run_succeeds_with_output_events_and_placement(gw: DaemonHandle) -> None:
+    code = """
+        import json, os, sys, time
+        print("visible", os.environ["CUDA_VISIBLE_DEVICES"], os.environ["CUDA_DEVICE_ORDER"], flush=True)
+        print("to stderr", file=sys.stderr, flush=True)
+        print("knob", sys.argv[1], os.environ["LR"])
+        with open(sys.argv[2], "a") as fh:
+            fh.write(json.dumps({"v": 1, "type": "progress", "ts": time.time(), "step": 1, "samples_seen": 8,
+                                 "loss": 0.5}) + "\\n")
+    """
+    spec = command_spec("ok", code, knobs={"bs": 16, "lr": 0.001})
+    spec["command"]["argv"] += ["{bs}", "{events_file}"]
+    spec["command"]["env"] = {"LR": "{lr}"}
+    run = gw.submit(spec)
+    assert run["state"] in ("queued", "starting", "running")
+    done = gw.wait_state(run["id"])
+    assert done["state"] == "succeeded", done["message"]
+    out = _log(done)
+    visible = out.splitlines()[0].split()
+    assert visible[1].startswith("GPU-") and visible[2] == "PCI_BUS_ID"
+    assert "knob 16 0.001" in out
+    assert "to stderr" in _log(done, "stderr")
+    assert done["attempts"][0]["gpus"] == [visible[1]]
+    assert done["attempts"][0]["exit_code"] == 0
+    assert (Path(done["run_dir"]) / "spec.yaml").exists()
+    assert (Path(done["run_dir"]) / "attempts" / "1" / "resolved.yaml").exists()
+    with gw.client() as client:
+        events = client.events(run["id"])["events"]
+        metrics = client.metrics(run["id"])
+    progress = [e for e in events if e["type"] == "progress"]
+    assert len(progress) == 1 and progress[0]["loss"] == 0.5
+    assert [m["step"] for m in metrics] == [1]
+    states = [e["state"] for e in events if e["type"] == "state"]
+    assert states == ["queued", "starting", "running", "succeeded"]
+
+
+def test_failing_run_is_failed_with_its_exit_code(gw: DaemonHandle) -> None:
+    run = gw.submit(command_spec("bad", "import sys; sys.exit(7)"))
+    done = gw.wait_state(run["id"])
+    assert done["state"] == "failed"
+    assert done["attempts"][0]["exit_code"] == 7
+    assert "exit code 7" in done["message"]
+
+
+def test_missing_program_fails_with_one_line(gw: DaemonHandle) -> None:
+    spec = command_spec("nope", "")
+    spec["command"]["argv"] = ["/nonexistent/program-xyz"]
+    done = gw.wait_state(gw.submit(spec)["id"])
+    assert done["state"] == "failed"
+    assert "cannot start" in done["message"] and "\n" not in done["message"]
+
+
+def test_stop_kills_a_sigterm_ignoring_run_after_the_grace_period(gw: DaemonHandle) -> None:
+    code = """
+        import signal, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print("ready", flush=True)
+        time.sleep(60)
+    """
+    run = gw.submit(command_spec("stubborn", code))
+    gw.wait_state(run["id"], ("running",))
+    _wait_for_output(gw, run["id"], "ready")
+    pid = gw.wait_state(run["id"], ("running",))["attempts"][0]["pid"]
+    started = time.monotonic()
+    with gw.client() as client:
+        client.stop(run["id"], grace_seconds=0.5)
+    done = gw.wait_state(run["id"], timeout=15)
+    elapsed = time.monotonic() - started
+    assert done["state"] == "stopped"
+    assert done["attempts"][0]["signal"] == 9
+    assert 0.4 < elapsed < 10
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_stop_kills_grandchildren_through_the_process_group(gw: DaemonHandle) -> None:
+    code = """
+        import subprocess, sys, time
+        kids = [subprocess.Popen([sys.executable, "-c",
+                 "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"])
+                for _ in range(2)]
+        print(" ".join(str(k.pid) for k in kids), flush=True)
+        time.sleep(60)
+    """
+    run = gw.submit(command_spec("family", code))
+    line = _wait_for_output(gw, run["id"], "\n")
+    grandchildren = [int(p) for p in line.split()]
+    assert all(psutil.pid_exists(p) for p in grandchildren)
+    with gw.client() as client:
+        client.stop(run["id"], grace_seconds=0.5)
+    done = gw.wait_state(run["id"], timeout=15)
+    assert done["state"] == "stopped"
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(_alive(p) for p in grandchildren):
+        time.sleep(0.05)
+    assert not any(_alive(p) for p in grandchildren)
+
+
+def test_third_run_waits_for_a_gpu_and_starts_when_one_finishes(gw: DaemonHandle) -> None:
+    hold = "import time; time.sleep({secs})"
+    first = gw.submit(command_spec("a", hold.format(secs=60)))
+    second = gw.submit(command_spec("b", hold.format(secs=60)))
+    third = gw.submit(command_spec("c", hold.format(secs=0)))
+    a = gw.wait_state(first["id"], ("running",))
+    b = gw.wait_state(second["id"], ("running",))
+    assert a["attempts"][0]["gpus"] != b["attempts"][0]["gpus"]
+    time.sleep(1.0)  # several scheduler passes
+    with gw.client() as client:
+        assert client.run(third["id"])["state"] == "queued"
+        client.stop(first["id"], grace_seconds=0)
+    c = gw.wait_state(third["id"])
+    assert c["state"] == "succeeded"
+    assert c["attempts"][0]["gpus"] == a["attempts"][0]["gpus"]
+
+
+def test_cpu_run_and_named_gpu(gw: DaemonHandle) -> None:
+    code = "import os; print(repr(os.environ['CUDA_VISIBLE_DEVICES']))"
+    cpu = gw.wait_state(gw.submit(command_spec("cpu", code, resources={"gpus": 0}))["id"])
+    assert _log(cpu).strip() == "''"
+    named = gw.wait_state(gw.submit(command_spec("named", code, resources={"gpus": ["1"]}))["id"])
+    with gw.client() as client:
+        second_gpu = client.gpus()["gpus"][1]["uuid"]
+    assert _log(named).strip() == repr(second_gpu)
+
+
+def test_memory_limit_sets_rlimit_as(gw: DaemonHandle) -> None:
+    code = "import resource; print(resource.getrlimit(resource.RLIMIT_AS)[0])"
+    run = gw.wait_state(gw.submit(command_spec("capped", code, resources={"memory_limit": "3GiB"}))["id"])
+    assert run["state"] == "succeeded", run["message"]
+    assert int(_log(run).strip()) == 3 * 1024**3
+
+
+def test_queued_run_can_be_edited_stopped_resumed_and_removed(gw: DaemonHandle) -> None:
+    with gw.client() as client:
+        blockers = [client.submit(command_spec(f"hold{i}", "import time; time.sleep(60)")) for i in range(2)]
+        for b in blockers:
+            gw.wait_state(b["id"], ("running",))
+        spec = command_spec("queued", "import sys; print(sys.argv[1])", knobs={"x": 1})
+        spec["command"]["argv"].append("{x}")
+        run = client.submit(spec)
+        edited = client.edit(run["id"], knobs={"x": 42}, name="renamed")
+        assert edited["name"] == "renamed" and edited["spec"]["knobs"] == {"x": 42}
+        with pytest.raises(UserError) as bad:
+            client.edit(run["id"], knobs={"y": 1})
+        assert "unknown placeholder {x}" in str(bad.value)
+        with pytest.raises(UserError) as running_edit:
+            client.edit(blockers[0]["id"], name="zzz")
+        assert running_edit.value.code == "conflict"
+        stopped = client.stop(run["id"])
+        assert stopped["state"] == "stopped" and stopped["attempts"] == []
+        with pytest.raises(UserError) as again:
+            client.stop(run["id"])
+        assert again.value.code == "conflict"
+        with pytest.raises(UserError) as active_rm:
+            client.delete(blockers[0]["id"])
+        assert active_rm.value.code == "conflict"
+        for b in blockers:
+            client.stop(b["id"], grace_seconds=0)
+        resumed = client.resume("renamed")
+        assert resumed["state"] == "queued"
+        done = gw.wait_state(run["id"])
+        assert done["state"] == "succeeded"
+        assert _log(done).strip() == "42"
+        client.delete(run["id"])
+        assert not Path(done["run_dir"]).exists()
+        with pytest.raises(UserError) as gone:
+            client.run(run["id"])
+        assert gone.value.code == "not_found"
+
+
+def test_unknown_placeholder_is_rejected_at_submit(gw: DaemonHandle) -> None:
+    spec = command_spec("typo", "pass")
+    spec["command"]["argv"].append("--lr={lrr}")
+    with gw.client() as client, pytest.raises(UserError) as err:
+        client.submit(spec)
+    assert "command.argv[3]: unknown placeholder {lrr}" in str(err.value)
+    assert err.value.code == "bad_input"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _wait_for_output(gw: DaemonHandle, run_id: str, text: str, timeout: float = 15.0) -> str:
+    deadline = time.monotonic() + timeout
+    with gw.client() as client:
+        while time.monotonic() < deadline:
+            chunk = client.logs(run_id, offset=0)
+            if text in chunk["data"]:
+                return str(chunk["data"])
+            time.sleep(0.05)
+    raise AssertionError(f"{text!r} never appeared in {run_id}'s stdout")
+
+
+def test_environment_is_not_leaking_the_daemon_lock(gw: DaemonHandle) -> None:
+    """A run must not inherit the daemon's lock descriptor, or a dead daemon's lock would live on."""
+    code = "import json, os; print(json.dumps(sorted(os.listdir('/proc/self/fd'))))"
+    run = gw.wait_state(gw.submit(command_spec("fds", code))["id"])
+    fds = json.loads(_log(run).strip())
+    assert set(fds) <= {"0", "1", "2", "3"}, fds
+    assert os.path.exists(gw.runtime_dir / "daemon.lock")
+
+
+def test_show_reports_effective_batch_of_a_train_run(gw: DaemonHandle) -> None:
+    spec = {
+        "name": "tr",
+        "kind": "train",
+        "train": {"task": "image", "batch_size": 8, "grad_accum_steps": 2},
+        # more free memory than a fake H100 has: the run stays queued and never spawns a runner
+        "resources": {"gpus": 1, "min_free_memory": "200GiB"},
+    }
+    run = gw.submit(spec)
+    time.sleep(0.5)
+    shown = gw.cli_json("show", run["id"])
+    assert shown["state"] == "queued"
+    assert shown["effective_batch"] == 16
+    assert shown["report"] is None and shown["retunes"] == [] and shown["attempts"] == []
+    with gw.client() as client:
+        client.stop(run["id"])
+
+
+def test_without_gpus_runs_that_allow_it_go_to_the_cpu_with_a_warning(daemon_factory: Any) -> None:
+    gw: DaemonHandle = daemon_factory({"GPUWARDEN_FAKE_NVML": ""})  # real NVML: none here
+    with gw.client() as client:
+        status = client.health()["gpu_status"]
+        if not status.startswith("no NVIDIA driver"):
+            pytest.skip(f"this machine has GPUs ({status})")
+        code = "import os; print(repr(os.environ['CUDA_VISIBLE_DEVICES']))"
+        run = gw.wait_state(client.submit(command_spec("cpu", code))["id"])
+        assert run["state"] == "succeeded" and _log(run).strip() == "''"
+        warnings = [e for e in client.events(run["id"])["events"] if e["type"] == "warning"]
+        assert [w["code"] for w in warnings] == ["cpu_fallback"]
+        with pytest.raises(UserError) as err:
+            client.submit(command_spec("gpu-only", "pass", resources={"allow_cpu": False}))
+        assert "allow_cpu is false" in str(err.value)

@@ -1,0 +1,148 @@
+"""The run tables: migration, atomic events + offset, resolving references, cascading deletes."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from gpuwarden.core.errors import UserError
+from gpuwarden.core.store.db import open_db
+from gpuwarden.core.store.runs import RunStore
+from gpuwarden.daemon.events_tail import EventsTail
+from gpuwarden.daemon.process import ExitStatus, classify
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> RunStore:
+    return RunStore(open_db(tmp_path / "t.db"))
+
+
+def _run(store: RunStore, run_id: str, name: str) -> None:
+    store.create_run(run_id, name, "command", {"name": name}, f"/runs/{run_id}")
+
+
+def test_events_and_their_offset_commit_together(store: RunStore) -> None:
+    _run(store, "r1", "a")
+    store.add_attempt("r1", 1, stdout_path="o", stderr_path="e", events_path="ev", gpus=["GPU-1"])
+    ids = store.add_events(
+        "r1",
+        1,
+        [{"type": "progress", "ts": 1.0, "step": 3, "samples_seen": 24, "loss": 0.25}],
+        120,
+        skipped=1,
+    )
+    attempt = store.attempt("r1", 1)
+    assert attempt is not None and attempt["events_offset"] == 120 and attempt["events_skipped"] == 1
+    assert attempt["gpus"] == ["GPU-1"]
+    assert [e["id"] for e in store.events("r1", types=["progress"])] == ids
+    assert store.metrics("r1")[0]["loss"] == 0.25
+    with pytest.raises(Exception):  # noqa: B017 - any failure must roll back both
+        store.add_events("r1", 1, [{"type": "progress", "ts": "not a number"}], 999)
+    again = store.attempt("r1", 1)
+    assert again is not None and again["events_offset"] == 120
+    assert len(store.events("r1", types=["progress"])) == 1
+
+
+def test_state_changes_are_events_and_runs_resolve_by_id_name_or_prefix(store: RunStore) -> None:
+    _run(store, "rabc111", "train-small")
+    _run(store, "rabc222", "train-big")
+    event = store.set_state("rabc111", "failed", "exit code 1")
+    assert event["state"] == "failed" and event["id"] > 0
+    run = store.get_run("rabc111")
+    assert run is not None and run["ended_at"] is not None
+    assert store.resolve("rabc111")["id"] == "rabc111"
+    assert store.resolve("train-big")["id"] == "rabc222"
+    assert store.resolve("train-s")["id"] == "rabc111"
+    with pytest.raises(UserError) as ambiguous:
+        store.resolve("rabc")
+    assert ambiguous.value.code == "ambiguous"
+    with pytest.raises(UserError) as missing:
+        store.resolve("zzz")
+    assert missing.value.code == "not_found"
+    with pytest.raises(UserError):
+        store.resolve("%")  # LIKE wildcards are literal
+
+
+def test_delete_removes_everything_of_a_run(store: RunStore) -> None:
+    _run(store, "r1", "a")
+    store.add_attempt("r1", 1, stdout_path="o", stderr_path="e", events_path="ev", gpus=[])
+    store.add_events("r1", 1, [{"type": "progress", "ts": 1.0, "step": 1}], 10)
+    store.add_retune("r1", 1, {"batch_size": 8}, {"batch_size": 4}, verdict="gpu_capacity")
+    store.set_retune_outcome("r1", "succeeded")
+    assert store.retunes("r1")[0]["outcome"] == "succeeded"
+    assert store.retunes("r1")[0]["from"] == {"batch_size": 8}
+    store.delete_run("r1")
+    for table in ("runs", "attempts", "run_events", "retunes", "run_metrics"):
+        assert store.conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0] == 0
+
+
+def test_events_tail_reads_whole_lines_only(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b'{"a":1}\n{"b":')
+    tail = EventsTail(path)
+    chunk = tail.read()
+    assert chunk is not None and chunk.lines == ['{"a":1}'] and chunk.end_offset == 8
+    tail.commit(chunk.end_offset)
+    assert tail.read() is None  # the half line waits
+    with path.open("ab") as fh:
+        fh.write(b"2}\n")
+    chunk = tail.read()
+    assert chunk is not None and chunk.lines == ['{"b":2}']
+    tail.commit(chunk.end_offset)
+    with path.open("ab") as fh:
+        fh.write(b'{"c":3}')
+    final = tail.read(final=True)  # the writer is gone: take the unterminated line too
+    assert final is not None and final.lines == ['{"c":3}'] and final.end_offset == path.stat().st_size
+
+
+@pytest.mark.parametrize(
+    ("status", "stop", "oom_delta", "event", "outcome"),
+    [
+        (ExitStatus(0, None), False, 0, None, "succeeded"),
+        (ExitStatus(1, None), False, 0, None, "failed"),
+        (ExitStatus(3, None), False, 0, None, "oom"),
+        (ExitStatus(1, None), False, 0, "oom", "oom"),
+        (ExitStatus(None, signal.SIGKILL), False, 1, None, "oom"),
+        (ExitStatus(None, signal.SIGKILL), False, 0, None, "failed"),
+        (ExitStatus(None, signal.SIGKILL), True, 1, None, "stopped"),
+        (ExitStatus(143, None), False, None, None, "terminated"),
+        (ExitStatus(None, None), False, None, "finished", "succeeded"),
+        (ExitStatus(None, None), False, None, "error", "failed"),
+        (ExitStatus(None, None), False, None, None, "failed"),
+    ],
+)
+def test_exit_classification(
+    status: ExitStatus, stop: bool, oom_delta: int | None, event: str | None, outcome: str
+) -> None:
+    verdict = classify(status, stop_requested=stop, oom_kills_delta=oom_delta, last_runner_event=event)
+    assert verdict.outcome == outcome
+    assert verdict.reason and "\n" not in verdict.reason
+
+
+def test_snapshot_has_counts_and_latest_progress(store: RunStore) -> None:
+    _run(store, "r1", "a")
+    store.add_attempt("r1", 1, stdout_path="o", stderr_path="e", events_path="ev", gpus=[])
+    store.add_events(
+        "r1", 1, [{"type": "progress", "ts": 1.0, "step": 1, "loss": 2.0, "samples_per_s": 5}], 10
+    )
+    store.add_events(
+        "r1", 1, [{"type": "progress", "ts": 2.0, "step": 2, "loss": 1.0, "samples_per_s": 6}], 20
+    )
+    store.add_retune("r1", 1, {"bs": 8}, {"bs": 4})
+    _run(store, "r2", "b")
+    snap = {row["id"]: row for row in store.snapshot()}
+    assert snap["r1"]["attempts"] == 1 and snap["r1"]["retunes"] == 1
+    assert snap["r1"]["loss"] == 1.0 and snap["r1"]["samples_per_s"] == 6.0
+    assert snap["r2"]["state"] == "queued" and snap["r2"]["loss"] is None
+
+
+def test_gpu_processes_map_to_runs_by_process_group() -> None:
+    import os
+
+    from gpuwarden.daemon.supervisor import owner_of
+
+    assert owner_of(os.getpid(), {os.getpgid(0): "r1"}) == "r1"
+    assert owner_of(os.getpid(), {os.getpgid(0) + 1: "r1"}) is None
+    assert owner_of(2**22 + 12345, {}) is None  # no such process
