@@ -15,6 +15,7 @@ from gpuwarden.core.errors import UserError
 COMMANDS: dict[str, str] = {
     "monitor": "gpuwarden.cli.monitor:monitor",
     "gpus": "gpuwarden.cli.gpus:gpus",
+    "tui": "gpuwarden.cli.tui:tui",
     "service": "gpuwarden.cli.service:service",
     "tune": "gpuwarden.cli.tune:tune",
     # daemon and runs (issue 3)

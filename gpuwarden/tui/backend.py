@@ -1,0 +1,217 @@
+"""What the dashboard needs from its data source, as a Protocol over plain records.
+
+The dashboard is a client of the daemon's API only; this module names exactly the calls it makes,
+so the app can be driven by the real API (`ApiBackend`), by an existing database opened read-only
+(`DbBackend`) or by a deterministic fake in tests (`FakeBackend`) without patching anything.
+
+Every call may block (network, disk): the app only makes them from thread workers. Failures a user
+can act on are raised as `UserError` whose message is shown as one line.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from gpuwarden.core.telemetry.types import GpuSample, GpuStatic, HostSample
+
+# gpu uuid → metric → [(ts, value)], oldest first; value None where the GPU reported nothing.
+HistorySeries = dict[str, dict[str, list[tuple[float, float | None]]]]
+
+
+@dataclass(frozen=True)
+class SourceStatus:
+    """Where the data comes from, shown in the status bar."""
+
+    source: str  # "daemon", "database" or "fake"
+    location: str  # socket or database path, for the status bar
+    # None while GPUs are sampled; else the daemon's one line saying why not (no driver, …).
+    sampling: str | None = None
+    version: str | None = None
+    # False when the source cannot act at all (a database): the app then hides every control.
+    controls: bool = True
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    """A process holding GPU memory, with the run it belongs to when the daemon started it."""
+
+    pid: int
+    uuid: str
+    gpu_index: int | None
+    user: str | None
+    used_memory: int | None
+    command: str
+    run_id: str | None = None
+    # The dashboard's user owns it, so the daemon will let them terminate it.
+    owned: bool = False
+
+
+@dataclass
+class Snapshot:
+    """The latest reading of everything on the overview."""
+
+    ts: float
+    gpus: list[GpuSample] = field(default_factory=list)
+    host: HostSample | None = None
+    # None on ticks that did not read processes: the table then keeps what it shows.
+    processes: list[ProcessInfo] | None = None
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One row of the runs table."""
+
+    id: str
+    name: str
+    kind: str  # "train", "infer", "command"
+    state: str
+    gpus: tuple[int, ...] = ()
+    attempt: int = 0
+    samples_seen: int | None = None
+    total: int | None = None
+    samples_per_s: float | None = None
+    retunes: int = 0
+    message: str | None = None
+    created_at: float = 0.0
+    started_at: float | None = None
+    ended_at: float | None = None
+
+
+@dataclass(frozen=True)
+class AttemptInfo:
+    attempt: int
+    state: str
+    started_at: float | None
+    ended_at: float | None
+    exit_code: int | None = None
+    classification: str | None = None  # succeeded | failed | oom | stopped | terminated | interrupted
+    reason: str | None = None
+    gpus: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class RetuneInfo:
+    """A retune decision: the settings before and after, why, and how it turned out."""
+
+    attempt: int  # the attempt that failed
+    ts: float
+    before: dict[str, Any]
+    after: dict[str, Any]
+    verdict: str | None = None
+    evidence: dict[str, Any] = field(default_factory=dict)
+    outcome: str | None = None
+
+
+@dataclass(frozen=True)
+class RunEvent:
+    id: int
+    run_id: str
+    attempt: int | None
+    ts: float
+    type: str
+    text: str  # one line for the timeline
+    source: str = "runner"
+
+
+@dataclass(frozen=True)
+class RunMetric:
+    ts: float
+    attempt: int
+    step: int | None = None
+    loss: float | None = None
+    samples_per_s: float | None = None
+    mem_peak: int | None = None
+
+
+@dataclass(frozen=True)
+class RunDetail:
+    run: RunSummary
+    spec: dict[str, Any]
+    attempts: list[AttemptInfo]
+    retunes: list[RetuneInfo]
+    events: list[RunEvent]
+    metrics: list[RunMetric]
+    # Memory of the smallest card the run uses, for the peak-memory chart's ceiling.
+    mem_capacity: int | None = None
+
+
+@dataclass(frozen=True)
+class LogChunk:
+    """Bytes of a log from an offset on, decoded; `offset` is where the next read starts."""
+
+    text: str
+    offset: int
+    truncated: bool = False  # the log grew faster than we read; the start of `text` is not `offset`
+
+
+@dataclass(frozen=True)
+class SampleFrame:
+    snapshot: Snapshot
+
+
+@dataclass(frozen=True)
+class RunFrame:
+    run: RunSummary
+
+
+@dataclass(frozen=True)
+class EventFrame:
+    event: RunEvent
+
+
+Frame = SampleFrame | RunFrame | EventFrame
+
+
+class DashboardBackend(Protocol):
+    """The calls the dashboard makes. All may block; controls raise UserError on refusal."""
+
+    def status(self) -> SourceStatus: ...
+
+    def gpus(self) -> list[GpuStatic]: ...
+
+    def snapshot(self) -> Snapshot: ...
+
+    def history(
+        self, gpus: Sequence[str], metrics: Sequence[str], start: float, end: float, points: int
+    ) -> HistorySeries:
+        """At most `points` values per series between `start` and `end`, from the rollup tier that
+        fits the window."""
+        ...
+
+    def runs(self) -> list[RunSummary]: ...
+
+    def run_detail(self, run_id: str) -> RunDetail: ...
+
+    def logs(self, run_id: str, offset: int, stream: str = "stdout") -> LogChunk:
+        """The current attempt's log from `offset`; a negative offset means "the last -offset bytes"."""
+        ...
+
+    def frames(self, stop: threading.Event) -> Iterator[Frame]:
+        """Live updates until `stop` is set: a sample frame each tick, run and event frames as
+        they happen. Returns when the stream ends (the caller reconnects)."""
+        ...
+
+    def stop_run(self, run_id: str) -> None: ...
+
+    def resume_run(self, run_id: str) -> None: ...
+
+    def submit(self, spec_path: str) -> str:
+        """Submit the spec file at `spec_path`; returns the new run's id."""
+        ...
+
+    def restart_with(self, run_id: str, changes: dict[str, Any]) -> None:
+        """Change knobs of a run's spec (dotted keys → values) and start it again."""
+        ...
+
+    def tune(self, run_id: str) -> None:
+        """Ask the daemon to search better settings for this run's spec (tune-up)."""
+        ...
+
+    def kill_process(self, pid: int) -> None:
+        """Terminate a GPU process the user owns."""
+        ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,246 @@
+"""`DashboardBackend` over an existing database, opened read-only (`gpuwarden tui --db PATH`).
+
+For looking back when no daemon runs (or on a copy of another machine's file). The connection is
+SQLite's `mode=ro`, so the dashboard cannot write even by mistake; every control refuses, and the
+app hides them because `status().controls` is False. If a daemon is writing the file meanwhile,
+`frames()` picks up its new samples by polling.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from gpuwarden.core.errors import UserError
+from gpuwarden.core.store.db import open_db
+from gpuwarden.core.store.runs import ACTIVE_STATES, RunStore
+from gpuwarden.core.store.telemetry import TelemetryStore
+from gpuwarden.core.telemetry.types import GpuStatic
+from gpuwarden.tui.api_backend import gpu_static, run_event, series_from_buckets
+from gpuwarden.tui.backend import (
+    AttemptInfo,
+    Frame,
+    HistorySeries,
+    LogChunk,
+    ProcessInfo,
+    RetuneInfo,
+    RunDetail,
+    RunMetric,
+    RunSummary,
+    SampleFrame,
+    Snapshot,
+    SourceStatus,
+)
+
+POLL_S = 1.0
+LOG_CHUNK = 65_536
+
+
+class DbBackend:
+    """Telemetry and runs from the store's read-only queries."""
+
+    def __init__(self, path: Path, *, clock: Callable[[], float] = time.time) -> None:
+        self.path = path
+        self.clock = clock
+        self.db = open_db(path, readonly=True)
+        self.telemetry = TelemetryStore(self.db)
+        self.store = RunStore(self.db)
+        self._lock = threading.Lock()  # one sqlite connection shared by the app's worker threads
+        self._statics: dict[str, GpuStatic] = {}
+        self.poll_s = POLL_S
+
+    def _readonly(self) -> UserError:
+        return UserError(
+            f"{self.path} is open read-only: start the daemon (`gpuwarden up`) to act on runs",
+            code="readonly",
+        )
+
+    # -- telemetry ---------------------------------------------------------------------------
+
+    def status(self) -> SourceStatus:
+        gpus = self.gpus()
+        return SourceStatus(
+            "database",
+            str(self.path),
+            sampling=None if gpus else "this database holds no GPU (the daemon sampled the host only)",
+            controls=False,
+        )
+
+    def gpus(self) -> list[GpuStatic]:
+        with self._lock:
+            rows = self.telemetry.gpus()
+        statics = [gpu_static(r) for r in rows]
+        self._statics = {g.uuid: g for g in statics}
+        return statics
+
+    def snapshot(self) -> Snapshot:
+        with self._lock:
+            latest = self.telemetry.latest()
+            host = self.telemetry.latest_host()
+            procs = self.telemetry.processes()
+        samples = [latest[u] for u in self._statics if u in latest]
+        ts = max([s.ts for s in samples] + ([host.ts] if host else []), default=self.clock())
+        processes = [
+            ProcessInfo(
+                pid=p.pid,
+                uuid=p.uuid,
+                gpu_index=self._statics[p.uuid].index if p.uuid in self._statics else None,
+                user=p.user,
+                used_memory=p.used_memory,
+                command=p.cmdline or p.name or "?",
+            )
+            for p in procs
+        ]
+        return Snapshot(ts, samples, host, processes)
+
+    def history(
+        self, gpus: Sequence[str], metrics: Sequence[str], start: float, end: float, points: int
+    ) -> HistorySeries:
+        known = [u for u in gpus if u in self._statics]
+        if not known:
+            return {}
+        with self._lock:
+            answer = self.telemetry.history(known, list(metrics), start, end, points).to_dict()
+        step = float(answer["step"]) or (end - start) / points
+        count = max(1, min(points, round((float(answer["end"]) - float(answer["start"])) / step)))
+        return {
+            uuid: {
+                m: series_from_buckets(rows, float(answer["start"]), step, count)
+                for m, rows in by_metric.items()
+            }
+            for uuid, by_metric in answer["series"].items()
+        }
+
+    # -- runs --------------------------------------------------------------------------------
+
+    def _summary(self, run: dict[str, Any]) -> RunSummary:
+        attempt = self.store.attempt(run["id"], run["attempt"]) if run["attempt"] else None
+        gpus = tuple(self._statics[u].index for u in (attempt or {}).get("gpus", []) if u in self._statics)
+        progress = self.store.last_event(run["id"], run["attempt"], ["progress"]) if run["attempt"] else None
+        retunes = self.db.conn.execute(
+            "SELECT count(*) FROM retunes WHERE run_id = ?", (run["id"],)
+        ).fetchone()[0]
+        return RunSummary(
+            id=run["id"],
+            name=run["name"],
+            kind=run["kind"],
+            state=run["state"],
+            gpus=gpus,
+            attempt=run["attempt"],
+            samples_seen=(progress or {}).get("samples_seen"),
+            total=(progress or {}).get("total"),
+            samples_per_s=(progress or {}).get("samples_per_s") if run["state"] in ACTIVE_STATES else None,
+            retunes=int(retunes),
+            message=run["message"],
+            created_at=run["created_at"],
+            started_at=run["started_at"],
+            ended_at=run["ended_at"],
+        )
+
+    def runs(self) -> list[RunSummary]:
+        with self._lock:
+            return [self._summary(r) for r in self.store.list_runs()]
+
+    def run_detail(self, run_id: str) -> RunDetail:
+        with self._lock:
+            run = self.store.resolve(run_id)
+            summary = self._summary(run)
+            attempts = self.store.attempts(run["id"])
+            retunes = self.store.retunes(run["id"])
+            events = [e for e in self.store.events(run["id"], limit=100_000) if e.get("type") != "progress"]
+            metrics = self.store.metrics(run["id"])
+        used = attempts[-1]["gpus"] if attempts else []
+        capacity = (
+            min((self._statics[u].memory_total or 0 for u in used if u in self._statics), default=0) or None
+        )
+        return RunDetail(
+            summary,
+            run["spec"],
+            [
+                AttemptInfo(
+                    a["attempt"],
+                    a["state"],
+                    a["started_at"],
+                    a["ended_at"],
+                    a["exit_code"],
+                    a["classification"],
+                    a["reason"],
+                    tuple(self._statics[u].index for u in a["gpus"] if u in self._statics),
+                )
+                for a in attempts
+            ],
+            [
+                RetuneInfo(
+                    r["attempt"],
+                    r["ts"],
+                    r["from"] or {},
+                    r["to"] or {},
+                    r["verdict"],
+                    r["evidence"] or {},
+                    r["outcome"],
+                )
+                for r in retunes
+            ],
+            [run_event(e, run["id"]) for e in events],
+            [
+                RunMetric(m["ts"], m["attempt"], m["step"], m["loss"], m["samples_per_s"], m["mem_peak"])
+                for m in metrics
+            ],
+            capacity,
+        )
+
+    def logs(self, run_id: str, offset: int, stream: str = "stdout") -> LogChunk:
+        """The log file named in the store (the dashboard runs where the daemon wrote it)."""
+        with self._lock:
+            run = self.store.resolve(run_id)
+            attempt = self.store.attempt(run["id"], run["attempt"]) if run["attempt"] else None
+        if attempt is None:
+            return LogChunk("", 0)
+        path = Path(attempt[f"{stream}_path"])
+        try:
+            size = path.stat().st_size
+            start = max(0, size + offset) if offset < 0 else min(offset, size)
+            with path.open("rb") as fh:
+                fh.seek(start)
+                data = fh.read(LOG_CHUNK)
+        except OSError:
+            return LogChunk("", max(offset, 0))
+        return LogChunk(
+            data.decode("utf-8", "replace"), start + len(data), truncated=offset < 0 and start > 0
+        )
+
+    def frames(self, stop: threading.Event) -> Iterator[Frame]:
+        """New samples written by a daemon (if one is writing the file), checked once a second.
+        Run changes reach the app through its own periodic `runs()` poll."""
+        last_ts = self.snapshot().ts
+        while not stop.wait(self.poll_s):
+            snap = self.snapshot()
+            if snap.ts > last_ts:
+                last_ts = snap.ts
+                yield SampleFrame(snap)
+
+    # -- controls: none on a read-only database ----------------------------------------------
+
+    def stop_run(self, run_id: str) -> None:
+        raise self._readonly()
+
+    def resume_run(self, run_id: str) -> None:
+        raise self._readonly()
+
+    def submit(self, spec_path: str) -> str:
+        raise self._readonly()
+
+    def restart_with(self, run_id: str, changes: dict[str, Any]) -> None:
+        raise self._readonly()
+
+    def tune(self, run_id: str) -> None:
+        raise self._readonly()
+
+    def kill_process(self, pid: int) -> None:
+        raise self._readonly()
+
+    def close(self) -> None:
+        self.db.conn.close()

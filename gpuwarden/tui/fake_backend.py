@@ -1,0 +1,453 @@
+"""A deterministic in-memory backend for tests, snapshots and benchmarks.
+
+Every reading is a pure function of the time and the GPU's index, so a frozen clock gives the same
+screen every time. Controls are recorded in `actions` and change the runs the way the daemon
+would, so a test can press keys and then assert what the dashboard asked for.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from gpuwarden.core.errors import UserError
+from gpuwarden.core.telemetry.types import GpuSample, GpuStatic, HostSample
+from gpuwarden.tui.backend import (
+    AttemptInfo,
+    EventFrame,
+    Frame,
+    HistorySeries,
+    LogChunk,
+    ProcessInfo,
+    RetuneInfo,
+    RunDetail,
+    RunEvent,
+    RunFrame,
+    RunMetric,
+    RunSummary,
+    SampleFrame,
+    Snapshot,
+    SourceStatus,
+)
+
+GIB = 1024**3
+# 2025-11-21 02:40:00 UTC: the frozen "now" of tests and snapshots.
+FROZEN_TS = 1_763_692_800.0
+
+_CARDS: tuple[tuple[str, int, float, int, int], ...] = (
+    # name, memory, power limit W, max SM MHz, max memory MHz
+    ("NVIDIA GeForce RTX 4090", 24 * GIB, 450.0, 2520, 10501),
+    ("NVIDIA GeForce RTX 3060", 12 * GIB, 170.0, 1777, 7501),
+)
+
+
+def _wave(ts: float, period: float, phase: float) -> float:
+    """0..1, smooth and deterministic."""
+    return 0.5 + 0.5 * math.sin(2 * math.pi * ts / period + phase)
+
+
+class FakeBackend:
+    """Two GPUs (or `gpu_count`), a host, processes and five runs in different states."""
+
+    def __init__(
+        self,
+        gpu_count: int = 2,
+        *,
+        clock: Callable[[], float] = lambda: FROZEN_TS,
+        interval: float | None = None,
+        sampling: str | None = None,
+        with_runs: bool = True,
+        controls: bool = True,
+    ) -> None:
+        self.clock = clock
+        self.interval = interval  # None: no sample frames (static screens); else seconds per tick
+        self._sampling = sampling
+        self._controls = controls
+        self.actions: list[tuple[Any, ...]] = []
+        self.history_calls: list[tuple[tuple[str, ...], tuple[str, ...], float, float, int]] = []
+        self._lock = threading.Lock()
+        self._pending: deque[Frame] = deque()
+        self._event_id = 100
+        self._statics = [self._static(i) for i in range(gpu_count)]
+        self._runs: dict[str, RunSummary] = {}
+        self._details: dict[str, RunDetail] = {}
+        self._logs: dict[str, list[str]] = {}
+        self._processes: list[ProcessInfo] = []
+        if gpu_count and with_runs:
+            self._seed_runs()
+        self._seed_processes()
+
+    @classmethod
+    def no_gpu(cls, **kwargs: Any) -> FakeBackend:
+        """A host without a driver: the daemon samples the host only."""
+        kwargs.setdefault("sampling", "no NVIDIA driver found: sampling the host only")
+        return cls(0, with_runs=False, **kwargs)
+
+    # -- telemetry ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _static(i: int) -> GpuStatic:
+        name, mem, limit, sm, memclk = _CARDS[i % len(_CARDS)]
+        return GpuStatic(
+            uuid=f"GPU-{i:08d}-fake-{i:04d}",
+            index=i,
+            name=name,
+            pci_bus_id=f"00000000:{i + 1:02X}:00.0",
+            memory_total=mem,
+            power_limit_default_w=limit,
+            power_limit_min_w=limit / 3,
+            power_limit_max_w=limit,
+            max_sm_clock_mhz=sm,
+            max_mem_clock_mhz=memclk,
+            compute_capability="8.9" if i % 2 == 0 else "8.6",
+            driver_version="550.54.15",
+            cuda_driver_version="12.4",
+        )
+
+    def _value(self, static: GpuStatic, metric: str, ts: float) -> float | None:
+        """One metric of one GPU at `ts` (computed alone: history asks for thousands of these)."""
+        i = static.index
+        if metric == "mem_used":
+            return round(float(static.memory_total or 0) * (0.35 + 0.5 * _wave(ts, 900.0, i)))
+        if metric == "mem_total":
+            return float(static.memory_total or 0)
+        if metric == "power_limit_w":
+            return static.power_limit_default_w
+        if metric == "mem_clock_mhz":
+            return static.max_mem_clock_mhz
+        if metric == "pstate":
+            return 2.0
+        # Minutes-long load swings on top of a daily rhythm, so every history window has a shape.
+        busy = 0.15 + 0.85 * (0.7 * _wave(ts, 300.0 + 40 * i, i * 1.3) + 0.3 * _wave(ts, 86_400.0, i))
+        if metric == "util_gpu":
+            return round(100 * busy)
+        if metric == "util_mem":
+            return round(70 * busy)
+        if metric == "util_gpu_fine":
+            return round(100 * busy, 1)
+        if metric == "power_w":
+            return round((static.power_limit_default_w or 300.0) * (0.2 + 0.78 * busy), 1)
+        if metric == "temperature_c":
+            return round(38 + 40 * busy)
+        if metric == "sm_clock_mhz":
+            return round((static.max_sm_clock_mhz or 2000) * (0.5 + 0.45 * busy))
+        if metric == "fan_pct":
+            return round(30 + 50 * busy)
+        return None
+
+    def _sample(self, static: GpuStatic, ts: float) -> GpuSample:
+        v = {m: self._value(static, m, ts) for m in ("util_gpu", "mem_used", "power_w", "temperature_c")}
+        power = v["power_w"] or 0.0
+        limit = static.power_limit_default_w or 300.0
+        # The first card hits its power cap when busy; the second sits idle-clocked when quiet.
+        throttle = 0x4 if static.index % 2 == 0 and power > 0.9 * limit else 0
+        if static.index % 2 == 1 and (v["util_gpu"] or 0) < 25:
+            throttle |= 0x1
+        return GpuSample(
+            ts=ts,
+            uuid=static.uuid,
+            util_gpu=v["util_gpu"],
+            util_mem=self._value(static, "util_mem", ts),
+            mem_used=int(v["mem_used"] or 0),
+            mem_total=static.memory_total,
+            power_w=power,
+            power_limit_w=limit,
+            # Energy counter: mean power × time since an arbitrary driver load, monotonic.
+            energy_mj=int((ts - FROZEN_TS + 86_400) * limit * 0.6 * 1000),
+            temperature_c=v["temperature_c"],
+            sm_clock_mhz=int(self._value(static, "sm_clock_mhz", ts) or 0),
+            mem_clock_mhz=static.max_mem_clock_mhz,
+            throttle_reasons=throttle,
+            fan_pct=self._value(static, "fan_pct", ts),
+            pstate=2,
+        )
+
+    def _host(self, ts: float) -> HostSample:
+        return HostSample(
+            ts=ts,
+            cpu_percent=round(20 + 50 * _wave(ts, 120.0, 0.4), 1),
+            mem_used=int((18 + 10 * _wave(ts, 600.0, 0.1)) * GIB),
+            mem_total=64 * GIB,
+            load1=round(2 + 6 * _wave(ts, 120.0, 0.4), 2),
+            load5=3.1,
+            load15=2.7,
+            swap_used=0,
+        )
+
+    def _seed_processes(self) -> None:
+        if not self._statics:
+            return
+        s0 = self._statics[0]
+        self._processes = [
+            ProcessInfo(
+                4242, s0.uuid, 0, "me", 14 * GIB, "python -m gpuwarden.runners.train", "a1b2c3d4", True
+            ),
+            ProcessInfo(5151, s0.uuid, 0, "me", 900 * 1024**2, "python notebook_kernel.py", None, True),
+        ]
+        if len(self._statics) > 1:
+            s1 = self._statics[1]
+            self._processes.append(
+                ProcessInfo(6060, s1.uuid, 1, "alice", 3 * GIB, "ollama serve", None, False)
+            )
+
+    # -- runs --------------------------------------------------------------------------------
+
+    def _seed_runs(self) -> None:
+        t = FROZEN_TS
+        runs = [
+            RunSummary("a1b2c3d4", "llm-finetune", "train", "running", (0,), 2, 12_800, 50_000, 42.5, 1,
+                       "attempt 2 after OOM: batch 8 → 4", t - 3600, t - 3500),
+            RunSummary("e5f6a7b8", "doc-parse", "infer", "queued", (), 0, None, 1200, None, 0,
+                       "waiting for 15 GiB free on one GPU", t - 600),
+            RunSummary("c9d0e1f2", "captcha-bf16", "train", "succeeded", (1,), 1, 40_000, 40_000, 210.0, 0,
+                       "finished in 3h10m", t - 90_000, t - 89_000, t - 77_600),
+            RunSummary("0a1b2c3d", "restore-unet", "train", "failed", (0,), 3, 3_000, 100_000, None, 2,
+                       "OOM again at batch 1: the model does not fit", t - 7200, t - 7100, t - 5400),
+            RunSummary("4e5f6a7b", "vlm-batch", "infer", "stopped", (1,), 1, 300, 1200, 0.4, 0,
+                       "stopped by user", t - 20_000, t - 19_900, t - 19_000),
+        ]  # fmt: skip
+        for r in runs:
+            self._runs[r.id] = r
+            self._details[r.id] = self._detail_for(r)
+            self._logs[r.id] = self._log_for(r)
+
+    def _detail_for(self, r: RunSummary) -> RunDetail:
+        t0 = r.started_at or r.created_at
+        attempts = []
+        for n in range(1, r.attempt + 1):
+            last = n == r.attempt
+            ended = None if last and r.state == "running" else t0 + 600 * n
+            classification = None if ended is None else ("oom" if not last else r.state)
+            attempts.append(
+                AttemptInfo(
+                    n, "running" if ended is None else "ended", t0 + 600 * (n - 1) + 5, ended,
+                    None if ended is None else (3 if classification == "oom" else 0),
+                    classification,
+                    "CUDA out of memory in backward" if classification == "oom" else None,
+                    r.gpus,
+                )
+            )  # fmt: skip
+        retunes = []
+        batch = 8
+        for n in range(1, r.retunes + 1):
+            retunes.append(
+                RetuneInfo(
+                    attempt=n,
+                    ts=t0 + 600 * n + 2,
+                    before={"train.batch_size": batch, "train.grad_accum": 32 // batch},
+                    after={"train.batch_size": batch // 2, "train.grad_accum": 64 // batch},
+                    verdict="gpu_capacity",
+                    evidence={"reserved_gib": 22.9, "capacity_gib": 24.0, "other_processes_gib": 0.9},
+                    outcome="succeeded" if n < r.retunes or r.state == "running" else "oom again",
+                )
+            )
+            batch //= 2
+        events = [
+            RunEvent(i + 1, r.id, a.attempt, (a.started_at or t0), "started", f"attempt {a.attempt} on GPU "
+                     + ",".join(map(str, a.gpus)), "runner")
+            for i, a in enumerate(attempts)
+        ]  # fmt: skip
+        events += [
+            RunEvent(
+                50 + i, r.id, rt.attempt, rt.ts, "oom", f"out of memory ({rt.verdict}): retuned", "daemon"
+            )
+            for i, rt in enumerate(retunes)
+        ]
+        events.sort(key=lambda e: e.ts)
+        metrics = [
+            RunMetric(
+                ts=t0 + 30 * k,
+                attempt=min(r.attempt, 1 + k // 20) if r.attempt else 1,
+                step=10 * k,
+                loss=round(2.5 * math.exp(-k / 25) + 0.3 + 0.05 * math.sin(k), 4),
+                samples_per_s=round(40 + 6 * math.sin(k / 3), 2),
+                mem_peak=int((20 + 3 * _wave(k, 17, 0)) * GIB),
+            )
+            for k in range(60 if r.attempt else 0)
+        ]
+        spec: dict[str, Any] = {
+            "name": r.name,
+            "kind": r.kind,
+            "train": {"batch_size": 4, "grad_accum": 8, "precision": "bf16"},
+        }
+        capacity = None
+        if r.gpus and self._statics:
+            capacity = min(self._statics[i % len(self._statics)].memory_total or 0 for i in r.gpus)
+        return RunDetail(r, spec, attempts, retunes, events, metrics, capacity)
+
+    @staticmethod
+    def _log_for(r: RunSummary) -> list[str]:
+        if not r.attempt:
+            return []
+        return [
+            f"step {10 * k:>5}  loss {2.5 * math.exp(-k / 25) + 0.3:.4f}  {40 + k % 7}.0 samples/s"
+            for k in range(80)
+        ]
+
+    # -- the protocol ------------------------------------------------------------------------
+
+    def status(self) -> SourceStatus:
+        return SourceStatus(
+            "fake", "in-memory fake", sampling=self._sampling, version="0.1.0", controls=self._controls
+        )
+
+    def gpus(self) -> list[GpuStatic]:
+        return list(self._statics)
+
+    def snapshot(self) -> Snapshot:
+        ts = self.clock()
+        with self._lock:
+            processes = list(self._processes)
+        return Snapshot(ts, [self._sample(s, ts) for s in self._statics], self._host(ts), processes)
+
+    def history(
+        self, gpus: Sequence[str], metrics: Sequence[str], start: float, end: float, points: int
+    ) -> HistorySeries:
+        self.history_calls.append((tuple(gpus), tuple(metrics), start, end, points))
+        by_uuid = {s.uuid: s for s in self._statics}
+        step = (end - start) / max(points, 1)
+        out: HistorySeries = {}
+        for uuid in gpus:
+            static = by_uuid.get(uuid)
+            if static is None:
+                continue
+            out[uuid] = {
+                m: [self._bucket(static, m, start + k * step, step) for k in range(points)] for m in metrics
+            }
+        return out
+
+    def _bucket(
+        self, static: GpuStatic, metric: str, start: float, step: float
+    ) -> tuple[float, float | None]:
+        """A bucket's mean, as the store's rollups give it: point samples of a wide bucket would
+        alias the minutes-long swings; a bucket of a few seconds is one reading anyway."""
+        n = 1 if step <= 30 else 8
+        values = [self._value(static, metric, start + (j + 0.5) * step / n) for j in range(n)]
+        present = [v for v in values if v is not None]
+        return start + step / 2, (sum(present) / len(present) if present else None)
+
+    def runs(self) -> list[RunSummary]:
+        with self._lock:
+            return list(self._runs.values())
+
+    def run_detail(self, run_id: str) -> RunDetail:
+        with self._lock:
+            if run_id not in self._details:
+                raise UserError(f"no run matches '{run_id}' — see `gpuwarden ps`", code="not_found")
+            detail = self._details[run_id]
+            run = self._runs[run_id]
+        if detail.run is not run:
+            detail = RunDetail(run, *(getattr(detail, f) for f in (
+                "spec", "attempts", "retunes", "events", "metrics", "mem_capacity")))  # fmt: skip
+        return detail
+
+    def logs(self, run_id: str, offset: int, stream: str = "stdout") -> LogChunk:
+        with self._lock:
+            data = "".join(line + "\n" for line in self._logs.get(run_id, [])).encode()
+        if offset < 0:
+            start = max(0, len(data) + offset)
+            # Start on a line boundary so the first line shown is whole.
+            nl = data.find(b"\n", start - 1) if start else -1
+            start = nl + 1 if start and nl >= 0 else start
+            return LogChunk(data[start:].decode(), len(data))
+        return LogChunk(data[offset:].decode(), len(data))
+
+    def frames(self, stop: threading.Event) -> Iterator[Frame]:
+        next_tick = self.clock()
+        while not stop.is_set():
+            with self._lock:
+                pending = list(self._pending)
+                self._pending.clear()
+            yield from pending
+            if self.interval is None:
+                stop.wait(0.05)
+                continue
+            stop.wait(max(0.0, min(self.interval, next_tick + self.interval - self.clock())))
+            if stop.is_set():
+                return
+            next_tick = self.clock()
+            self._grow_logs()
+            yield SampleFrame(self.snapshot())
+
+    def _grow_logs(self) -> None:
+        with self._lock:
+            for run in self._runs.values():
+                if run.state == "running":
+                    lines = self._logs.setdefault(run.id, [])
+                    lines.append(f"step {10 * len(lines):>5}  loss 0.4100  41.0 samples/s")
+
+    # -- controls ----------------------------------------------------------------------------
+
+    def _require(self, run_id: str) -> RunSummary:
+        with self._lock:
+            run = self._runs.get(run_id)
+        if run is None:
+            raise UserError(f"no run matches '{run_id}' — see `gpuwarden ps`", code="not_found")
+        return run
+
+    def _set_state(self, run: RunSummary, state: str, message: str) -> None:
+        changed = RunSummary(**{**run.__dict__, "state": state, "message": message})
+        with self._lock:
+            self._runs[run.id] = changed
+            self._event_id += 1
+            text = f"{state}: {message}"
+            event = RunEvent(self._event_id, run.id, run.attempt, self.clock(), "state", text, "daemon")
+            self._pending.extend([RunFrame(changed), EventFrame(event)])
+
+    def stop_run(self, run_id: str) -> None:
+        run = self._require(run_id)
+        self.actions.append(("stop", run_id))
+        if run.state not in ("running", "starting", "retuning", "queued"):
+            raise UserError(f"run {run.name} is {run.state}: nothing to stop", code="conflict")
+        self._set_state(run, "stopped", "stopped by user")
+
+    def resume_run(self, run_id: str) -> None:
+        run = self._require(run_id)
+        self.actions.append(("resume", run_id))
+        if run.state not in ("stopped", "failed", "interrupted"):
+            raise UserError(
+                f"run {run.name} is {run.state}: only stopped or failed runs resume", code="conflict"
+            )
+        self._set_state(run, "queued", "resumed by user")
+
+    def submit(self, spec_path: str) -> str:
+        self.actions.append(("submit", spec_path))
+        if not spec_path.endswith((".yaml", ".yml")):
+            raise UserError(f"{spec_path}: not a YAML run spec", code="invalid_config")
+        run_id = f"f{len(self._runs):07x}"
+        name = spec_path.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+        run = RunSummary(run_id, name, "train", "queued", (), 0, None, None, None, 0, "submitted",
+                         self.clock())  # fmt: skip
+        with self._lock:
+            self._runs[run_id] = run
+            self._details[run_id] = RunDetail(run, {"name": name}, [], [], [], [], None)
+            self._pending.append(RunFrame(run))
+        return run_id
+
+    def restart_with(self, run_id: str, changes: dict[str, Any]) -> None:
+        run = self._require(run_id)
+        self.actions.append(("restart_with", run_id, dict(changes)))
+        self._set_state(run, "queued", "restarting with " + ", ".join(f"{k}={v}" for k, v in changes.items()))
+
+    def tune(self, run_id: str) -> None:
+        run = self._require(run_id)
+        self.actions.append(("tune", run_id))
+        self._set_state(run, run.state, "tune-up search queued")
+
+    def kill_process(self, pid: int) -> None:
+        self.actions.append(("kill", pid))
+        with self._lock:
+            proc = next((p for p in self._processes if p.pid == pid), None)
+            if proc is None:
+                raise UserError(f"no GPU process {pid}", code="not_found")
+            if not proc.owned:
+                raise UserError(
+                    f"process {pid} belongs to {proc.user}: you can only stop your own", code="forbidden"
+                )
+            self._processes = [p for p in self._processes if p.pid != pid]
+
+    def close(self) -> None:
+        self.actions.append(("close",))

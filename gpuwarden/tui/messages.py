@@ -1,0 +1,77 @@
+"""Messages that thread workers post to the app. Small, and `bubble=False`: only the app reads them.
+
+`FramesReady` and `RunsLoaded` may replace a pending message of their kind (`can_replace`), so on
+a slow link a backlog collapses into one redraw of the newest state instead of queueing up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.message import Message
+
+from gpuwarden.core.telemetry.types import GpuStatic
+from gpuwarden.tui.backend import HistorySeries, LogChunk, RunDetail, RunSummary, Snapshot, SourceStatus
+
+
+class FramesReady(Message, bubble=False):
+    """The frame buffer has something to read (the frames themselves stay in the buffer)."""
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, FramesReady)
+
+
+@dataclass
+class Connected(Message, bubble=False):
+    """First load after (re)connecting: who we talk to and everything the overview needs."""
+
+    status: SourceStatus
+    gpus: list[GpuStatic]
+    snapshot: Snapshot
+    runs: list[RunSummary]
+    # uuid → metric → recent values, to seed the live charts.
+    recent: dict[str, dict[str, list[float | None]]]
+
+
+@dataclass
+class RunsLoaded(Message, bubble=False):
+    runs: list[RunSummary]
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, RunsLoaded)
+
+
+@dataclass
+class SnapshotLoaded(Message, bubble=False):
+    snapshot: Snapshot
+
+
+@dataclass
+class HistoryLoaded(Message, bubble=False):
+    window: str
+    metric: str
+    start: float
+    end: float
+    series: HistorySeries
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, HistoryLoaded)
+
+
+@dataclass
+class DetailLoaded(Message, bubble=False):
+    detail: RunDetail
+
+
+@dataclass
+class LogLoaded(Message, bubble=False):
+    run_id: str
+    chunk: LogChunk
+
+
+@dataclass
+class ControlDone(Message, bubble=False):
+    """A control (stop, resume, …) returned; `error` is the one-line refusal, if any."""
+
+    label: str
+    error: str | None = None

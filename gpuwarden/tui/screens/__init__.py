@@ -1,0 +1,1 @@
+"""Screens and tab panes of the dashboard."""

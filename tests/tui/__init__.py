@@ -1,0 +1,1 @@
+"""Dashboard tests: pilot-driven screens, SVG snapshots, chart rendering, backends."""

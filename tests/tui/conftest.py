@@ -1,0 +1,66 @@
+"""Shared pieces of the dashboard tests: a frozen clock in UTC, an app factory, and `settle()`."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import pytest
+from textual.pilot import Pilot
+
+from gpuwarden.tui.app import GpuwardenApp
+from gpuwarden.tui.backend import DashboardBackend
+from gpuwarden.tui.fake_backend import FROZEN_TS, FakeBackend
+
+# Snapshots print wall-clock times: render them in UTC whatever the machine's zone.
+os.environ["TZ"] = "UTC"
+time.tzset()
+
+
+def make_app(
+    backend: DashboardBackend | None = None,
+    *,
+    readonly: bool = False,
+    clock: Callable[[], float] | None = None,
+) -> GpuwardenApp:
+    """The app as every test builds it: a fake backend and a clock stopped at FROZEN_TS."""
+    return GpuwardenApp(backend or FakeBackend(), readonly=readonly, clock=clock or (lambda: FROZEN_TS))
+
+
+async def settle(pilot: Pilot[Any], *, timeout: float = 5.0) -> None:
+    """Wait until the first load has been applied and no short-lived worker is still busy."""
+    app = pilot.app
+    assert isinstance(app, GpuwardenApp)
+    deadline = time.monotonic() + timeout
+    while not app.connected:
+        assert time.monotonic() < deadline, "the dashboard never connected"
+        await pilot.pause(0.02)
+    await wait_workers(pilot, deadline)
+
+
+async def wait_workers(pilot: Pilot[Any], deadline: float | None = None) -> None:
+    """Wait for every worker but the long-lived ones (stream, log tail) to finish, then repaint."""
+    deadline = deadline or time.monotonic() + 5.0
+    while True:
+        busy = [w for w in pilot.app.workers if w.group not in ("stream", "log") and not w.is_finished]
+        if not busy:
+            break
+        assert time.monotonic() < deadline, f"workers still running: {busy}"
+        await pilot.pause(0.02)
+    await pilot.pause()
+    await pilot.wait_for_scheduled_animations()
+    await pilot.pause()
+
+
+def run(coro: Coroutine[Any, Any, None]) -> None:
+    """Run an async test body (the suite has no asyncio plugin)."""
+    import asyncio
+
+    asyncio.run(coro)
+
+
+@pytest.fixture
+def fake() -> FakeBackend:
+    return FakeBackend()

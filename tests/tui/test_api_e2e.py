@@ -1,0 +1,83 @@
+"""The dashboard against a real daemon (subprocess, two fake H100s): ApiBackend end to end."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from textual.widgets import DataTable
+
+from gpuwarden.tui.api_backend import ApiBackend
+from gpuwarden.tui.backend import SampleFrame
+from gpuwarden.tui.widgets.gpu_card import GpuCard
+from tests.daemon.conftest import (  # noqa: F401  (fixtures used by name)
+    DaemonHandle,
+    command_spec,
+    daemon_factory,
+    gw,
+    short_tmp,
+)
+from tests.tui.conftest import make_app, run, settle, wait_workers
+
+pytestmark = pytest.mark.slow
+
+PRINTER = """
+import time
+for i in range(3000):
+    print("line", i, flush=True)
+    time.sleep(0.05)
+"""
+
+
+def test_api_backend_reads_a_live_daemon(gw: DaemonHandle) -> None:  # noqa: F811 (the fixture)
+    backend = ApiBackend(gw.client())
+    try:
+        status = backend.status()
+        assert status.source == "daemon" and status.sampling is None and status.controls
+        gpus = backend.gpus()
+        assert len(gpus) == 2 and "H100" in gpus[0].name
+        snap = backend.snapshot()
+        assert len(snap.gpus) == 2 and snap.host is not None and snap.processes is not None
+        stop = threading.Event()
+        first = next(f for f in backend.frames(stop) if isinstance(f, SampleFrame))
+        stop.set()
+        assert len(first.snapshot.gpus) == 2
+        time.sleep(1.0)  # a few ticks into the store
+        now = time.time()
+        series = backend.history([gpus[0].uuid], ["util_gpu"], now - 300, now, 100)
+        assert sum(v is not None for _, v in series[gpus[0].uuid]["util_gpu"]) >= 1
+    finally:
+        backend.close()
+
+
+def test_stop_a_real_run_from_the_dashboard(gw: DaemonHandle) -> None:  # noqa: F811 (the fixture)
+    run_id = gw.submit(command_spec("printer", PRINTER))["id"]
+    gw.wait_state(run_id, ("running",))
+
+    async def body() -> None:
+        app = make_app(ApiBackend(gw.client()), clock=time.time)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await settle(pilot, timeout=10)
+            assert len(list(app.query(GpuCard))) == 2
+            await pilot.press("2")
+            await wait_workers(pilot)
+            table = app.query_one("#runs-table", DataTable)
+            assert str(table.get_row(run_id)[0]) == "running"
+            assert str(table.get_row(run_id)[2]) in ("0", "1")  # the GPU the daemon placed it on
+            await pilot.press("enter")
+            await wait_workers(pilot)
+            deadline = time.monotonic() + 10
+            log = app.screen.query_one("#log-view")
+            while "line" not in "\n".join(getattr(log, "lines", [])):
+                assert time.monotonic() < deadline, "the log tail never showed the run's output"
+                await pilot.pause(0.1)
+            await pilot.press("s", "y")
+            await wait_workers(pilot)
+            deadline = time.monotonic() + 15
+            while app.live.runs[run_id].state != "stopped":
+                assert time.monotonic() < deadline, app.live.runs[run_id]
+                await pilot.pause(0.1)
+
+    run(body())
+    assert gw.client().run(run_id)["state"] == "stopped"
