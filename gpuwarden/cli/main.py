@@ -18,6 +18,7 @@ COMMANDS: dict[str, str] = {
     "tui": "gpuwarden.cli.tui:tui",
     "service": "gpuwarden.cli.service:service",
     "tune": "gpuwarden.cli.tune:tune",
+    "example-models": "gpuwarden.cli.examples:example_models",
     # daemon and runs (issue 3)
     "daemon": "gpuwarden.cli.daemon_cmds:daemon",
     "up": "gpuwarden.cli.daemon_cmds:up",

@@ -25,9 +25,44 @@ def _when(ts: float | None) -> str:
     return "-" if ts is None else dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
 
 
+# Bulky payloads a human does not want inline; `gpuwarden events RUN --json` has them whole.
+_EVENT_SKIP = {
+    "v",
+    "type",
+    "ts",
+    "id",
+    "attempt",
+    "source",
+    "run_id",
+    "dropped",
+    "config",
+    "report",
+    "fields",
+}
+_REPORT_KEYS = (
+    "steps",
+    "samples_seen",
+    "items_done",
+    "wall_s",
+    "samples_per_s",
+    "items_per_s",
+    "tokens_per_s",
+)
+
+
+def _compact(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
 def _event_line(event: dict[str, Any]) -> str:
-    skip = {"v", "type", "ts", "id", "attempt", "source", "run_id", "dropped"}
-    fields = " ".join(f"{k}={v}" for k, v in event.items() if k not in skip and v is not None)
+    fields = " ".join(
+        f"{k}={_compact(v)}" for k, v in event.items() if k not in _EVENT_SKIP and v is not None
+    )
+    if event.get("type") == "finished" and isinstance(event.get("report"), dict):
+        report = event["report"]
+        fields = " ".join(f"{k}={_compact(report[k])}" for k in _REPORT_KEYS if report.get(k) is not None)
     when = dt.datetime.fromtimestamp(float(event.get("ts", 0))).strftime("%H:%M:%S")
     return f"{when} #{event.get('id', '')} [{event.get('attempt') or '-'}] {event['type']}: {fields}"
 
@@ -148,9 +183,18 @@ def show(run: str, as_json: bool) -> None:
             f"  {_when(a['started_at'])} → {_when(a['ended_at'])}  {a['reason'] or ''}"
         )
     for r in detail["retunes"]:
-        click.echo(f"retune after attempt {r['attempt']}: {r['from']} → {r['to']} ({r['verdict'] or ''})")
-    if detail["report"] is not None:
+        changes = ", ".join(f"{k} {r['from'].get(k)} → {v}" for k, v in (r["to"] or {}).items())
+        outcome = f", then {r['outcome']}" if r.get("outcome") else ""
+        click.echo(f"retune after attempt {r['attempt']} ({r['verdict'] or '?'}{outcome}): {changes}")
+        decision = (r.get("evidence") or {}).get("decision") or {}
+        if decision.get("reason"):
+            click.echo(f"    why: {decision['reason']}")
+    report = detail["report"]
+    if isinstance(report, dict):
         click.echo(f"report:   {Path(detail['run_dir']) / 'report.json'}")
+        for key in (*_REPORT_KEYS, "mem_peak", "loss_first", "loss_last", "device", "dtype", "batch_size"):
+            if report.get(key) is not None:
+                click.echo(f"    {key}: {_compact(report[key])}")
 
 
 @click.command()

@@ -9,13 +9,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
 from gpuwarden.core.events import EXIT_OK, EXIT_OOM, EXIT_TERMINATED, EXIT_USER_ERROR
+from gpuwarden.core.rlimit import limited_argv
 
 # psutil create times are floats rounded differently across reads; this is far below the time
 # it takes the kernel to reuse a pid.
@@ -112,7 +112,7 @@ def spawn(
     """Start `argv` (no shell) in a new session; raises OSError when it cannot be started."""
     if memory_limit is not None:
         # A tiny exec wrapper sets RLIMIT_AS in the child: preexec_fn is unsafe in a threaded daemon.
-        argv = [sys.executable, "-m", "gpuwarden.daemon.rlimit", str(int(memory_limit)), "--", *argv]
+        argv = limited_argv(argv, int(memory_limit))
     out_fd = open_log(stdout_path)
     err_fd = open_log(stderr_path)
     try:

@@ -79,6 +79,11 @@ class AttemptEnd:
     gpu_capacity: int | None  # smallest memory among the attempt's GPUs
     host_capacity: int | None  # the address-space limit, else the host's memory
     adopted: bool
+    pid: int | None = None  # the attempt's process (and process group) id
+
+
+class RetuneGiveUp(Exception):
+    """Raised by a retune hook when the run must fail; the message says why, in one line."""
 
 
 class RetuneHook(Protocol):
@@ -507,6 +512,9 @@ class Supervisor:
                 verdict = process.Classification(
                     "oom", f"{text.verdict}: {text.reason} ({status.describe()})"
                 )
+            elif text.verdict == "shape_bug":
+                # Looks like an OOM, but no memory setting can satisfy it: fail, and say why.
+                verdict = process.Classification("failed", f"shape_bug: {text.reason} ({status.describe()})")
         reason = f"{verdict.reason}; {note}" if note else verdict.reason
         self._w(
             lambda s: s.update_attempt(
@@ -540,6 +548,7 @@ class Supervisor:
                 gpu_capacity=self._gpu_capacity(active.gpus),
                 host_capacity=self._host_capacity(active.run_id),
                 adopted=active.child.adopted,
+                pid=active.child.pid,
             )
             self._start_retune(active.run_id, end, message)
         else:
@@ -569,6 +578,9 @@ class Supervisor:
             run = self._run(run_id)
             events = self._w(lambda s: s.events(run_id, limit=100_000))
             decision = self.retune_hook(run, end, events)
+        except RetuneGiveUp as exc:
+            decision = None
+            message = f"{message}; {exc}"
         except Exception as exc:
             log.exception("retune hook failed for run %s", run_id)
             decision = None
@@ -600,7 +612,10 @@ class Supervisor:
             )
             changes = ", ".join(f"{k}: {decision.from_.get(k)} → {v}" for k, v in decision.to.items())
             self._w(lambda s: s.update_run(run_id, spec=spec_document(spec)))
-            self._daemon_event(run_id, end.number, "retuned", changes=decision.to, verdict=decision.verdict)
+            reason = ((decision.evidence or {}).get("decision") or {}).get("reason")
+            self._daemon_event(
+                run_id, end.number, "retuned", changes=decision.to, verdict=decision.verdict, reason=reason
+            )
             placement = place(spec.resources, self.gpu_states(), self._busy(), self.settings.max_runs_per_gpu)
             if placement is None:
                 self._set_state(

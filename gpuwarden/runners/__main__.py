@@ -86,6 +86,12 @@ def report_failure(exc: BaseException, events: EventWriter) -> int:
         )
         print(f"gpuwarden: out of memory ({verdict.verdict}): {verdict.message}", file=sys.stderr, flush=True)
         return EXIT_OOM
+    if verdict.verdict == "shape_bug":
+        # An allocation larger than the device: a bug in shapes, not a setting to retune.
+        message = one_line(f"shape_bug: {verdict.reason}")
+        events.emit(Error(code="shape_bug", message=message))
+        print(f"gpuwarden: {message}", file=sys.stderr, flush=True)
+        return EXIT_FAILED
     events.emit(Error(code="bug", message=one_line(f"{type(exc).__name__}: {exc}")[:2000]))
     traceback.print_exception(exc, file=sys.stderr)
     return EXIT_FAILED

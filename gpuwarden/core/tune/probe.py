@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -25,18 +24,8 @@ import yaml
 from gpuwarden.core.config.spec import RunSpec
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.events import EXIT_OOM, decode
+from gpuwarden.core.rlimit import limited_argv
 from gpuwarden.core.tune.search import Candidate, ProbeResult
-
-
-def address_space_limiter(limit: int | None) -> Callable[[], None] | None:
-    """A preexec_fn that caps the child's address space (RLIMIT_AS); None when no limit."""
-    if limit is None:
-        return None
-
-    def apply() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-
-    return apply
 
 
 class SubprocessProber:
@@ -139,6 +128,7 @@ class SubprocessProber:
         argv += ["--attempt", "1", "--events", str(events_path)]
         env = dict(os.environ if self.env is None else self.env)
         limit = self.spec.resources.memory_limit
+        argv = limited_argv(argv, int(limit) if limit else None)
         start = time.monotonic()
         with open(run_dir / "stderr.log", "wb") as err, open(run_dir / "stdout.log", "wb") as out:
             proc = subprocess.Popen(
@@ -147,7 +137,6 @@ class SubprocessProber:
                 stderr=err,
                 env=env,
                 start_new_session=True,
-                preexec_fn=address_space_limiter(int(limit) if limit else None),
             )
             try:
                 code = proc.wait(timeout=self.timeout_s)

@@ -1,0 +1,169 @@
+"""The daemon's retune hook: out-of-memory recovery for supervised runs.
+
+Runs on the `retune-<run>` thread the supervisor starts while the run is `retuning`, so probes
+and waits never hold up other runs. It waits until the failed attempt's GPU memory is released,
+plans the restart with `core.oom.recovery` (probing with short runner processes where the run has
+no memory figures of its own), applies waits and GPU moves, and returns the next attempt's spec
+and the record to store — or raises `RetuneGiveUp` with the reason the run must fail.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
+from gpuwarden.core.oom.recovery import AttemptFacts, RecoveryPlan, plan_recovery
+from gpuwarden.core.telemetry.types import GpuProcess
+from gpuwarden.core.tune.probe import SubprocessProber
+from gpuwarden.core.tune.search import Candidate
+from gpuwarden.daemon.placement import GpuState
+from gpuwarden.daemon.supervisor import AttemptEnd, RetuneDecision, RetuneGiveUp
+
+log = logging.getLogger("gpuwarden.daemon.recovery")
+
+RELEASE_TIMEOUT_S = 30.0
+
+
+class OomRecovery:
+    """Callable as the supervisor's RetuneHook."""
+
+    def __init__(
+        self,
+        *,
+        gpu_states: Callable[[], list[GpuState]],
+        gpu_processes: Callable[[], list[GpuProcess]],
+        retunes_of: Callable[[str], list[dict[str, Any]]],
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.time,
+        release_timeout: float = RELEASE_TIMEOUT_S,
+    ) -> None:
+        self._gpu_states = gpu_states
+        self._gpu_processes = gpu_processes
+        self._retunes_of = retunes_of
+        self._sleep = sleep
+        self._clock = clock
+        self._release_timeout = release_timeout
+
+    def __call__(
+        self, run: Mapping[str, Any], end: AttemptEnd, events: Sequence[Mapping[str, Any]]
+    ) -> RetuneDecision | None:
+        spec = spec_from_mapping(dict(run["spec"]))
+        run_id = str(run["id"])
+        self._wait_released(end)
+        retunes = self._retunes_of(run_id)
+        history = [
+            r["evidence"]["decision"]
+            for r in retunes
+            if isinstance(r.get("evidence"), dict) and "decision" in r["evidence"]
+        ]
+        first_oom = min((float(r["ts"]) for r in retunes), default=self._clock())
+        facts = AttemptFacts(
+            number=end.number,
+            events=[dict(e) for e in events],
+            stderr_tail=end.stderr_tail,
+            exit_code=end.exit_code,
+            signal=end.signal,
+            oom_kill=end.oom_kill,
+            gpu_capacity=end.gpu_capacity,
+            host_capacity=end.host_capacity,
+        )
+        probe_dir = Path(str(run["run_dir"])) / "probes" / f"after-{end.number}"
+        probe = self._probe_for(spec, end, probe_dir) if spec.kind in ("train", "infer") else None
+        try:
+            plan = plan_recovery(
+                spec,
+                facts,
+                history=history,
+                retunes_so_far=len(retunes),
+                elapsed_s=self._clock() - first_oom,
+                probe=probe,
+            )
+        finally:
+            shutil.rmtree(probe_dir, ignore_errors=True)
+        if plan.give_up is not None:
+            raise RetuneGiveUp(plan.give_up)
+        assert plan.spec is not None
+        decision = plan.decision
+        if decision.wait_s:
+            log.info("run %s: waiting %.0f s for other processes to free GPU memory", run_id, decision.wait_s)
+            self._sleep(decision.wait_s)
+        if decision.action == "move_gpu":
+            self._move(plan, end)
+        return RetuneDecision(
+            spec=plan.spec,
+            from_=plan.from_,
+            to=plan.to,
+            verdict=plan.classification.verdict,
+            evidence=plan.evidence(),
+            prediction=decision.prediction,
+        )
+
+    def _wait_released(self, end: AttemptEnd) -> None:
+        """Until no process of the attempt's group holds GPU memory (bounded): a restart that
+        starts while the old CUDA context is still being torn down runs out of memory again."""
+        if not end.gpus or end.pid is None:
+            return
+        deadline = self._clock() + self._release_timeout
+        while self._clock() < deadline:
+            holders = [p for p in self._gpu_processes() if p.uuid in end.gpus and _in_group(p.pid, end.pid)]
+            if not holders:
+                return
+            self._sleep(0.5)
+        log.warning(
+            "GPU memory of attempt %d still held after %.0f s; restarting anyway",
+            end.number,
+            self._release_timeout,
+        )
+
+    def _probe_for(
+        self, spec: RunSpec, end: AttemptEnd, work_dir: Path
+    ) -> Callable[[int], tuple[int | None, bool]]:
+        env = dict(os.environ)
+        env.update(spec.env)
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(end.gpus)
+        prober = SubprocessProber(spec, work_dir, env=env, warmup_steps=1, measure_steps=1, timeout_s=600)
+        t = spec.train
+        i = spec.infer
+
+        def probe(batch: int) -> tuple[int | None, bool]:
+            # Memory only: the peak comes from one micro-batch's forward/backward plus the
+            # optimizer state, so no accumulation (a probe then takes seconds, not a full step).
+            if t is not None:
+                c = Candidate(batch, 1, t.resolved_precision_request(), t.compile)
+            else:
+                assert i is not None
+                c = Candidate(batch, 1, i.precision, i.compile)
+            result = prober(c)
+            log.info(
+                "probe at micro-batch %d: %s",
+                batch,
+                "out of memory" if result.oom else f"peak {result.mem_peak}",
+            )
+            return result.mem_peak, result.oom
+
+        return probe
+
+    def _move(self, plan: RecoveryPlan, end: AttemptEnd) -> None:
+        """Point the next attempt at the GPU with the most free memory that it did not use."""
+        others = [g for g in self._gpu_states() if g.uuid not in end.gpus and not g.lost]
+        if not others or plan.spec is None:
+            raise RetuneGiveUp("other processes hold the GPU's memory and there is no other GPU to move to")
+        best = max(others, key=lambda g: (g.memory_total or 0) - (g.memory_used or 0))
+        resources = plan.spec.setdefault("resources", {})
+        plan.from_["resources.gpus"] = resources.get("gpus", 1)
+        resources["gpus"] = [best.uuid]
+        plan.to["resources.gpus"] = [best.uuid]
+
+
+def _in_group(pid: int, pgid: int) -> bool:
+    try:
+        return pid == pgid or os.getpgid(pid) == pgid
+    except OSError:
+        return False  # gone: its memory is released

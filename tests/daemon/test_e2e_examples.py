@@ -1,0 +1,56 @@
+"""Every CPU example in configs/examples runs to `finished` through a real daemon, as a user
+would run it: `gpuwarden example-models`, then `gpuwarden run SPEC --follow`, then `show`."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.daemon.conftest import DaemonHandle
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "configs" / "examples"
+CPU_EXAMPLES = sorted(p.name for p in EXAMPLES.glob("*-cpu.yaml") if p.name != "oom-recovery-cpu.yaml")
+
+
+@pytest.fixture(scope="module")
+def example_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of configs/examples next to freshly built `.example-models`, laid out like the
+    repository so the specs' relative paths (../../.example-models/…) resolve the same way."""
+    root = tmp_path_factory.mktemp("examples")
+    shutil.copytree(EXAMPLES, root / "configs" / "examples")
+    built = subprocess.run(
+        [sys.executable, "-m", "gpuwarden", "example-models", str(root / ".example-models"), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert built.returncode == 0, built.stderr
+    return root
+
+
+def test_there_is_a_cpu_example_per_task() -> None:
+    assert {"train-causal-lm-cpu.yaml", "train-image-cpu.yaml", "infer-generate-cpu.yaml",
+            "infer-image-to-text-cpu.yaml"} <= set(CPU_EXAMPLES)  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", CPU_EXAMPLES)
+def test_example_runs_to_finished_through_the_daemon(gw: DaemonHandle, example_tree: Path, name: str) -> None:
+    spec = example_tree / "configs" / "examples" / name
+    result = gw.cli("run", str(spec), "--follow", timeout=300)
+    shown = result.stdout + result.stderr
+    assert result.returncode == 0, shown[-3000:]
+    assert "finished" in shown
+    run_name = next(
+        line.split(":", 1)[1].strip() for line in spec.read_text().splitlines() if line.startswith("name:")
+    )
+    detail = gw.cli_json("show", run_name)
+    assert detail["state"] == "succeeded"
+    assert isinstance(detail["report"], dict) and detail["report"]
+    human = gw.cli("show", run_name)
+    assert "report:" in human.stdout
