@@ -33,6 +33,10 @@ COMMANDS: dict[str, str] = {
     "events": "gpuwarden.cli.runs_cmds:events",
     "rm": "gpuwarden.cli.runs_cmds:rm",
     "history": "gpuwarden.cli.runs_cmds:history",
+    # diagnosis and reports (issue 7)
+    "doctor": "gpuwarden.cli.doctor:doctor",
+    "report": "gpuwarden.cli.report:report",
+    "compare": "gpuwarden.cli.compare:compare",
 }
 
 

@@ -1,0 +1,154 @@
+"""Text and Markdown renderings of a run report and of a comparison (no colours: often piped)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+GIB = 1024**3
+
+
+def _n(value: Any, fmt: str = ".2f", unit: str = "") -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, int | float):
+        return f"{value:{fmt}}{unit}"
+    return str(value)
+
+
+def _bytes(value: Any) -> str:
+    return "n/a" if value is None else f"{value / GIB:.2f} GiB"
+
+
+def report_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
+    """(label, value) rows of the report, in reading order."""
+    run, tp, mem = report["run"], report["throughput"], report["memory"]
+    en, pw, ut = report["energy"], report["power"], report["utilisation"]
+    unit = tp["unit"]
+    rows = [
+        ("run", f"{run['name']} ({run['id']}) — {run['kind']} {run.get('task') or ''}, {run['state']}"),
+        ("device", f"{run.get('device') or 'n/a'} ({run.get('dtype') or 'n/a'})"),
+        ("wall time", f"{_n(report['wall_s'], '.1f', ' s')} over {len(report['attempts'])} attempt(s)"),
+        (f"{unit}", _n(tp["samples"], "d")),
+        (f"{unit}/s", f"{_n(tp['samples_per_s'])} (loop); {_n(tp['samples_per_s_wall'])} over wall time"),
+        ("tokens/s", _n(tp["tokens_per_s"], ".1f")),
+        (
+            "peak memory",
+            f"{_bytes(mem['gpu_used_peak_bytes'] or mem['runner_peak_bytes'])} of "
+            f"{_bytes(mem['capacity_bytes'])} ({_n(mem['peak_pct'], '.0f', ' %')}); runner's "
+            f"{mem['runner_peak_kind']} peak {_bytes(mem['runner_peak_bytes'])}",
+        ),
+        (
+            "energy",
+            f"{_n(en['joules'], '.1f', ' J')}; per {unit[:-1]} {_n(en['per_sample_j'], '.4f', ' J')};"
+            f" per token {_n(en['per_token_j'], '.6f', ' J')}",
+        ),
+        (
+            "power",
+            f"mean {_n(pw['mean_w'], '.0f', ' W')} ({_n(pw['mean_pct'], '.0f', ' %')} of "
+            f"{_n(pw['limit_w'], '.0f', ' W')}), p50 {_n(pw['p50_w'], '.0f')}, p90 {_n(pw['p90_w'], '.0f')},"
+            f" max {_n(pw['max_w'], '.0f')}",
+        ),
+        (
+            f"utilisation ({ut['metric']})",
+            f"mean {_n(ut['mean'], '.0f', ' %')}, p50 {_n(ut['p50'], '.0f')}, p90 {_n(ut['p90'], '.0f')},"
+            f" max {_n(ut['max'], '.0f')}",
+        ),
+        ("loss", f"{_n(report['loss']['first'], '.4f')} → {_n(report['loss']['last'], '.4f')}"),
+    ]
+    return rows
+
+
+def _batch_rows(report: dict[str, Any]) -> list[list[str]]:
+    return [
+        [size, str(s["steps"]), _n(s["mean_step_s"], ".4f", " s"), _n(s["samples_per_s"])]
+        for size, s in report["per_batch_size"].items()
+    ]
+
+
+def _attempt_rows(report: dict[str, Any]) -> list[list[str]]:
+    return [
+        [
+            str(a["attempt"]),
+            _n(a["wall_s"], ".1f", " s"),
+            str(a.get("classification") or a.get("state") or ""),
+            ", ".join(g[:12] for g in a["gpus"]) or "cpu",
+        ]
+        for a in report["attempts"]
+    ]
+
+
+def _retune_rows(report: dict[str, Any]) -> list[list[str]]:
+    return [
+        [
+            str(r["attempt"]),
+            str(r.get("verdict") or ""),
+            str(r.get("from")),
+            str(r.get("to")),
+            str(r.get("outcome") or ""),
+        ]
+        for r in report["retunes"]
+    ]
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    out = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
+    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return out
+
+
+def render_text(report: dict[str, Any]) -> str:
+    rows = report_rows(report)
+    width = max(len(label) for label, _ in rows)
+    lines = [f"{label:<{width}}  {value}" for label, value in rows]
+    if report["per_batch_size"]:
+        lines += ["", "per batch size:"]
+        lines += [
+            "  " + line for line in _table(["batch", "steps", "mean step", "samples/s"], _batch_rows(report))
+        ]
+    lines += ["", "attempts:"]
+    lines += ["  " + line for line in _table(["#", "wall", "outcome", "gpus"], _attempt_rows(report))]
+    if report["retunes"]:
+        lines += ["", "retunes:"]
+        lines += [
+            "  " + line
+            for line in _table(["after", "verdict", "from", "to", "outcome"], _retune_rows(report))
+        ]
+    return "\n".join(lines)
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
+    return out
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    run = report["run"]
+    lines = [f"# Run report: {run['name']}", ""]
+    lines += _md_table(["", ""], [[label, value] for label, value in report_rows(report)])
+    if report["per_batch_size"]:
+        lines += ["", "## Per batch size", ""]
+        lines += _md_table(["batch", "steps", "mean step", "samples/s"], _batch_rows(report))
+    lines += ["", "## Attempts", ""]
+    lines += _md_table(["#", "wall", "outcome", "gpus"], _attempt_rows(report))
+    if report["retunes"]:
+        lines += ["", "## Retunes", ""]
+        lines += _md_table(["after attempt", "verdict", "from", "to", "outcome"], _retune_rows(report))
+    if report.get("plots"):
+        lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in report["plots"]]
+    return "\n".join(lines) + "\n"
+
+
+def render_comparison(result: dict[str, Any]) -> str:
+    a, b = result["a"] or {}, result["b"] or {}
+    header = ["metric", f"A: {a.get('name')}", f"B: {b.get('name')}", "B/A"]
+    rows = []
+    for r in result["rows"]:
+        fmt = ".4f" if r["metric"] == "energy_per_sample_j" else ".1f"
+        if r["unit"] == "B":
+            va, vb = _bytes(r["a"]), _bytes(r["b"])
+        else:
+            va, vb = _n(r["a"], fmt), _n(r["b"], fmt)
+        rows.append([r["metric"], va, vb, _n(r["ratio"], ".2f", "×")])
+    return "\n".join(_table(header, rows))

@@ -1,0 +1,84 @@
+"""PNG plots of a run's series for `gpuwarden report --plots DIR` (matplotlib, no display)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from gpuwarden.core.errors import UserError
+from gpuwarden.core.report.performance import util_metric
+from gpuwarden.core.report.snapshot import RunSnapshot
+
+GIB = 1024**3
+
+
+def _t0(snap: RunSnapshot) -> float:
+    return min((a.start for a in snap.attempts), default=0.0)
+
+
+def write_plots(snap: RunSnapshot, folder: Path) -> list[str]:
+    """loss.png, throughput.png, memory.png and power_util.png where the run has the data."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display needed (SSH sessions, CI)
+    import matplotlib.pyplot as plt
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"{folder}: cannot create the plot folder ({exc.strerror})") from None
+    t0 = _t0(snap)
+    progress = snap.runner_events("progress")
+    written: list[str] = []
+
+    def save(fig: Any, name: str) -> None:
+        path = folder / name
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(str(path))
+
+    losses = [(e["step"], e["loss"]) for e in progress if e.get("loss") is not None]
+    if losses:
+        fig, ax = plt.subplots(figsize=(8, 4))
+        ax.plot([s for s, _ in losses], [v for _, v in losses])
+        ax.set(xlabel="step", ylabel="loss", title=f"{snap.run.get('name')}: loss")
+        save(fig, "loss.png")
+
+    rates = [(e["ts"] - t0, e["samples_per_s"]) for e in progress if e.get("samples_per_s") is not None]
+    if rates:
+        fig, ax = plt.subplots(figsize=(8, 4))
+        ax.plot([t for t, _ in rates], [r for _, r in rates], marker=".")
+        unit = "items" if snap.kind == "infer" else "samples"
+        ax.set(xlabel="seconds since start", ylabel=f"{unit}/s", title=f"{snap.run.get('name')}: throughput")
+        save(fig, "throughput.png")
+
+    mem = [(e["ts"] - t0, e["mem_peak"] / GIB) for e in progress if e.get("mem_peak") is not None]
+    used = [(p[0] - t0, p[3] / GIB) for w in snap.gpus for p in w.series.get("mem_used", [])]
+    if mem or used:
+        fig, ax = plt.subplots(figsize=(8, 4))
+        if used:
+            ax.plot([t for t, _ in used], [v for _, v in used], label="GPU memory used (NVML)")
+        if mem:
+            ax.plot([t for t, _ in mem], [v for _, v in mem], marker=".", label="runner's peak")
+        ax.set(xlabel="seconds since start", ylabel="GiB", title=f"{snap.run.get('name')}: memory")
+        ax.legend()
+        save(fig, "memory.png")
+
+    power = [(p[0] - t0, p[1]) for w in snap.gpus for p in w.series.get("power_w", [])]
+    metric = util_metric(snap)
+    util = [(p[0] - t0, p[1]) for w in snap.gpus for p in w.series.get(metric, [])]
+    if power or util:
+        fig, ax = plt.subplots(figsize=(8, 4))
+        if power:
+            ax.plot([t for t, _ in power], [v for _, v in power], color="tab:red", label="power (W)")
+            ax.set_ylabel("W")
+        ax2 = ax.twinx()
+        if util:
+            ax2.plot([t for t, _ in util], [v for _, v in util], color="tab:blue", label=f"{metric} (%)")
+            ax2.set_ylim(0, 105)
+            ax2.set_ylabel("%")
+        ax.set(xlabel="seconds since start", title=f"{snap.run.get('name')}: power and utilisation")
+        fig.legend(loc="lower right")
+        save(fig, "power_util.png")
+    return written

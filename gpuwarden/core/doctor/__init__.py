@@ -1,0 +1,1 @@
+"""`gpuwarden doctor`: findings about a run spec (static checks) and a run's telemetry, with fixes."""

@@ -1,0 +1,1 @@
+"""Run reports and comparisons: pure functions over a run's recorded data (`RunData`)."""

@@ -1,0 +1,50 @@
+"""`gpuwarden compare A B`: two reports side by side with B/A ratios (seed 003's before/after)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuwarden.core.report.stats import ratio
+
+# (row name, path into a report, unit, True when higher is better)
+ROWS: tuple[tuple[str, tuple[str, ...], str, bool], ...] = (
+    ("samples_per_s", ("throughput", "samples_per_s"), "/s", True),
+    ("tokens_per_s", ("throughput", "tokens_per_s"), "/s", True),
+    ("power_mean_w", ("power", "mean_w"), "W", False),
+    ("power_pct_of_limit", ("power", "mean_pct"), "%", False),
+    ("util_mean_pct", ("utilisation", "mean"), "%", True),
+    ("memory_peak_bytes", ("memory", "peak"), "B", False),
+    ("energy_per_sample_j", ("energy", "per_sample_j"), "J", False),
+    ("wall_s", ("wall_s",), "s", False),
+)
+
+
+def _get(report: dict[str, Any], path: tuple[str, ...]) -> float | None:
+    if path == ("memory", "peak"):
+        mem = report.get("memory") or {}
+        value = mem.get("gpu_used_peak_bytes")
+        return float(value) if value is not None else _get(report, ("memory", "runner_peak_bytes"))
+    node: Any = report
+    for part in path:
+        if not isinstance(node, dict):
+            return None
+        node = node.get(part)
+    return float(node) if isinstance(node, int | float) and not isinstance(node, bool) else None
+
+
+def compare_reports(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """{a, b: run identities, rows: [{metric, a, b, ratio, unit, higher_is_better}]}."""
+    rows = []
+    for name, path, unit, higher in ROWS:
+        va, vb = _get(a, path), _get(b, path)
+        rows.append(
+            {
+                "metric": name,
+                "a": va,
+                "b": vb,
+                "ratio": ratio(va, vb),
+                "unit": unit,
+                "higher_is_better": higher,
+            }
+        )
+    return {"a": a.get("run"), "b": b.get("run"), "rows": rows}

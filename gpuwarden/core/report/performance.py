@@ -1,0 +1,233 @@
+"""`gpuwarden report`: seed 002's performance report for any run, from its recorded data.
+
+Throughput comes from the runner's progress events (samples or items between the first and the
+last progress event of each attempt, over the time between them: the loop's rate, without model
+loading), with the rate over the attempts' whole wall time beside it. Power, utilisation and
+memory come from the telemetry of the GPUs the attempts ran on; energy from NVML's energy counter
+over the attempts' windows.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from gpuwarden.core.report.snapshot import RunSnapshot
+from gpuwarden.core.report.stats import distribution, mean
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _values(snap: RunSnapshot, metric: str, since: dict[int, float] | None = None) -> list[float]:
+    """Bucket averages of `metric` over every GPU window (from `since[attempt]` when given)."""
+    out: list[float] = []
+    for w in snap.gpus:
+        lo = since.get(w.attempt, w.start) if since else w.start
+        out += [p[1] for p in w.series.get(metric, []) if p[0] >= lo]
+    return out
+
+
+def _maxima(snap: RunSnapshot, metric: str) -> list[float]:
+    return [p[3] for w in snap.gpus for p in w.series.get(metric, [])]
+
+
+def util_metric(snap: RunSnapshot) -> str:
+    """Sub-second utilisation where the GPU reports it (it sees gaps a 1 s reading hides)."""
+    return "util_gpu_fine" if _values(snap, "util_gpu_fine") else "util_gpu"
+
+
+def throughput(snap: RunSnapshot) -> dict[str, Any]:
+    """Samples/items and tokens done, and their rates: the loop's and over wall time."""
+    samples = tokens = 0
+    loop_samples = loop_tokens = 0.0
+    loop_s = 0.0
+    for a in snap.attempts:
+        progress = snap.runner_events("progress", a.attempt)
+        if not progress:
+            continue
+        started = snap.started(a.attempt)
+        base = int(started.get("samples_seen", 0)) if started else 0
+        last = progress[-1]
+        samples += max(0, int(last.get("samples_seen") or 0) - base)
+        tokens += int(last.get("tokens_seen") or 0) - int(progress[0].get("tokens_seen") or 0)
+        if len(progress) >= 2:
+            first = progress[0]
+            loop_s += float(last["ts"]) - float(first["ts"])
+            loop_samples += int(last.get("samples_seen") or 0) - int(first.get("samples_seen") or 0)
+            loop_tokens += int(last.get("tokens_seen") or 0) - int(first.get("tokens_seen") or 0)
+    wall = sum(a.wall_s for a in snap.attempts)
+    source = "progress"
+    rate: float | None = loop_samples / loop_s if loop_s > 0 else None
+    token_rate: float | None = loop_tokens / loop_s if loop_s > 0 and loop_tokens else None
+    if rate is None:
+        # one progress event only: the runner's own figure from its finished report
+        reports = [e.get("report") or {} for e in snap.runner_events("finished")]
+        rates = [_num(r.get("samples_per_s", r.get("items_per_s"))) for r in reports]
+        known = [r for r in rates if r is not None]
+        rate = known[-1] if known else None
+        source = "finished report" if known else "none"
+    return {
+        "unit": "items" if snap.kind == "infer" else "samples",
+        "samples": samples,
+        "tokens": tokens or None,
+        "samples_per_s": rate,
+        "tokens_per_s": token_rate,
+        "samples_per_s_wall": samples / wall if wall > 0 and samples else None,
+        "source": source,
+    }
+
+
+def per_batch_size(snap: RunSnapshot) -> dict[str, dict[str, Any]]:
+    """Steps (optimizer steps; batches for inference) per micro-batch size and their mean time,
+    from the intervals between consecutive progress events of an attempt."""
+    acc: dict[int, list[float]] = {}  # size → [steps, seconds, samples]
+    for a in snap.attempts:
+        progress = snap.runner_events("progress", a.attempt)
+        for prev, cur in itertools.pairwise(progress):
+            size = cur.get("batch_size")
+            steps = int(cur.get("step") or 0) - int(prev.get("step") or 0)
+            if not isinstance(size, int) or steps <= 0:
+                continue
+            slot = acc.setdefault(size, [0.0, 0.0, 0.0])
+            slot[0] += steps
+            slot[1] += float(cur["ts"]) - float(prev["ts"])
+            slot[2] += int(cur.get("samples_seen") or 0) - int(prev.get("samples_seen") or 0)
+    return {
+        str(size): {
+            "steps": int(steps),
+            "mean_step_s": seconds / steps,
+            "samples": int(samples),
+            "samples_per_s": samples / seconds if seconds > 0 else None,
+        }
+        for size, (steps, seconds, samples) in sorted(acc.items())
+    }
+
+
+def _capacity(snap: RunSnapshot) -> int | None:
+    sizes = [int(v) for v in _maxima(snap, "mem_total") if v]
+    for w in snap.gpus:
+        total = snap.gpu_info.get(w.uuid, {}).get("memory_total")
+        if total:
+            sizes.append(int(total))
+    return max(sizes) if sizes else None
+
+
+def memory(snap: RunSnapshot) -> dict[str, Any]:
+    """The runner's peak (allocator on a GPU, resident set on the CPU), NVML's peak, capacity."""
+    peaks = [_num(e.get("mem_peak")) for e in snap.runner_events("progress")]
+    for e in snap.runner_events("finished"):
+        report = e.get("report") or {}
+        peaks += [_num(report.get("mem_peak")), _num(report.get("peak_memory_bytes"))]
+    known = [p for p in peaks if p is not None]
+    runner_peak = int(max(known)) if known else None
+    used = _maxima(snap, "mem_used")
+    gpu_peak = int(max(used)) if used else None
+    capacity = _capacity(snap)
+    on_gpu = any(a.gpus for a in snap.attempts)
+    basis = gpu_peak if gpu_peak is not None else (runner_peak if on_gpu else None)
+    return {
+        "runner_peak_bytes": runner_peak,
+        "runner_peak_kind": "cuda_allocated" if on_gpu else "host_rss",
+        "gpu_used_peak_bytes": gpu_peak,
+        "capacity_bytes": capacity,
+        "peak_pct": 100.0 * basis / capacity if basis is not None and capacity else None,
+    }
+
+
+def energy(snap: RunSnapshot, samples: int, tokens: int | None) -> dict[str, Any]:
+    """Joules over the attempts' windows, per sample and per token; None without a GPU counter."""
+    readings = [w.energy_j for w in snap.gpus if w.energy_j is not None]
+    joules = sum(readings) if readings else None
+    return {
+        "joules": joules,
+        "per_sample_j": joules / samples if joules is not None and samples else None,
+        "per_token_j": joules / tokens if joules is not None and tokens else None,
+    }
+
+
+def power(snap: RunSnapshot) -> dict[str, Any]:
+    values = _values(snap, "power_w")
+    limits = _values(snap, "power_limit_w")
+    limit = mean(limits)
+    dist = distribution(values)
+    return {
+        **{f"{k}_w" if k != "n" else k: v for k, v in dist.items()},
+        "limit_w": limit,
+        "mean_pct": 100.0 * dist["mean"] / limit if dist["mean"] is not None and limit else None,
+    }
+
+
+def utilisation(snap: RunSnapshot) -> dict[str, Any]:
+    metric = util_metric(snap)
+    return {"metric": metric, **distribution(_values(snap, metric))}
+
+
+def retunes(snap: RunSnapshot) -> list[dict[str, Any]]:
+    return [
+        {
+            "attempt": r.get("attempt"),
+            "from": r.get("from"),
+            "to": r.get("to"),
+            "verdict": r.get("verdict"),
+            "outcome": r.get("outcome"),
+        }
+        for r in snap.retunes
+    ]
+
+
+def build_report(snap: RunSnapshot) -> dict[str, Any]:
+    """The whole report as JSON-ready data."""
+    run = snap.run
+    tp = throughput(snap)
+    started = [s for a in snap.attempts if (s := snap.started(a.attempt)) is not None]
+    last_started = started[-1] if started else {}
+    finished = snap.runner_events("finished")
+    last_report = finished[-1].get("report") or {} if finished else {}
+    spec = snap.spec
+    section = spec.get(snap.kind) if isinstance(spec.get(snap.kind), dict) else {}
+    starts = [a.start for a in snap.attempts]
+    ends = [a.end for a in snap.attempts]
+    return {
+        "run": {
+            "id": run.get("id"),
+            "name": run.get("name"),
+            "kind": run.get("kind"),
+            "task": (section or {}).get("task"),
+            "state": run.get("state"),
+            "device": last_started.get("device"),
+            "dtype": last_started.get("dtype"),
+        },
+        "source": snap.source,
+        "wall_s": sum(a.wall_s for a in snap.attempts),
+        "span_s": max(ends) - min(starts) if starts else 0.0,
+        "throughput": tp,
+        "per_batch_size": per_batch_size(snap),
+        "memory": memory(snap),
+        "energy": energy(snap, tp["samples"], tp["tokens"]),
+        "power": power(snap),
+        "utilisation": utilisation(snap),
+        "loss": {"first": last_report.get("loss_first"), "last": last_report.get("loss_last")},
+        "gpus": [
+            {
+                "uuid": uuid,
+                "name": snap.gpu_info.get(uuid, {}).get("name"),
+                "memory_total": snap.gpu_info.get(uuid, {}).get("memory_total"),
+            }
+            for uuid in dict.fromkeys(w.uuid for w in snap.gpus)
+        ],
+        "attempts": [a.to_dict() for a in snap.attempts],
+        "retunes": retunes(snap),
+        "telemetry_tier_s": _step(snap),
+    }
+
+
+def _step(snap: RunSnapshot) -> float | None:
+    """Seconds between telemetry points used (1 while raw samples exist)."""
+    steps: list[float] = []
+    for w in snap.gpus:
+        pts = w.series.get("power_w") or w.series.get("util_gpu") or []
+        if len(pts) >= 2:
+            steps.append(min(b[0] - a[0] for a, b in itertools.pairwise(pts)))
+    return min(steps) if steps else None
