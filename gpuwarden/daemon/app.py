@@ -81,8 +81,17 @@ class Daemon:
                 gpu_processes=lambda: self.latest_processes,
                 retunes_of=lambda run_id: self.writer.call(lambda db: RunStore(db).retunes(run_id)),
             )
+        from gpuwarden.daemon.autotune import Autotuner, apply_profile
+
         self.supervisor = Supervisor(
-            settings, self.paths, self.writer, self.gpu_states, self.broadcaster, retune_hook=retune_hook
+            settings,
+            self.paths,
+            self.writer,
+            self.gpu_states,
+            self.broadcaster,
+            retune_hook=retune_hook,
+            autotune_hook=Autotuner(self._gpu_statics, self.paths.tune_cache),
+            profile_hook=lambda spec: apply_profile(spec, self._gpu_statics()),
         )
         if settings.metrics.enabled:
             self.add_component(MetricsComponent(self, settings.metrics.host, settings.metrics.port))
@@ -103,6 +112,9 @@ class Daemon:
         self.tick_listeners.append(callback)
 
     # -- state others read ----------------------------------------------------------------------------
+
+    def _gpu_statics(self) -> list[GpuStatic]:
+        return self.sampler.gpus() if self.sampler is not None else []
 
     @property
     def uptime(self) -> float:

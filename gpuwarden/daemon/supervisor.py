@@ -82,6 +82,12 @@ class AttemptEnd:
     pid: int | None = None  # the attempt's process (and process group) id
 
 
+# (spec, placed GPU UUIDs, run dir) → (the spec document to start with, one line for the log).
+AutotuneHook = Callable[[RunSpec, list[str], Path], tuple[dict[str, Any], str]]
+# spec → (the spec document with profile values, or None; one line saying what happened).
+ProfileHook = Callable[[RunSpec], tuple[dict[str, Any] | None, str]]
+
+
 class RetuneGiveUp(Exception):
     """Raised by a retune hook when the run must fail; the message says why, in one line."""
 
@@ -155,8 +161,14 @@ class Supervisor:
         broadcaster: Broadcaster,
         retune_hook: RetuneHook = no_retune,
         clock: Callable[[], float] = time.time,
+        autotune_hook: AutotuneHook | None = None,
+        profile_hook: ProfileHook | None = None,
     ) -> None:
         self.settings = settings
+        self.autotune_hook = autotune_hook
+        self.profile_hook = profile_hook
+        # Runs whose first attempt waits on an autotune: their GPUs count as busy meanwhile.
+        self.tuning: dict[str, Placement] = {}
         self.paths = paths
         self.writer = writer
         self.gpu_states = gpu_states
@@ -366,15 +378,16 @@ class Supervisor:
 
     def _busy(self) -> dict[str, int]:
         busy: dict[str, int] = {}
-        for active in self.active.values():
-            for uuid in active.gpus:
+        held = [a.gpus for a in self.active.values()] + [p.gpus for p in self.tuning.values()]
+        for gpus in held:
+            for uuid in gpus:
                 busy[uuid] = busy.get(uuid, 0) + 1
         return busy
 
     def _schedule(self) -> None:
         queued = self._w(lambda s: s.list_runs(states=("queued",)))
         for run in reversed(queued):  # oldest first
-            if run["id"] in self.active:
+            if run["id"] in self.active or run["id"] in self.tuning:
                 continue
             try:
                 spec = spec_from_mapping(run["spec"])
@@ -384,7 +397,40 @@ class Supervisor:
             placement = place(spec.resources, self.gpu_states(), self._busy(), self.settings.max_runs_per_gpu)
             if placement is None:
                 continue
+            if spec.autotune and self.autotune_hook is not None and int(run["attempt"]) == 0:
+                self._start_autotune(run, spec, placement)
+                continue
             self._start_attempt(run, spec, placement)
+
+    def _start_autotune(self, run: Mapping[str, Any], spec: RunSpec, placement: Placement) -> None:
+        """Probe on the run's own GPUs (held for it) before its first attempt, off this thread."""
+        run_id = str(run["id"])
+        self.tuning[run_id] = placement
+        where = ", ".join(placement.gpus) or "the CPU"
+        self._set_state(run_id, "starting", f"autotune: probing micro-batch sizes on {where}")
+        thread = threading.Thread(
+            target=self._autotune, args=(run_id, spec, placement), name=f"autotune-{run_id}", daemon=True
+        )
+        thread.start()
+
+    def _autotune(self, run_id: str, spec: RunSpec, placement: Placement) -> None:
+        assert self.autotune_hook is not None
+        try:
+            document, line = self.autotune_hook(spec, placement.gpus, Path(self._run(run_id)["run_dir"]))
+            tuned = spec_from_mapping(document)
+        except Exception as exc:  # a failed tune must not cost the run: start as written
+            log.warning("autotune failed for run %s: %s", run_id, exc)
+            tuned = spec.model_copy(update={"autotune": False})
+            line = f"autotune failed ({one_line(exc)}); starting with the spec's own values"
+        with self.lock:
+            self.tuning.pop(run_id, None)
+            current = self._w(lambda s: s.get_run(run_id))
+            if current is None or current["state"] != "starting":
+                return  # stopped or deleted while probing
+            self._w(lambda s: s.update_run(run_id, spec=spec_document(tuned)))
+            self._daemon_event(run_id, None, "autotuned", message=line)
+            self._start_attempt(self._run(run_id), tuned, placement)
+        self.wake()
 
     def _start_attempt(self, run: Mapping[str, Any], spec: RunSpec, placement: Placement) -> None:
         run_id = run["id"]
@@ -631,6 +677,11 @@ class Supervisor:
         """Validate what waiting cannot fix, persist the run as queued, and wake the scheduler."""
         check_command(spec)
         check_feasible(spec.resources, self.gpu_states())
+        profile_line = ""
+        if self.profile_hook is not None:
+            profiled, profile_line = self.profile_hook(spec)
+            if profiled is not None:
+                spec = spec_from_mapping(profiled)
         run_id = new_run_id()
         run_dir = self.paths.runs_dir / run_id
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -643,6 +694,8 @@ class Supervisor:
                     run_id, spec.name, spec.kind, document, str(run_dir), "waiting to start"
                 )
             )
+            if profile_line:
+                self._daemon_event(run_id, None, "profile", message=profile_line)
             run = self._run(run_id)
             self.broadcaster.publish("run", run_summary(run), run_id)
         self.wake()

@@ -1,0 +1,96 @@
+"""`profile: auto` and `autotune: true` as a user submits them to a real daemon."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.daemon.conftest import DaemonHandle
+
+
+def _events(gw: DaemonHandle, run_id: str, type_: str) -> list[dict[str, Any]]:
+    out = gw.cli_json("events", run_id)
+    events = out["events"] if isinstance(out, dict) else out
+    return [e for e in events if e["type"] == type_]
+
+
+def test_profile_auto_fills_only_what_the_user_left_unset(gw: DaemonHandle) -> None:
+    # Two fake 80 GB H100s: the 80 GB tier's image-training preset applies.
+    spec = gw.write_spec(
+        "profiled",
+        """
+        name: profiled
+        kind: train
+        profile: auto
+        train:
+          task: image
+          max_steps: 1
+          image: {num_blocks: 2}
+        """,
+    )
+    submitted = gw.cli("run", str(spec), "--json")
+    assert submitted.returncode == 0, submitted.stderr
+    detail = gw.cli_json("show", "profiled")
+    train = detail["spec"]["train"]
+    assert train["image"]["num_blocks"] == 2  # the user's value stands
+    assert train["batch_size"] != 8 or train["image"]["base_channels"] != 64  # a preset was applied
+    (event,) = _events(gw, detail["id"], "profile")
+    assert event["message"].startswith("profile 80 GB")
+    assert "train.image.num_blocks" not in event["message"]
+    gw.cli("stop", detail["id"])
+
+
+def test_profile_auto_without_a_gpu_says_so(daemon_factory: Any) -> None:
+    gw: DaemonHandle = daemon_factory({"GPUWARDEN_FAKE_NVML": "none"})
+    spec = gw.write_spec(
+        "cpu-profile",
+        """
+        name: cpu-profile
+        kind: train
+        profile: auto
+        resources: {gpus: 0}
+        train: {task: image, max_steps: 1, batch_size: 2, image: {base_channels: 8, num_blocks: 1, patch_size: 32, synthetic_samples: 8}}
+        """,
+    )
+    assert gw.cli("run", str(spec), "--json").returncode == 0
+    detail = gw.cli_json("show", "cpu-profile")
+    (event,) = _events(gw, detail["id"], "profile")
+    assert "needs a GPU" in event["message"]
+    assert detail["spec"]["train"]["batch_size"] == 2
+
+
+@pytest.mark.slow
+def test_autotune_probes_once_then_remembers(daemon_factory: Any) -> None:
+    gw: DaemonHandle = daemon_factory({"GPUWARDEN_FAKE_NVML": "none"})
+    body = """
+        name: {name}
+        kind: train
+        autotune: true
+        env: {{OMP_NUM_THREADS: "2"}}
+        resources: {{gpus: 0}}
+        train:
+          task: image
+          batch_size: 2
+          grad_accum_steps: 8
+          max_steps: 1
+          log_interval: 1
+          image: {{base_channels: 8, num_blocks: 2, patch_size: 32, synthetic_samples: 64}}
+        """
+    first = gw.write_spec("tuned-a", body.format(name="tuned-a"))
+    result = gw.cli("run", str(first), "--follow", timeout=400)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    a = gw.cli_json("show", "tuned-a")
+    (tuned,) = _events(gw, a["id"], "autotuned")
+    assert "probed" in tuned["message"]
+    t = a["spec"]["train"]
+    assert t["batch_size"] * t["grad_accum_steps"] == 16  # effective batch kept
+    assert a["spec"]["autotune"] is False
+
+    second = gw.write_spec("tuned-b", body.format(name="tuned-b"))
+    result = gw.cli("run", str(second), "--follow", timeout=200)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    b = gw.cli_json("show", "tuned-b")
+    (again,) = _events(gw, b["id"], "autotuned")
+    assert "remembered result" in again["message"]
+    assert b["spec"]["train"]["batch_size"] == t["batch_size"]
