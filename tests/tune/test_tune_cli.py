@@ -1,0 +1,85 @@
+"""`gpuwarden tune SPEC.yaml` as a user runs it: real probe processes, a tuned spec, a cache."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpuwarden.core.config.spec import load_spec
+
+SPEC = """\
+# my run
+name: tune-me
+kind: train
+env: {OMP_NUM_THREADS: "2"}
+resources: {gpus: 0}
+train:
+  task: image
+  batch_size: 2
+  grad_accum_steps: 8
+  max_steps: 50
+  image: {base_channels: 8, num_blocks: 2, patch_size: 32, synthetic_samples: 64}
+"""
+
+
+def _tune(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUWARDEN_", "XDG_"))}
+    env.update(
+        GPUWARDEN_FAKE_NVML="none",
+        XDG_STATE_HOME=str(tmp_path / "state"),
+        XDG_CONFIG_HOME=str(tmp_path / "cfg"),
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "gpuwarden", "tune", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+
+
+@pytest.mark.slow
+def test_tune_writes_a_tuned_spec_and_remembers_it(tmp_path: Path) -> None:
+    spec = tmp_path / "run.yaml"
+    spec.write_text(SPEC)
+    first = _tune(tmp_path, str(spec), "--json")
+    assert first.returncode == 0, first.stderr
+    out = json.loads(first.stdout)
+    assert out["cached"] is False
+    assert len(out["trials"]) >= 2
+    assert all(t["candidate"]["batch_size"] * t["candidate"]["grad_accum_steps"] == 16 for t in out["trials"])
+    tuned_path = Path(out["output"])
+    assert tuned_path == tmp_path / "run.tuned.yaml"
+    tuned = load_spec(tuned_path)  # a valid spec a user can run
+    assert tuned.train is not None
+    assert tuned.train.effective_batch == 16
+    assert tuned.train.batch_size == out["best"]["candidate"]["batch_size"]
+    assert tuned.train.max_steps == 50  # everything else kept
+    assert "tuned by `gpuwarden tune" in tuned_path.read_text().splitlines()[0]
+    assert yaml.safe_load(tuned_path.read_text())["name"] == "tune-me"
+
+    again = _tune(tmp_path, str(spec), "--json")
+    assert again.returncode == 0, again.stderr
+    remembered = json.loads(again.stdout)
+    assert remembered["cached"] is True and remembered["fingerprint"] == out["fingerprint"]
+    assert remembered["knobs"] == out["knobs"]
+
+
+def test_tune_refuses_a_command_run_in_one_line(tmp_path: Path) -> None:
+    spec = tmp_path / "cmd.yaml"
+    spec.write_text("name: c\nkind: command\ncommand: {argv: [echo]}\n")
+    r = _tune(tmp_path, str(spec))
+    assert r.returncode == 2
+    assert "only train and infer runs can be tuned" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_tune_missing_spec(tmp_path: Path) -> None:
+    r = _tune(tmp_path, str(tmp_path / "nope.yaml"))
+    assert r.returncode == 2 and "no such file" in r.stderr
