@@ -15,8 +15,11 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
+# The main job: the daemon in the background (kept running when the dashboard closes), then the
+# dashboard on it. With no NVIDIA driver both still run, sampling the host.
 run: $(STAMP)
-	$(BIN)/gpuwarden monitor
+	$(BIN)/gpuwarden up
+	$(BIN)/gpuwarden tui
 
 lint: $(STAMP)
 	$(BIN)/ruff check gpuwarden tests bench

@@ -150,10 +150,12 @@ def test_monitor_record_stores_history(tmp_path: Path) -> None:
     store = TelemetryStore(open_db(db, readonly=True))
     latest = store.latest()
     assert len(latest) == 1
-    n = len(json.loads(r.stdout)["samples"])
-    hist = store.history(None, ["util_gpu"], 0, 2e10, points=1000)
+    samples = json.loads(r.stdout)["samples"]
+    start, end = samples[0]["ts"] - 1, samples[-1]["ts"] + 1
+    hist = store.history(None, ["util_gpu"], start, end, points=1000)
+    assert hist.tier == "raw"
     (series,) = hist.series.values()
-    assert sum(1 for _ in series["util_gpu"]) == n
+    assert [round(p[1]) for p in series["util_gpu"]] == [round(s["gpus"][0]["util_gpu"]) for s in samples]
 
 
 def test_gpus_json() -> None:

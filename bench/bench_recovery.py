@@ -1,0 +1,193 @@
+"""OOM recovery and tuning, measured with real runner processes under a real memory limit.
+
+1. From a micro-batch 8× too large (128 where 16 fits under a 1.6 GiB address-space limit):
+   restarts and wall time until an attempt runs — gpuwarden (classify, probe, memory model)
+   against halving and against ×0.9 (accelerate's default). Target: gpuwarden ≤ 2 restarts.
+2. `tune` against an exhaustive sweep of every micro-batch that keeps the effective batch:
+   target ≥ 95 % of the sweep's best samples/s in ≤ 1/3 of its time.
+
+CPU only (what this machine has); the limit makes torch's allocator fail for real.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
+from gpuwarden.core.events import EXIT_OOM, decode
+from gpuwarden.core.oom.recovery import AttemptFacts, plan_recovery
+from gpuwarden.core.rlimit import limited_argv
+from gpuwarden.core.tune.probe import SubprocessProber
+from gpuwarden.core.tune.search import Candidate, Search, divisors
+
+LIMIT = int(1.6 * 2**30)
+PINNED = {"OMP_NUM_THREADS": "2", "MALLOC_ARENA_MAX": "2"}
+MAX_ATTEMPTS = 25
+
+
+def _spec(batch: int, accum: int, *, steps: int = 1, limit: int | None = LIMIT) -> dict[str, Any]:
+    return {
+        "name": "bench-recovery",
+        "kind": "train",
+        "env": PINNED,
+        "resources": {"gpus": 0, **({"memory_limit": limit} if limit else {})},
+        "train": {
+            "task": "image",
+            "image": {"base_channels": 32, "num_blocks": 4, "patch_size": 128, "synthetic_samples": 512},
+            "batch_size": batch,
+            "grad_accum_steps": accum,
+            "max_steps": steps,
+            "log_interval": 1,
+            "checkpoint_interval": 10**6,
+        },
+    }
+
+
+def _attempt(work: Path, doc: dict[str, Any]) -> tuple[bool, list[dict[str, Any]], float]:
+    """One attempt as the daemon starts it; (ran, events, seconds)."""
+    run_dir = Path(tempfile.mkdtemp(dir=work))
+    spec_path = run_dir / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump(doc))
+    argv = [sys.executable, "-m", "gpuwarden.runners", "--spec", str(spec_path), "--run-dir", str(run_dir)]
+    start = time.perf_counter()
+    done = subprocess.run(
+        limited_argv(argv, doc["resources"].get("memory_limit")),
+        env={**os.environ, **PINNED},
+        capture_output=True,
+        timeout=600,
+    )
+    wall = time.perf_counter() - start
+    events_file = run_dir / "attempts" / "1" / "events.jsonl"
+    events = (
+        [e for e in map(decode, events_file.read_text().splitlines()) if e] if events_file.exists() else []
+    )
+    shutil.rmtree(run_dir, ignore_errors=True)
+    if done.returncode not in (0, EXIT_OOM):
+        raise RuntimeError(f"attempt failed unexpectedly (exit {done.returncode}): {done.stderr[-500:]!r}")
+    return done.returncode == 0, events, wall
+
+
+def _recover(
+    work: Path, next_batch: Callable[[int, list[dict[str, Any]], RunSpec], int | None]
+) -> dict[str, Any]:
+    batch, effective = 128, 128
+    wall, probes = 0.0, 0
+    for restarts in range(MAX_ATTEMPTS):
+        doc = _spec(batch, max(1, effective // batch))
+        ran, events, seconds = _attempt(work, doc)
+        wall += seconds
+        if ran:
+            kept = batch * max(1, effective // batch)
+            return {
+                "restarts": restarts,
+                "wall_s": wall,
+                "final_batch": batch,
+                "probes": probes,
+                "effective_batch": kept,
+            }
+        t0 = time.perf_counter()
+        nxt = next_batch(batch, [{**e, "attempt": 1} for e in events], spec_from_mapping(doc))
+        wall += time.perf_counter() - t0
+        if isinstance(nxt, tuple):
+            nxt, probes = nxt[0], probes + nxt[1]
+        if nxt is None or nxt < 1:
+            break
+        batch = nxt
+    return {"restarts": None, "wall_s": wall, "final_batch": None, "probes": probes, "effective_batch": None}
+
+
+def _gpuwarden(work: Path) -> Callable[[int, list[dict[str, Any]], RunSpec], Any]:
+    def step(batch: int, events: list[dict[str, Any]], spec: RunSpec) -> Any:
+        prober = SubprocessProber(
+            spec, work / f"probes-{batch}", env={**os.environ, **PINNED}, warmup_steps=1, measure_steps=1
+        )
+
+        def probe(b: int) -> tuple[int | None, bool]:
+            r = prober(Candidate(b, 1, "auto", False))
+            return r.mem_peak, r.oom
+
+        facts = AttemptFacts(number=1, events=events, exit_code=EXIT_OOM, host_capacity=LIMIT)
+        plan = plan_recovery(spec, facts, history=[], retunes_so_far=0, elapsed_s=0, probe=probe)
+        assert plan.spec is not None, plan.give_up
+        return plan.spec["train"]["batch_size"], len(plan.probes)
+
+    return step
+
+
+def run() -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    work = Path(tempfile.mkdtemp(prefix="bench-recovery-"))
+    try:
+        strategies: dict[str, Callable[[int, list[dict[str, Any]], RunSpec], Any]] = {
+            "gpuwarden": _gpuwarden(work),
+            "halving": lambda b, e, s: b // 2,
+            "x0.9 (accelerate)": lambda b, e, s: int(b * 0.9),
+        }
+        results = {name: _recover(work, fn) for name, fn in strategies.items()}
+        for name, r in results.items():
+            restarts = r["restarts"]
+            detail = f"{r['wall_s']:.0f} s, {r['probes']} probes, ran at {r['final_batch']}"
+            rows.append(
+                {
+                    "benchmark": f"recovery from micro-batch 128 (8x too large): {name}",
+                    "value": restarts if restarts is not None else f">{MAX_ATTEMPTS}",
+                    "unit": f"restarts ({detail}, effective batch {r['effective_batch']})",
+                    "target": "≤ 2" if name == "gpuwarden" else "",
+                    "ok": restarts is not None and (restarts <= 2 if name == "gpuwarden" else True),
+                }
+            )
+        rows.extend(_tune_vs_sweep(work))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return rows
+
+
+def _tune_vs_sweep(work: Path) -> list[dict[str, Any]]:
+    effective = 48
+    doc = _spec(2, effective // 2, steps=4, limit=None)
+    doc["train"]["image"] = {"base_channels": 16, "num_blocks": 2, "patch_size": 64, "synthetic_samples": 512}
+    spec = spec_from_mapping(doc)
+    sweep_probe = SubprocessProber(spec, work / "sweep", env={**os.environ, **PINNED})
+    sweep = [sweep_probe(Candidate(b, effective // b, "auto", False)) for b in divisors(effective)]
+    best_sweep = max((r for r in sweep if r.ok and r.samples_per_s), key=lambda r: r.samples_per_s or 0)
+    sweep_time = sum(r.wall_s for r in sweep)
+    tune_probe = SubprocessProber(spec, work / "tune", env={**os.environ, **PINNED})
+    result = Search(tune_probe, capacity=None).run(
+        Candidate(2, effective // 2, "auto", False), per_device_batch=effective
+    )
+    assert result.best is not None and result.best.samples_per_s and best_sweep.samples_per_s
+    share = result.best.samples_per_s / best_sweep.samples_per_s
+    time_share = result.wall_s / sweep_time
+    chosen = f"{result.best.candidate.batch_size} vs {best_sweep.candidate.batch_size}"
+    spent = f"{result.wall_s:.0f} s vs {sweep_time:.0f} s, {len(result.trials)} probes"
+    return [
+        {
+            "benchmark": f"tune vs sweep of {len(sweep)} micro-batches (effective {effective}): samples/s",
+            "value": round(100 * share, 1),
+            "unit": f"% of the sweep's best (micro-batch {chosen})",
+            "target": "≥ 95",
+            "ok": share >= 0.95,
+        },
+        {
+            "benchmark": "tune vs sweep: time",
+            "value": round(100 * time_share, 1),
+            "unit": f"% of the sweep's time ({spent})",
+            "target": "≤ 33",
+            "ok": time_share <= 1 / 3,
+        },
+    ]
+
+
+if __name__ == "__main__":
+    for row in run():
+        print(row)
