@@ -195,6 +195,7 @@ def status(as_json: bool) -> None:
     )
     click.echo(f"gpus: {health['gpu_status']}")
     click.echo(f"db: {health['db']}")
+    click.echo(f"socket: {health['socket']}")
     summary = ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) or "none"
     click.echo(f"runs: {summary}")
 
