@@ -25,29 +25,11 @@ from gpuwarden.core.config.spec import RunSpec
 from gpuwarden.core.oom.classify import Classification, classify_text
 from gpuwarden.core.oom.memory_model import predict_max_batch
 from gpuwarden.core.oom.policy import resolve_policy
-from gpuwarden.core.oom.retune import RetuneDecision, decide
+from gpuwarden.core.oom.retune import KIND_KNOBS, RetuneDecision, decide
 
 # A probe: run the job briefly at this micro-batch; the measured peak (bytes) or None, and
 # whether it ran out of memory.
 Probe = Callable[[int], tuple[int | None, bool]]
-
-TRAIN_KNOBS = (
-    "batch_size",
-    "grad_accum_steps",
-    "world_size",
-    "max_length",
-    "gradient_checkpointing",
-    "precision",
-)
-INFER_KNOBS = (
-    "batch_size",
-    "max_new_tokens",
-    "max_pixels",
-    "precision",
-    "max_memory",
-    "device_map",
-    "load_in_8bit",
-)
 
 
 @dataclass
@@ -108,11 +90,11 @@ def classification_of(facts: AttemptFacts) -> Classification:
 def current_knobs(spec: RunSpec) -> dict[str, Any]:
     if spec.train is not None:
         t = spec.train
-        knobs = {k: getattr(t, k) for k in TRAIN_KNOBS}
+        knobs = {k: getattr(t, k) for k in sorted(KIND_KNOBS["train"])}
         knobs["precision"] = t.resolved_precision_request()
         return knobs
     if spec.infer is not None:
-        return {k: getattr(spec.infer, k) for k in INFER_KNOBS}
+        return {k: getattr(spec.infer, k) for k in sorted(KIND_KNOBS["infer"])}
     return dict(spec.knobs)
 
 
