@@ -1,0 +1,87 @@
+"""On a machine with an NVIDIA GPU: real NVML, and a real CUDA out-of-memory recovered.
+
+A 12 GB card is emulated on a bigger one with `PYTORCH_ALLOC_CONF=per_process_memory_fraction:F`
+(PyTorch ≥ 2.12): the caching allocator then fails for real, with "allowed" in its message.
+Skipped (with the reason) where NVML finds no GPU.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from tests.daemon.conftest import DaemonHandle
+
+pytestmark = pytest.mark.gpu
+
+GIB = 1 << 30
+
+
+def test_real_nvml_reader_reads_every_gpu() -> None:
+    from gpuwarden.core.telemetry.nvml import open_gpu_reader
+
+    reader = open_gpu_reader()
+    try:
+        assert reader.status is None, reader.status
+        gpus = reader.gpus()
+        assert gpus and all(g.uuid.startswith(("GPU-", "MIG-")) for g in gpus)
+        assert all(g.memory_total and g.memory_total > GIB for g in gpus)
+        samples = reader.sample(time.time())
+        assert {s.uuid for s in samples} == {g.uuid for g in gpus}
+        for s in samples:
+            assert not s.lost
+            assert s.mem_total and s.mem_used is not None and 0 <= s.mem_used <= s.mem_total
+            assert s.temperature_c is None or 0 < s.temperature_c < 120
+            assert s.power_w is None or s.power_w >= 0
+        reader.processes(time.time())  # must not raise, whatever the driver allows us to see
+    finally:
+        reader.close()
+
+
+def _card_total() -> int:
+    from gpuwarden.core.telemetry.nvml import open_gpu_reader
+
+    reader = open_gpu_reader()
+    try:
+        total = reader.gpus()[0].memory_total
+        assert total is not None
+        return total
+    finally:
+        reader.close()
+
+
+@pytest.mark.slow
+def test_real_cuda_oom_under_a_12gb_cap_is_recovered(daemon_factory: Any) -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch here has no CUDA")
+    fraction = min(0.99, 12 * GIB / _card_total())
+    gw: DaemonHandle = daemon_factory({"GPUWARDEN_FAKE_NVML": ""})
+    spec = gw.write_spec(
+        "cuda-oom",
+        f"""
+        name: cuda-oom
+        kind: train
+        env: {{PYTORCH_ALLOC_CONF: "per_process_memory_fraction:{fraction:.4f}"}}
+        resources: {{gpus: 1}}
+        train:
+          task: image
+          image: {{base_channels: 64, num_blocks: 8, patch_size: 256, synthetic_samples: 1024}}
+          batch_size: 512
+          grad_accum_steps: 1
+          max_steps: 2
+          precision: fp32
+          log_interval: 1
+        """,
+    )
+    result = gw.cli("run", str(spec), "--follow", timeout=900)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    detail = gw.cli_json("show", "cuda-oom")
+    assert detail["state"] == "succeeded"
+    assert detail["effective_batch"] == 512
+    first = detail["retunes"][0]
+    assert first["verdict"] in ("gpu_capacity", "gpu_fragmentation")
+    assert detail["retunes"][-1]["outcome"] == "succeeded"
+    assert len(detail["retunes"]) <= 2
