@@ -74,6 +74,11 @@ def main(argv: list[str]) -> int:
     return 1 if failed else 0
 
 
+def _verdict(ok: object) -> str:
+    """yes / NO for rows with a target; "-" for rows that only inform (ok is None)."""
+    return "-" if ok is None else ("yes" if ok else "NO")
+
+
 def _cpus() -> int | None:
     import os
 

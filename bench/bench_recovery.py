@@ -3,8 +3,7 @@
 1. From a micro-batch 8× too large (128 where 16 fits under a 1.6 GiB address-space limit):
    restarts and wall time until an attempt runs — gpuwarden (classify, probe, memory model)
    against halving and against ×0.9 (accelerate's default). Target: gpuwarden ≤ 2 restarts.
-2. `tune` against an exhaustive sweep of every micro-batch that keeps the effective batch:
-   target ≥ 95 % of the sweep's best samples/s in ≤ 1/3 of its time.
+(Tuning upward against an exhaustive sweep is in bench_tune.py.)
 
 CPU only (what this machine has); the limit makes torch's allocator fail for real.
 """
@@ -28,7 +27,7 @@ from gpuwarden.core.events import EXIT_OOM, decode
 from gpuwarden.core.oom.recovery import AttemptFacts, plan_recovery
 from gpuwarden.core.rlimit import limited_argv
 from gpuwarden.core.tune.probe import SubprocessProber
-from gpuwarden.core.tune.search import Candidate, Search, divisors
+from gpuwarden.core.tune.search import Candidate
 
 LIMIT = int(1.6 * 2**30)
 PINNED = {"OMP_NUM_THREADS": "2", "MALLOC_ARENA_MAX": "2"}
@@ -146,46 +145,9 @@ def run() -> list[dict[str, Any]]:
                     "ok": restarts is not None and (restarts <= 2 if name == "gpuwarden" else True),
                 }
             )
-        rows.extend(_tune_vs_sweep(work))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return rows
-
-
-def _tune_vs_sweep(work: Path) -> list[dict[str, Any]]:
-    effective = 48
-    doc = _spec(2, effective // 2, steps=4, limit=None)
-    doc["train"]["image"] = {"base_channels": 16, "num_blocks": 2, "patch_size": 64, "synthetic_samples": 512}
-    spec = spec_from_mapping(doc)
-    sweep_probe = SubprocessProber(spec, work / "sweep", env={**os.environ, **PINNED})
-    sweep = [sweep_probe(Candidate(b, effective // b, "auto", False)) for b in divisors(effective)]
-    best_sweep = max((r for r in sweep if r.ok and r.samples_per_s), key=lambda r: r.samples_per_s or 0)
-    sweep_time = sum(r.wall_s for r in sweep)
-    tune_probe = SubprocessProber(spec, work / "tune", env={**os.environ, **PINNED})
-    result = Search(tune_probe, capacity=None).run(
-        Candidate(2, effective // 2, "auto", False), per_device_batch=effective
-    )
-    assert result.best is not None and result.best.samples_per_s and best_sweep.samples_per_s
-    share = result.best.samples_per_s / best_sweep.samples_per_s
-    time_share = result.wall_s / sweep_time
-    chosen = f"{result.best.candidate.batch_size} vs {best_sweep.candidate.batch_size}"
-    spent = f"{result.wall_s:.0f} s vs {sweep_time:.0f} s, {len(result.trials)} probes"
-    return [
-        {
-            "benchmark": f"tune vs sweep of {len(sweep)} micro-batches (effective {effective}): samples/s",
-            "value": round(100 * share, 1),
-            "unit": f"% of the sweep's best (micro-batch {chosen})",
-            "target": "≥ 95",
-            "ok": share >= 0.95,
-        },
-        {
-            "benchmark": "tune vs sweep: time",
-            "value": round(100 * time_share, 1),
-            "unit": f"% of the sweep's time ({spent})",
-            "target": "≤ 33",
-            "ok": time_share <= 1 / 3,
-        },
-    ]
 
 
 if __name__ == "__main__":

@@ -7,14 +7,16 @@ Rules from ../shared/reference/oom.md and the failures of other finders:
 - the micro-batch grows geometrically (×3, then one probe in each gap next to the best), and the
   memory model (fitted on the probes so far) skips
   candidates it predicts would not fit, so no probe is wasted on a certain OOM;
-- the search stops when a step up gains less than `min_gain` (DeepSpeed's autotuner: < 5 %);
+- the search stops when steps up gain less than `min_gain` (DeepSpeed's autotuner: < 5 %) —
+  two in a row, since one noisy reading is not evidence;
 - with the effective batch kept, candidates are the divisors of the per-device batch, so that
   micro-batch × accumulation stays exactly equal.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -115,9 +117,11 @@ class Search:
         min_gain: float = 0.05,
         max_trials: int = 12,
         factor: float = 3.0,
+        patience: int = 1,
     ) -> None:
         self._probe = probe
         self.factor = factor
+        self.patience = patience
         self.capacity = capacity
         self.headroom = headroom
         self.min_gain = min_gain
@@ -185,6 +189,7 @@ class Search:
                 return None, f"even the smallest micro-batch did not fit or failed ({_why(self.trials[-1])})"
             return best, "the starting micro-batch did not fit; this is the largest that did"
         best = first
+        misses = 0
         for batch in batch_ladder(start.batch_size, per_device_batch, max_batch, self.factor):
             if len(self.trials) >= self.max_trials:
                 return best, f"reached the trial limit ({self.max_trials})"
@@ -203,49 +208,70 @@ class Search:
                 return best, f"micro-batch {batch} {_why(r)}"
             gain = _gain(r, best)
             if gain < self.min_gain:
-                # Keep the smaller micro-batch: the same speed with more memory headroom.
-                return best, f"micro-batch {batch} gained {100 * gain:.1f} % (< {100 * self.min_gain:.0f} %)"
-            best = r
+                # One short reading must not end the search (timings are noisy): stop after
+                # `patience` rungs in a row gain too little. Ties keep the smaller micro-batch,
+                # which runs as fast with more memory headroom.
+                misses += 1
+                if misses > self.patience:
+                    return (
+                        best,
+                        f"micro-batch {batch} gained {100 * gain:.1f} % (< {100 * self.min_gain:.0f} %)",
+                    )
+                continue
+            best, misses = r, 0
         return best, "no larger micro-batch to try"
 
     def _refine(
         self, best: ProbeResult, start: Candidate, per_device_batch: int | None, max_batch: int
     ) -> ProbeResult:
-        """One probe at the geometric middle of each gap next to the best micro-batch: the doubling
-        ladder can step over the peak (e.g. 16 → 40 → 80 when 48 is fastest)."""
-        probed = sorted(
-            {t.candidate.batch_size for t in self.trials if t.candidate.precision == start.precision}
-        )
+        """One more probe where the peak most likely is: the coarse ladder can step over it (16 →
+        48 → 144 when 24 is fastest). A parabola in log(micro-batch) through the best rung and its
+        neighbours says on which side; with one neighbour only, that side's gap is probed."""
+        if len(self.trials) >= self.max_trials:
+            return best
+        measured = {
+            t.candidate.batch_size: t.samples_per_s
+            for t in self.trials
+            if t.candidate.precision == start.precision and self._fits(t) and t.samples_per_s
+        }
+        probed = {t.candidate.batch_size for t in self.trials if t.candidate.precision == start.precision}
         b = best.candidate.batch_size
-        lower = [p for p in probed if p < b]
-        upper = [p for p in probed if p > b]
-        pool = divisors(per_device_batch) if per_device_batch is not None else list(range(1, max_batch + 1))
-        # Above the best, the gap ends at the next probed size or, when the ladder stopped on a
-        # prediction, just past the largest micro-batch predicted to fit. The upper gap goes first:
-        # the ladder's stopping rung is where the peak most often hides.
+        lower = max((p for p in probed if p < b), default=None)
+        upper = min((p for p in probed if p > b), default=None)
         prediction = predict_max_batch(self._points(), self.capacity, self.headroom, self._ooms())
-        upper_end = upper[0] if upper else (prediction.batch + 1 if prediction.batch else None)
-        for lo, hi in ((b, upper_end), (lower[-1] if lower else None, b)):
-            if lo is None or hi is None or len(self.trials) >= self.max_trials:
-                continue
+        if upper is None and prediction.batch:
+            upper = prediction.batch + 1  # the ladder stopped on a prediction: the gap ends there
+        # The gap the peak is most likely in first; the other only when that one is empty.
+        for lo, hi in self._gaps_by_likelihood(b, lower, upper, measured):
+            pool = divisors(per_device_batch) if per_device_batch is not None else range(lo + 1, hi)
             inside = [d for d in pool if lo < d < hi and d <= max_batch and d not in probed]
-            prediction = predict_max_batch(self._points(), self.capacity, self.headroom, self._ooms())
             if prediction.batch is not None:
                 inside = [d for d in inside if d <= prediction.batch]
-            if not inside:
-                continue
-            middle = (lo * hi) ** 0.5
-            batch = min(inside, key=lambda d: abs(d - middle))
-            r = self._run(
-                replace(
-                    best.candidate,
-                    batch_size=batch,
-                    grad_accum_steps=self._accum_for(start, batch, per_device_batch),
-                )
-            )
-            if self._fits(r) and _gain(r, best) > 0:
-                best = r
-        return best
+            if inside:
+                break
+        else:
+            return best
+        middle = (lo * hi) ** 0.5
+        batch = min(inside, key=lambda d: abs(d - middle))
+        accum = self._accum_for(start, batch, per_device_batch)
+        r = self._run(replace(best.candidate, batch_size=batch, grad_accum_steps=accum))
+        return r if self._fits(r) and _gain(r, best) > 0 else best
+
+    @staticmethod
+    def _gaps_by_likelihood(
+        b: int, lower: int | None, upper: int | None, measured: Mapping[int, float]
+    ) -> list[tuple[int, int]]:
+        gaps = [g for g in ((b, upper), (lower, b)) if g[0] is not None and g[1] is not None]
+        f_b, f_lo, f_hi = measured.get(b), measured.get(lower or -1), measured.get(upper or -1)
+        if lower is not None and upper is not None and f_b and f_lo and f_hi:
+            x0, x1, x2 = math.log(lower), math.log(b), math.log(upper)
+            # Vertex of the parabola through the three points (Newton's divided differences).
+            d1 = (f_b - f_lo) / (x1 - x0)
+            d2 = (f_hi - f_b) / (x2 - x1)
+            curvature = (d2 - d1) / (x2 - x0)
+            if curvature < 0 and 0.5 * (x0 + x1) - d1 / (2 * curvature) < x1:
+                gaps.reverse()
+        return [(int(lo), int(hi)) for lo, hi in gaps if lo is not None and hi is not None]
 
     def _shrink(self, start: Candidate, per_device_batch: int | None) -> ProbeResult | None:
         """Halve (over divisors when the effective batch is kept) until a probe fits."""
