@@ -17,7 +17,7 @@ from gpuwarden.cli.format import print_json
 def compare(run_a: str, run_b: str, as_json: bool, db: Path | None) -> None:
     """Compare two runs (ids or names): samples/s, power, utilisation, memory, energy, wall time."""
     from gpuwarden.cli.report_format import render_comparison
-    from gpuwarden.cli.run_data import open_run_data
+    from gpuwarden.client.run_data import open_run_data
     from gpuwarden.core.report.compare import compare_reports
     from gpuwarden.core.report.performance import build_report
     from gpuwarden.core.report.snapshot import collect_run

@@ -137,7 +137,7 @@ def doctor(
         source_path = Path(target)
         diagnosis = diagnose_spec_file(source_path, memory)
     else:
-        from gpuwarden.cli.run_data import open_run_data
+        from gpuwarden.client.run_data import open_run_data
 
         data = open_run_data(db)
         try:

@@ -33,6 +33,7 @@ COMMANDS: dict[str, str] = {
     "events": "gpuwarden.cli.runs_cmds:events",
     "rm": "gpuwarden.cli.runs_cmds:rm",
     "history": "gpuwarden.cli.runs_cmds:history",
+    "clean": "gpuwarden.cli.clean:clean",
     # diagnosis and reports (issue 7)
     "doctor": "gpuwarden.cli.doctor:doctor",
     "report": "gpuwarden.cli.report:report",

@@ -21,7 +21,7 @@ def report(run: str, as_json: bool, as_md: bool, plots: Path | None, db: Path | 
     if as_json and as_md:
         raise UserError("--json and --md both given — choose one output format")
     from gpuwarden.cli.report_format import render_markdown, render_text
-    from gpuwarden.cli.run_data import open_run_data
+    from gpuwarden.client.run_data import open_run_data
     from gpuwarden.core.report.performance import build_report
     from gpuwarden.core.report.snapshot import collect_run
 

@@ -141,6 +141,15 @@ class ApiClient:
     def resume(self, ref: str) -> dict[str, Any]:
         return dict(self._request("POST", f"/v1/runs/{_q(ref)}/resume"))
 
+    def tune(self, ref: str) -> dict[str, Any]:
+        """Tune the run (probe micro-batch sizes) before its next attempt."""
+        return dict(self._request("POST", f"/v1/runs/{_q(ref)}/tune"))
+
+    def terminate_process(self, pid: int, grace_seconds: float | None = None) -> dict[str, Any]:
+        """SIGTERM a stray GPU process of yours, SIGKILL after the grace period."""
+        body = {"grace_seconds": grace_seconds} if grace_seconds is not None else None
+        return dict(self._request("POST", f"/v1/processes/{int(pid)}/terminate", json=body))
+
     def delete(self, ref: str) -> dict[str, Any]:
         return dict(self._request("DELETE", f"/v1/runs/{_q(ref)}"))
 

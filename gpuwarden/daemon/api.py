@@ -28,6 +28,7 @@ from gpuwarden.core.config.spec import KnobValue, RunSpec, parse_spec, spec_from
 from gpuwarden.core.errors import ConfigError, UserError
 from gpuwarden.core.store.runs import FINAL_STATES, RUN_STATES
 from gpuwarden.core.telemetry.types import GPU_METRICS, HOST_METRICS
+from gpuwarden.daemon.strays import terminate_gpu_process
 from gpuwarden.daemon.stream import FRAME_TYPES
 from gpuwarden.daemon.supervisor import owner_of, run_summary
 
@@ -227,6 +228,16 @@ def create_app(daemon: Daemon) -> FastAPI:
         groups = daemon.supervisor.pid_owners()
         return {"processes": [{**p.to_dict(), "run_id": owner_of(p.pid, groups)} for p in rows]}
 
+    @app.post(
+        "/v1/processes/{pid}/terminate",
+        summary="SIGTERM a stray GPU process of yours (not part of a run), SIGKILL after the grace period",
+    )
+    def terminate_process(pid: int, body: StopRequest | None = None) -> dict[str, Any]:
+        grace = body.grace_seconds if body is not None and body.grace_seconds is not None else 5.0
+        return terminate_gpu_process(
+            pid, daemon.latest_processes, daemon.supervisor.pid_owners(), grace, daemon.supervisor.clock
+        )
+
     @app.get("/v1/history", summary="metric series over a time window, in at most `points` buckets")
     def history(
         window: Annotated[str, Query(max_length=32, description="e.g. 15m, 1h, 24h, 7d")] = "1h",
@@ -300,6 +311,13 @@ def create_app(daemon: Daemon) -> FastAPI:
     def resume_run(ref: str) -> dict[str, Any]:
         run = resolve(ref)
         return detail(daemon.supervisor.resume_run(run["id"]))
+
+    @app.post(
+        "/v1/runs/{ref}/tune", summary="probe for the fastest micro-batch before the run's next attempt"
+    )
+    def tune_run(ref: str) -> dict[str, Any]:
+        run = resolve(ref)
+        return detail(daemon.supervisor.tune_run(run["id"]))
 
     @app.get("/v1/runs/{ref}/attempts", summary="the run's attempts")
     def attempts(ref: str) -> dict[str, Any]:

@@ -397,7 +397,9 @@ class Supervisor:
             placement = place(spec.resources, self.gpu_states(), self._busy(), self.settings.max_runs_per_gpu)
             if placement is None:
                 continue
-            if spec.autotune and self.autotune_hook is not None and int(run["attempt"]) == 0:
+            # `autotune` is cleared once tuned, so this runs before the first attempt, or once
+            # more after `tune_run` asked for it.
+            if spec.autotune and self.autotune_hook is not None:
                 self._start_autotune(run, spec, placement)
                 continue
             self._start_attempt(run, spec, placement)
@@ -734,6 +736,25 @@ class Supervisor:
                     f"run {run_id} is {run['state']}: only failed, stopped or interrupted runs resume"
                 )
             self._set_state(run_id, "queued", "resumed", stop_requested=0, ended_at=None)
+        self.wake()
+        return self._run(run_id)
+
+    def tune_run(self, run_id: str) -> dict[str, Any]:
+        """Tune the run before its next attempt: a queued run tunes before it starts; a failed,
+        stopped or interrupted one is resumed and tuned first (it continues from its checkpoint
+        with the tuned micro-batch, the effective batch kept)."""
+        with self.lock:
+            run = self._run(run_id)
+            state = run["state"]
+            if state not in ("queued", "failed", "stopped", "interrupted"):
+                raise Conflict(f"run {run_id} is {state}: stop it first, then tune")
+            spec = spec_from_mapping(dict(run["spec"]))
+            if spec.kind == "command":
+                raise UserError(f"run {run_id} is a command run: only train and infer runs can be tuned")
+            tuned = spec.model_copy(update={"autotune": True})
+            self._w(lambda s: s.update_run(run_id, spec=spec_document(tuned)))
+            if state != "queued":
+                self._set_state(run_id, "queued", "resumed to tune", stop_requested=0, ended_at=None)
         self.wake()
         return self._run(run_id)
 

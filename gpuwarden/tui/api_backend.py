@@ -11,8 +11,6 @@ from __future__ import annotations
 import dataclasses
 import getpass
 import math
-import os
-import signal
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -23,6 +21,7 @@ from gpuwarden.core.errors import UserError
 from gpuwarden.core.telemetry.types import GpuSample, GpuStatic, HostSample
 from gpuwarden.tui.backend import (
     AttemptInfo,
+    DoctorFinding,
     EventFrame,
     Frame,
     HistorySeries,
@@ -37,6 +36,7 @@ from gpuwarden.tui.backend import (
     SampleFrame,
     Snapshot,
     SourceStatus,
+    doctor_findings,
 )
 
 ACTIVE = ("starting", "running", "retuning")
@@ -266,6 +266,12 @@ class ApiBackend:
                 self._final_retunes[run_id] = len(self.client.retunes(run_id))
         return [self._summary(r) for r in rows]
 
+    def doctor(self, run_id: str) -> list[DoctorFinding]:
+        from gpuwarden.client.run_data import ApiRunData
+        from gpuwarden.core.doctor.diagnose import diagnose_run
+
+        return doctor_findings(diagnose_run(ApiRunData(self.client), run_id).to_dict())
+
     def run_detail(self, run_id: str) -> RunDetail:
         d = self.client.run(run_id)
         run_id = str(d["id"])
@@ -396,28 +402,13 @@ class ApiBackend:
             raise
 
     def tune(self, run_id: str) -> None:
-        raise UserError(
-            "the daemon's API has no tune-up call: run `gpuwarden tune SPEC` in a shell", code="unsupported"
-        )
+        """The daemon probes for the fastest micro-batch before the run's next attempt."""
+        self.client.tune(run_id)
 
     def kill_process(self, pid: int) -> None:
-        """SIGTERM a GPU process of this user. The API has no call for it; the dashboard runs on
-        the daemon's machine as the daemon's user (its socket is 0600), so it signals directly,
-        after checking the daemon lists the pid on a GPU and that we own it."""
-        listed = {p.pid: p for p in self._processes()}
-        proc = listed.get(pid)
-        if proc is None:
-            raise UserError(f"process {pid} holds no GPU memory now", code="not_found")
-        if not proc.owned:
-            raise UserError(f"process {pid} belongs to {proc.user}: you can only terminate your own")
-        if proc.run_id:
-            raise UserError(f"process {pid} is part of run {proc.run_id}: stop the run instead")
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        except PermissionError:
-            raise UserError(f"not allowed to signal process {pid}") from None
+        """SIGTERM a stray GPU process of this user through the daemon (SIGKILL after a grace
+        period); the daemon refuses processes of runs and of other users."""
+        self.client.terminate_process(pid)
 
     def close(self) -> None:
         self.client.close()

@@ -139,6 +139,27 @@ class RunDetail:
 
 
 @dataclass(frozen=True)
+class DoctorFinding:
+    """One doctor finding about a run, flattened for display."""
+
+    severity: str  # error | warning | info
+    title: str
+    evidence: str
+    fix: str
+
+
+def doctor_findings(diagnosis_dict: dict[str, Any]) -> list[DoctorFinding]:
+    """Flatten `Diagnosis.to_dict()` for the run detail's doctor tab."""
+    out: list[DoctorFinding] = []
+    for f in diagnosis_dict.get("findings", []):
+        evidence = ", ".join(f"{k}={v}" for k, v in (f.get("evidence") or {}).items() if k not in ("where",))
+        fix = f.get("fix")
+        fix_text = ", ".join(f"{k}: {v}" for k, v in fix.items()) if isinstance(fix, dict) else str(fix or "")
+        out.append(DoctorFinding(str(f.get("severity")), str(f.get("title")), evidence, fix_text))
+    return out
+
+
+@dataclass(frozen=True)
 class LogChunk:
     """Bytes of a log from an offset on, decoded; `offset` is where the next read starts."""
 
@@ -184,6 +205,10 @@ class DashboardBackend(Protocol):
     def runs(self) -> list[RunSummary]: ...
 
     def run_detail(self, run_id: str) -> RunDetail: ...
+
+    def doctor(self, run_id: str) -> list[DoctorFinding]:
+        """Doctor's findings on the run (its spec and its recorded telemetry)."""
+        ...
 
     def logs(self, run_id: str, offset: int, stream: str = "stdout") -> LogChunk:
         """The current attempt's log from `offset`; a negative offset means "the last -offset bytes"."""

@@ -22,6 +22,7 @@ from gpuwarden.core.telemetry.types import GpuStatic
 from gpuwarden.tui.api_backend import gpu_static, run_event, series_from_buckets
 from gpuwarden.tui.backend import (
     AttemptInfo,
+    DoctorFinding,
     Frame,
     HistorySeries,
     LogChunk,
@@ -33,6 +34,7 @@ from gpuwarden.tui.backend import (
     SampleFrame,
     Snapshot,
     SourceStatus,
+    doctor_findings,
 )
 
 POLL_S = 1.0
@@ -143,6 +145,12 @@ class DbBackend:
     def runs(self) -> list[RunSummary]:
         with self._lock:
             return [self._summary(r) for r in self.store.list_runs()]
+
+    def doctor(self, run_id: str) -> list[DoctorFinding]:
+        from gpuwarden.core.doctor.diagnose import diagnose_run
+        from gpuwarden.core.report.db_data import DbRunData
+
+        return doctor_findings(diagnose_run(DbRunData(self.path), run_id).to_dict())
 
     def run_detail(self, run_id: str) -> RunDetail:
         with self._lock:

@@ -17,6 +17,7 @@ from gpuwarden.core.errors import UserError
 from gpuwarden.core.telemetry.types import GpuSample, GpuStatic, HostSample
 from gpuwarden.tui.backend import (
     AttemptInfo,
+    DoctorFinding,
     EventFrame,
     Frame,
     HistorySeries,
@@ -332,6 +333,18 @@ class FakeBackend:
     def runs(self) -> list[RunSummary]:
         with self._lock:
             return list(self._runs.values())
+
+    def doctor(self, run_id: str) -> list[DoctorFinding]:
+        self.actions.append(("doctor", run_id))
+        return [
+            DoctorFinding(
+                "warning",
+                "GPU underused: power 52 % of the limit",
+                "power_w=300, power_limit_w=575, power_pct=52.2",
+                "larger micro-batch, mixed precision",
+            ),
+            DoctorFinding("info", "compile is off", "train.compile=False", "train.compile: True"),
+        ]
 
     def run_detail(self, run_id: str) -> RunDetail:
         with self._lock:

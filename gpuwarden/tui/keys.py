@@ -35,7 +35,7 @@ ACTIONS: tuple[KeyAction, ...] = (
     KeyAction("w / W", "cycle_window", "Next / previous window (5m 1h 24h 7d 30d)", "history"),
     KeyAction("← / →", "cursor", "Move the cursor (value and time below the chart)", "history"),
     KeyAction("home / end", "cursor_edge", "Cursor to the oldest / newest point", "history"),
-    KeyAction("a / c / l", "detail_tab", "Timeline / charts / log tab", "run detail"),
+    KeyAction("a / c / l / d", "detail_tab", "Timeline / charts / log / doctor tab", "run detail"),
     KeyAction("f", "toggle_follow", "Follow the log on / off", "run detail"),
     KeyAction("escape", "back", "Back to the runs table", "run detail"),
 )

@@ -11,7 +11,15 @@ from dataclasses import dataclass
 from textual.message import Message
 
 from gpuwarden.core.telemetry.types import GpuStatic
-from gpuwarden.tui.backend import HistorySeries, LogChunk, RunDetail, RunSummary, Snapshot, SourceStatus
+from gpuwarden.tui.backend import (
+    DoctorFinding,
+    HistorySeries,
+    LogChunk,
+    RunDetail,
+    RunSummary,
+    Snapshot,
+    SourceStatus,
+)
 
 
 class FramesReady(Message, bubble=False):
@@ -61,6 +69,12 @@ class HistoryLoaded(Message, bubble=False):
 @dataclass
 class DetailLoaded(Message, bubble=False):
     detail: RunDetail
+
+
+@dataclass
+class DoctorLoaded(Message, bubble=False):
+    run_id: str
+    findings: list[DoctorFinding]
 
 
 @dataclass

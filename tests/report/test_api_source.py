@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwarden.cli.run_data import ApiRunData
+from gpuwarden.client.run_data import ApiRunData
 from gpuwarden.core.doctor.diagnose import diagnose_run
 from gpuwarden.core.report.db_data import DbRunData
 from gpuwarden.core.report.performance import build_report

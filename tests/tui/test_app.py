@@ -137,6 +137,30 @@ def test_runs_table_and_detail_with_retune_and_log() -> None:
     run(body())
 
 
+def test_doctor_tab_shows_findings_with_evidence_and_fix() -> None:
+    async def body() -> None:
+        backend = FakeBackend()
+        app = make_app(backend)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await settle(pilot)
+            await pilot.press("2")
+            await wait_workers(pilot)
+            await pilot.press("enter")
+            await wait_workers(pilot)
+            screen = app.screen
+            assert isinstance(screen, RunDetailScreen)
+            await pilot.press("d")
+            await wait_workers(pilot)
+            await pilot.pause()
+            text = text_of(screen.query_one("#doctor-text", Static))
+            assert "GPU underused: power 52 % of the limit" in text
+            assert "evidence: power_w=300, power_limit_w=575, power_pct=52.2" in text
+            assert "fix: train.compile: True" in text
+            assert ("doctor", RUNNING) in backend.actions
+
+    run(body())
+
+
 def test_stop_asks_first_and_then_calls_the_backend() -> None:
     async def body() -> None:
         fake = FakeBackend()

@@ -223,6 +223,14 @@ class StubClient:
         self.calls.append(("resume", ref))
         return {}
 
+    def tune(self, ref: str) -> dict[str, Any]:
+        self.calls.append(("tune", ref))
+        return {}
+
+    def terminate_process(self, pid: int, grace_seconds: float | None = None) -> dict[str, Any]:
+        self.calls.append(("terminate", pid))
+        return {"pid": pid}
+
     def close(self) -> None:
         self.calls.append(("close",))
 
@@ -274,13 +282,11 @@ def test_api_backend_controls() -> None:
     assert ("stop", "r1") in client.calls
     with pytest.raises(UserError, match="stop it first"):
         backend.restart_with("r1", {"bs": 2})  # r1 is running
-    with pytest.raises(UserError, match="gpuwarden tune"):
-        backend.tune("r1")
-    backend.gpus()
-    with pytest.raises(UserError, match="belongs to someone-else"):
-        backend.kill_process(8)
-    with pytest.raises(UserError, match="holds no GPU memory"):
-        backend.kill_process(99)
+    backend.tune("r1")
+    assert ("tune", "r1") in client.calls
+    # the daemon decides what may be terminated (its own checks are tested in tests/daemon)
+    backend.kill_process(8)
+    assert ("terminate", 8) in client.calls
 
 
 def test_the_app_browses_a_database_read_only(db_file: Path) -> None:

@@ -1,7 +1,7 @@
 """`RunData`: what doctor, report and compare read about a run, from wherever it is kept.
 
 Two implementations: over a database opened read-only (`DbRunData`, `--db PATH`) and over the
-daemon's API (`gpuwarden.cli.run_data.ApiRunData`). Everything returned is plain data (dicts,
+daemon's API (`gpuwarden.client.run_data.ApiRunData`). Everything returned is plain data (dicts,
 lists, tuples), so the analysis above it is pure functions that tests feed by hand.
 """
 

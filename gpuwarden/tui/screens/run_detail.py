@@ -14,10 +14,10 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Log, Static, TabbedContent, TabPane
 
-from gpuwarden.tui.backend import DashboardBackend, RetuneInfo, RunDetail, RunSummary
+from gpuwarden.tui.backend import DashboardBackend, DoctorFinding, RetuneInfo, RunDetail, RunSummary
 from gpuwarden.tui.formatting import GIB, clock, duration, gib, num
 from gpuwarden.tui.keys import CONTROL_ACTIONS
-from gpuwarden.tui.messages import DetailLoaded, LogLoaded
+from gpuwarden.tui.messages import DetailLoaded, DoctorLoaded, LogLoaded
 from gpuwarden.tui.screens.runs import state_text
 from gpuwarden.tui.widgets.chart import Chart
 
@@ -103,6 +103,7 @@ class RunDetailScreen(Screen[None]):
         Binding("a", "detail_tab('timeline')", "Timeline", show=False),
         Binding("c", "detail_tab('charts')", "Charts", show=False),
         Binding("l", "detail_tab('log')", "Log", show=False),
+        Binding("d", "detail_tab('doctor')", "Doctor", show=False),
     ]
     DEFAULT_CSS = """
     RunDetailScreen #run-head { height: auto; max-height: 3; padding: 0 1; background: $panel; }
@@ -142,6 +143,8 @@ class RunDetailScreen(Screen[None]):
                         yield Chart(height=3, style=style, fit=True)
             with TabPane("Log", id="log"):
                 yield Log(max_lines=5000, auto_scroll=True, id="log-view")
+            with TabPane("Doctor", id="doctor"), VerticalScroll():
+                yield Static("(press d to diagnose this run)", id="doctor-text")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -160,6 +163,13 @@ class RunDetailScreen(Screen[None]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="detail")
     def _load_detail(self, run_id: str) -> None:
         self.post_message(DetailLoaded(self.backend.run_detail(run_id)))
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="doctor")
+    def _load_doctor(self, run_id: str) -> None:
+        self.post_message(DoctorLoaded(run_id, self.backend.doctor(run_id)))
+
+    def on_doctor_loaded(self, message: DoctorLoaded) -> None:
+        self.query_one("#doctor-text", Static).update(doctor_text(message.findings))
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="log")
     def _tail_log(self) -> None:
@@ -252,6 +262,9 @@ class RunDetailScreen(Screen[None]):
 
     def action_detail_tab(self, tab: str) -> None:
         self.query_one("#detail-tabs", TabbedContent).active = tab
+        if tab == "doctor":
+            self.query_one("#doctor-text", Static).update("diagnosing …")
+            self._load_doctor(self.summary.id)
 
     def action_toggle_follow(self) -> None:
         self.follow = not self.follow
@@ -265,3 +278,22 @@ class RunDetailScreen(Screen[None]):
         self.summary = run
         self.show_head()
         self.reload()
+
+
+_SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def doctor_text(findings: list[DoctorFinding]) -> Text:
+    """Doctor's findings, most severe first, each with its evidence and fix."""
+    out = Text()
+    if not findings:
+        out.append("no findings: nothing doctor would change", style="green")
+        return out
+    for f in findings:
+        out.append(f"{f.severity:8}", style=_SEVERITY_STYLE.get(f.severity, ""))
+        out.append(f.title + "\n", style="bold")
+        if f.evidence:
+            out.append(f"        evidence: {f.evidence}\n", style="dim")
+        if f.fix:
+            out.append(f"        fix: {f.fix}\n")
+    return out
