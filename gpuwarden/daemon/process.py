@@ -7,8 +7,10 @@ daemon is never in the output path and a daemon restart cannot lose a line.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,6 +103,21 @@ def open_log(path: Path) -> int:
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
 
 
+def in_own_scope(argv: list[str], unit: str, environ: Mapping[str, str] | None = None) -> list[str]:
+    """Under systemd, `argv` started in a transient scope of its own.
+
+    The daemon's unit uses KillMode=mixed: on stop, and before a restart after a crash, systemd
+    SIGKILLs what is left in the daemon's cgroup. A run in that cgroup would die with the daemon.
+    `systemd-run --scope` moves the process into its own scope and then execs the command, so the
+    pid the daemon watches is the run's own. Outside systemd (no INVOCATION_ID) nothing changes.
+    """
+    environ = os.environ if environ is None else environ
+    systemd_run = shutil.which("systemd-run", path=environ.get("PATH"))
+    if not environ.get("INVOCATION_ID") or systemd_run is None:
+        return argv
+    return [systemd_run, "--user", "--scope", "--quiet", "--collect", f"--unit={unit}", "--", *argv]
+
+
 def spawn(
     argv: list[str],
     env: dict[str, str],
@@ -108,11 +125,14 @@ def spawn(
     stdout_path: Path,
     stderr_path: Path,
     memory_limit: int | None = None,
+    scope_unit: str | None = None,
 ) -> Child:
     """Start `argv` (no shell) in a new session; raises OSError when it cannot be started."""
     if memory_limit is not None:
         # A tiny exec wrapper sets RLIMIT_AS in the child: preexec_fn is unsafe in a threaded daemon.
         argv = limited_argv(argv, int(memory_limit))
+    if scope_unit is not None:
+        argv = in_own_scope(argv, scope_unit)
     out_fd = open_log(stdout_path)
     err_fd = open_log(stderr_path)
     try:

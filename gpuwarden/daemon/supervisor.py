@@ -489,7 +489,13 @@ class Supervisor:
             env.update(placement.env())  # placement is the daemon's: nothing overrides it
             limit = spec.resources.memory_limit
             child = process.spawn(
-                argv, env, cwd, stdout_path, stderr_path, int(limit) if limit is not None else None
+                argv,
+                env,
+                cwd,
+                stdout_path,
+                stderr_path,
+                int(limit) if limit is not None else None,
+                scope_unit=f"gpuwarden-run-{run_id}-{number}",
             )
         except (OSError, UserError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)

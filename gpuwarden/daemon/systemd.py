@@ -2,8 +2,9 @@
 
 KillMode=mixed: `systemctl stop` sends SIGTERM to the daemon alone (it shuts down cleanly) and
 SIGKILL only to what is left in the daemon's own cgroup. Runs are launched into scopes of their
-own when the daemon runs under systemd (see `daemon/process.py`), so neither a stop nor a crash
-with Restart=on-failure takes a run down with the daemon.
+own (`systemd-run --user --scope`) when the daemon runs under systemd (`daemon/process.py`,
+`in_own_scope`), so neither a stop nor a crash with Restart=on-failure takes a run down with the
+daemon; the restarted daemon re-adopts them.
 """
 
 from __future__ import annotations
