@@ -82,6 +82,7 @@ def run() -> list[dict[str, Any]]:
         }
 
     return [
+        *_real_nvml_rows(),
         row("sampler tick, 8 fake GPUs (all: reader + fake + host + processes/5 s)", total, "info", True),
         row(
             "sampler tick, 8 fake GPUs, our code (all minus the fake's own calls)",
@@ -92,6 +93,39 @@ def run() -> list[dict[str, Any]]:
         row("  GPU reader alone incl. fake (8 GPUs)", gpus, "info", True),
         row("  fake NVML calls alone (8 GPUs)", fake_only, "info", True),
         row("  host reader alone (psutil)", host_only, "info", True),
+    ]
+
+
+def _real_nvml_rows(ticks: int = 200) -> list[dict[str, Any]]:
+    """On a machine with a driver: wall time of one real `sample()` over every GPU, and of the
+    (slow) process read. Nothing here without one."""
+    from gpuwarden.core.telemetry.nvml import open_gpu_reader
+
+    if os.environ.get("GPUWARDEN_FAKE_NVML"):
+        return []  # that would time the fake, not the driver
+    reader = open_gpu_reader()
+    try:
+        if reader.status is not None or not reader.gpus():
+            return []
+        n = len(reader.gpus())
+        reader.sample(time.time())  # the first call probes what each GPU supports
+        start = time.perf_counter()
+        for _ in range(ticks):
+            reader.sample(time.time())
+        per_tick = (time.perf_counter() - start) / ticks * 1e6
+        start = time.perf_counter()
+        for _ in range(10):
+            reader.processes(time.time())
+        per_scan = (time.perf_counter() - start) / 10 * 1e6
+    finally:
+        reader.close()
+
+    def info(name: str, value: float, unit: str) -> dict[str, Any]:
+        return {"benchmark": name, "value": round(value, 1), "unit": unit, "target": "info", "ok": None}
+
+    return [
+        info(f"real NVML sample(), {n} GPU(s)", per_tick, "µs wall/tick"),
+        info(f"real NVML processes(), {n} GPU(s)", per_scan, "µs wall/scan"),
     ]
 
 
