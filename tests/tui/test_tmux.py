@@ -1,0 +1,88 @@
+"""Smoke test as a user over SSH would work: the real dashboard in tmux at 80×24 with 256
+colours, against a real daemon; no mouse. The screen shows the host panel and a submitted run,
+and keys stop the run."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from tests.daemon.conftest import DaemonHandle, daemon_factory, short_tmp  # noqa: F401 (fixtures)
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux"),
+]
+
+
+@pytest.fixture
+def tmux(daemon_factory: Callable[[], DaemonHandle]) -> Iterator[tuple[str, DaemonHandle]]:  # noqa: F811
+    daemon = daemon_factory()  # two fake H100s
+    session = f"gw-{uuid.uuid4().hex[:8]}"
+    env = {k: v for k, v in daemon.env.items() if k not in ("COLORTERM",)}
+    env["TERM"] = "screen-256color"
+    env_args = [arg for k, v in env.items() for arg in ("-e", f"{k}={v}")]
+    subprocess.run(
+        ["tmux", "new-session", "-d", "-s", session, "-x", "80", "-y", "24", *env_args,
+         sys.executable, "-m", "gpuwarden", "tui"],
+        check=True, timeout=20,
+    )  # fmt: skip
+    try:
+        yield session, daemon
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True, timeout=20)
+
+
+def _screen(session: str) -> str:
+    out = subprocess.run(
+        ["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True, timeout=20
+    )
+    return out.stdout
+
+
+def _wait_for(session: str, ok: Callable[[str], bool], timeout: float = 30.0) -> str:
+    deadline = time.monotonic() + timeout
+    screen = ""
+    while time.monotonic() < deadline:
+        screen = _screen(session)
+        if ok(screen):
+            return screen
+        time.sleep(0.3)
+    raise AssertionError(f"screen never matched; last screen:\n{screen}")
+
+
+def _keys(session: str, *keys: str) -> None:
+    for key in keys:
+        subprocess.run(["tmux", "send-keys", "-t", session, key], check=True, timeout=20)
+        time.sleep(0.4)
+
+
+def test_dashboard_in_tmux_shows_host_and_run_and_stops_it(tmux: tuple[str, DaemonHandle]) -> None:
+    session, daemon = tmux
+    run = daemon.submit(
+        {
+            "name": "tmux-sleeper",
+            "kind": "command",
+            "command": {
+                "argv": [sys.executable, "-c", "import time; print('working', flush=True); time.sleep(120)"]
+            },
+            "resources": {"gpus": 1},
+        }
+    )
+    daemon.wait_state(run["id"], ("running",))
+    screen = _wait_for(session, lambda s: "H100" in s and "host" in s.lower())
+    assert len(screen.splitlines()) <= 24 and all(len(line) <= 80 for line in screen.splitlines())
+    _keys(session, "2")
+    _wait_for(session, lambda s: "tmux-sleeper" in s and "running" in s)
+    _keys(session, "s")
+    _wait_for(session, lambda s: "Stop" in s or "stop" in s)
+    _keys(session, "y")
+    final = daemon.wait_state(run["id"], timeout=30)
+    assert final["state"] == "stopped"
+    _wait_for(session, lambda s: "stopped" in s)
