@@ -106,6 +106,9 @@ class EditRequest(BaseModel):
     name: str | None = None
     knobs: dict[str, KnobValue] | None = None
     resources: dict[str, Any] | None = None
+    set: dict[str, KnobValue] | None = Field(
+        None, description='dotted spec keys to set, e.g. {"train.batch_size": 4, "train.grad_accum_steps": 8}'
+    )
 
 
 def _status_for(exc: UserError) -> int:

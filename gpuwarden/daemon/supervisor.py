@@ -8,6 +8,7 @@ owner at a time.
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import shutil
@@ -765,14 +766,19 @@ class Supervisor:
         return self._run(run_id)
 
     def edit_run(self, run_id: str, changes: Mapping[str, Any]) -> dict[str, Any]:
-        """Change knobs, resources or name of a queued run (re-validated as a whole spec)."""
+        """Change a run that is not running: name, knobs, resources, or any spec key by its
+        dotted path (`set`); the result is re-validated as a whole spec. A stopped or failed run
+        keeps its state: edit it, then resume it."""
         with self.lock:
             run = self._run(run_id)
-            if run["state"] != "queued":
-                raise Conflict(f"run {run_id} is {run['state']}: only queued runs can be edited")
-            document = dict(run["spec"])
+            if run["state"] not in ("queued", "failed", "stopped", "interrupted"):
+                raise Conflict(f"run {run_id} is {run['state']}: stop it first, then change it")
+            document = copy.deepcopy(dict(run["spec"]))
             for key, value in changes.items():
-                if value is not None:
+                if key == "set":
+                    for dotted, new in (value or {}).items():
+                        _set_dotted(document, dotted, new)
+                elif value is not None:
                     document[key] = value
             spec = spec_from_mapping(document, label="PATCH")
             check_command(spec)
@@ -815,6 +821,21 @@ def one_line(exc: Exception) -> str:
 def new_run_id() -> str:
     """'r' + 10 random hex digits: short to type, and a prefix of it is usually unique."""
     return "r" + os.urandom(5).hex()
+
+
+def _set_dotted(document: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set `a.b.c` in a nested spec document; unknown keys are caught by re-validation."""
+    parts = dotted.split(".")
+    if not all(parts):
+        raise UserError(f"{dotted!r} is not a spec key path — use e.g. train.batch_size")
+    node = document
+    for part in parts[:-1]:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = {}
+            node[part] = child
+        node = child
+    node[parts[-1]] = value
 
 
 def owner_of(pid: int, groups: Mapping[int, str]) -> str | None:

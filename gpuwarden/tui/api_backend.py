@@ -382,24 +382,23 @@ class ApiBackend:
         return str(self.client.submit_yaml(text, path.parent, str(path))["id"])
 
     def restart_with(self, run_id: str, changes: dict[str, Any]) -> None:
-        """The API edits only queued runs: a stopped or failed run is resumed (queued) first,
-        then edited; an active run must be stopped first."""
+        """Edit the run (dotted keys such as `train.batch_size` change the spec itself, plain
+        names the command run's `knobs`), then start it again. An active run must be stopped
+        first; the edit lands before the resume, so the next attempt always has it."""
         run = self.client.run(run_id)
         state = run.get("state")
         if state in ACTIVE:
             raise UserError(f"run {run.get('name')} is {state}: stop it first (s), then change it")
+        dotted = {k: v for k, v in changes.items() if "." in k}
+        plain = {k: v for k, v in changes.items() if "." not in k}
+        edit: dict[str, Any] = {}
+        if dotted:
+            edit["set"] = dotted
+        if plain:
+            edit["knobs"] = {**dict((run.get("spec") or {}).get("knobs") or {}), **plain}
+        self.client.edit(run_id, **edit)
         if state != "queued":
             self.client.resume(run_id)
-        knobs = {**dict((run.get("spec") or {}).get("knobs") or {}), **changes}
-        try:
-            self.client.edit(run_id, knobs=knobs)
-        except UserError as exc:
-            if exc.code == "conflict":
-                raise UserError(
-                    f"run {run.get('name')} started before the change landed, with its old knobs:"
-                    " stop it and change it again"
-                ) from None
-            raise
 
     def tune(self, run_id: str) -> None:
         """The daemon probes for the fastest micro-batch before the run's next attempt."""

@@ -256,3 +256,26 @@ def test_without_gpus_runs_that_allow_it_go_to_the_cpu_with_a_warning(daemon_fac
         with pytest.raises(UserError) as err:
             client.submit(command_spec("gpu-only", "pass", resources={"allow_cpu": False}))
         assert "allow_cpu is false" in str(err.value)
+
+
+def test_a_stopped_training_run_is_edited_by_dotted_keys_then_resumed(gw: DaemonHandle) -> None:
+    spec = {
+        "name": "edit-me",
+        "kind": "train",
+        "resources": {"gpus": 0},
+        "train": {"task": "image", "batch_size": 8, "grad_accum_steps": 1, "max_steps": 1},
+    }
+    with gw.client() as client:
+        run = client.submit(spec)
+        client.stop(run["id"], grace_seconds=0.5)
+        gw.wait_state(run["id"])
+        edited = client.edit(run["id"], set={"train.batch_size": 2, "train.grad_accum_steps": 4})
+        assert edited["state"] == "stopped"  # editing does not start it
+        assert (edited["spec"]["train"]["batch_size"], edited["spec"]["train"]["grad_accum_steps"]) == (2, 4)
+        with pytest.raises(UserError) as bad:
+            client.edit(run["id"], set={"train.batchsize": 2})
+        assert "train.batchsize: unknown key — did you mean 'batch_size'?" in str(bad.value)
+        with pytest.raises(UserError) as negative:
+            client.edit(run["id"], set={"train.batch_size": -1})
+        assert "train.batch_size" in str(negative.value)
+        assert client.run(run["id"])["spec"]["train"]["batch_size"] == 2  # a refused edit loses nothing

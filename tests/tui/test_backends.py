@@ -184,7 +184,8 @@ class StubClient:
         return [{"attempt": 1}] * 2
 
     def run(self, ref: str) -> dict[str, Any]:
-        run = {**self.runs()[0], "spec": {"name": "a", "knobs": {"bs": 8}}}
+        base = next((r for r in self.runs() if r["id"] == ref), self.runs()[0])
+        run = {**base, "spec": {"name": "a", "knobs": {"bs": 8}}}
         run["attempts"] = [
             {"attempt": 1, "state": "ended", "gpus": [self.statics[0].uuid], "classification": "oom"}
         ]
@@ -282,6 +283,11 @@ def test_api_backend_controls() -> None:
     assert ("stop", "r1") in client.calls
     with pytest.raises(UserError, match="stop it first"):
         backend.restart_with("r1", {"bs": 2})  # r1 is running
+    client.calls.clear()
+    backend.restart_with("r2", {"train.batch_size": 2, "x": 1})  # r2 failed: edit first, then resume
+    edits = [c for c in client.calls if c[0] in ("edit", "resume")]
+    assert edits[0][0] == "edit" and edits[0][2]["set"] == {"train.batch_size": 2}
+    assert edits[0][2]["knobs"] == {"bs": 8, "x": 1} and edits[1] == ("resume", "r2")
     backend.tune("r1")
     assert ("tune", "r1") in client.calls
     # the daemon decides what may be terminated (its own checks are tested in tests/daemon)
