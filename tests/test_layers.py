@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-HEAVY = ("torch", "transformers", "accelerate", "textual", "rich", "textual_plotext")
+HEAVY = ("torch", "transformers", "accelerate", "textual", "rich", "matplotlib")
 
 
 def _modules_after_importing(packages: list[str]) -> set[str]:
