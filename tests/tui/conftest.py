@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from textual.pilot import Pilot
+from textual.widgets import DataTable
 
 from gpuwarden.tui.app import GpuwardenApp
 from gpuwarden.tui.backend import DashboardBackend
@@ -38,6 +39,14 @@ async def settle(pilot: Pilot[Any], *, timeout: float = 5.0) -> None:
         assert time.monotonic() < deadline, "the dashboard never connected"
         await pilot.pause(0.02)
     await wait_workers(pilot, deadline)
+    # The first process scan arrives with the first load, but on a loaded machine it can land a
+    # repaint later; snapshots must not depend on that timing.
+    expected = len(app.backend.snapshot().processes or [])
+    tables = list(app.query("#processes").results(DataTable))
+    while expected and tables and tables[0].row_count < expected:
+        assert time.monotonic() < deadline, "the GPU process table was never filled"
+        await pilot.pause(0.02)
+    await pilot.pause()
 
 
 async def wait_workers(pilot: Pilot[Any], deadline: float | None = None) -> None:
