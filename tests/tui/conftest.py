@@ -61,6 +61,11 @@ async def wait_workers(pilot: Pilot[Any], deadline: float | None = None) -> None
     await pilot.pause()
     await pilot.wait_for_scheduled_animations()
     await pilot.pause()
+    # DataTable measures its rows and columns when its message pump goes idle; on a busy machine a
+    # screenshot could otherwise catch header-only column widths (textual/widgets/_data_table.py).
+    while any(t._require_update_dimensions or t._updated_cells for t in pilot.app.screen.query(DataTable)):
+        assert time.monotonic() < deadline, "a table never finished measuring its columns"
+        await pilot.pause(0.02)
 
 
 def run(coro: Coroutine[Any, Any, None]) -> None:

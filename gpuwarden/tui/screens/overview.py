@@ -18,6 +18,17 @@ WIDE = 140  # from this many columns the cards sit two abreast
 TALL = 40  # from this many rows the card charts get taller
 
 
+# (label, width): pid up to 7 digits, a user name, GPU index, "123.4 GiB", a run id, the command.
+PROCESS_COLUMNS: tuple[tuple[str, int], ...] = (
+    ("PID", 7),
+    ("User", 8),
+    ("GPU", 3),
+    ("Memory", 9),
+    ("Run", 11),
+    ("Command", 29),
+)  # 67 cells + 12 of padding: the whole table fits an 80-column SSH terminal
+
+
 class OverviewPane(VerticalScroll):
     DEFAULT_CSS = """
     OverviewPane #no-gpu { color: $warning; padding: 0 1; margin-bottom: 1; height: auto; }
@@ -42,7 +53,10 @@ class OverviewPane(VerticalScroll):
         yield HostPanel(id="host")
         yield Static("GPU processes", id="proc-title")
         table: DataTable[str | Text] = DataTable(id="processes", cursor_type="row", zebra_stripes=True)
-        table.add_columns("PID", "User", "GPU", "Memory", "Run", "Command")
+        # Fixed widths: the layout never jumps as processes come and go (and a repaint over SSH
+        # sends only the cells that changed).
+        for label, width in PROCESS_COLUMNS:
+            table.add_column(label, width=width)
         yield table
 
     def on_mount(self) -> None:
