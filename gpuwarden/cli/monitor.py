@@ -103,7 +103,6 @@ def monitor(
     settings = load_settings(config_file, flags={"sample_interval": interval})
     reader = open_gpu_reader()
     sampler = Sampler(reader, HostReader(), process_interval=settings.process_interval)
-    machine = as_json or as_jsonl
     try:
         gpus = select_gpus(sampler.gpus(), gpu_ids)
         if sampler.status:
@@ -159,8 +158,6 @@ def monitor(
             click.echo("")
             for line in _summary_lines(summary):
                 click.echo(line)
-        if machine and sampler.status is None and not gpus:
-            note("no GPU selected")
     finally:
         reader.close()
 

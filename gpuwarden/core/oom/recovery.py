@@ -18,7 +18,7 @@ the next attempt", kept free of the daemon so it can be tested on its own. Steps
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuwarden.core.config.spec import RunSpec
@@ -200,7 +200,7 @@ def plan_recovery(
         return plan
     if decision.prediction is None and points and capacity and isinstance(batch, int):
         decision_prediction = predict_max_batch(points, capacity, policy.headroom, oom_at=[batch]).to_dict()
-        plan.decision = RetuneDecision(**{**decision.__dict__, "prediction": decision_prediction})
+        plan.decision = replace(decision, prediction=decision_prediction)
     plan.spec, plan.from_, plan.to = apply_decision(spec, plan.decision)
     return plan
 
