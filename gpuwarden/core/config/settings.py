@@ -21,7 +21,7 @@ from gpuwarden.core.paths import Paths, default_config_file, default_runtime_dir
 
 ENV_PREFIX = "GPUWARDEN_"
 # GPUWARDEN_* variables that are not settings (so not rejected as unknown).
-ENV_RESERVED = {"GPUWARDEN_CONFIG", "GPUWARDEN_FAKE_NVML", "GPUWARDEN_SOCKET", "GPUWARDEN_DEBUG"}
+ENV_RESERVED = {"GPUWARDEN_CONFIG", "GPUWARDEN_FAKE_NVML", "GPUWARDEN_SOCKET"}
 
 
 class RetentionSettings(StrictModel):
