@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from gpuwarden.core.events import EXIT_OK, EXIT_OOM, EXIT_TERMINATED, EXIT_USER_ERROR
-
 from gpuwarden.runners.infer.example_models import write_prompts
 
 from .conftest import RunResult, finish, read_jsonl, start_runner, write_spec
