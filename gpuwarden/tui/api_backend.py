@@ -77,6 +77,19 @@ def series_from_buckets(
     return slots
 
 
+def buckets_to_series(answer: dict[str, Any], start: float, end: float, points: int) -> HistorySeries:
+    """A history answer (the store's `History.to_dict()`, over the API or not) as evenly spaced
+    points per series key (a GPU UUID or "host") and metric."""
+    step = float(answer.get("step") or (end - start) / points)
+    first = float(answer.get("start", start))
+    # The store's last bucket may be partial (it ends at `end`): it still counts.
+    count = max(1, min(points, math.ceil((float(answer.get("end", end)) - first) / step - 1e-9)))
+    return {
+        key: {m: series_from_buckets(rows, first, step, count) for m, rows in by_metric.items()}
+        for key, by_metric in answer.get("series", {}).items()
+    }
+
+
 def event_text(e: dict[str, Any]) -> str:
     """One line for the timeline from a stored or streamed event."""
     kind = str(e.get("type", "?"))
@@ -188,13 +201,15 @@ class ApiBackend:
         answer = self.client.history(
             window=f"{max(1.0, end - start):.0f}s", metrics=metrics, gpus=gpus, points=points, end=end
         )
-        step = float(answer.get("step") or (end - start) / points)
-        first = float(answer.get("start", start))
-        count = max(1, min(points, math.ceil((float(answer.get("end", end)) - first) / step)))
-        return {
-            uuid: {m: series_from_buckets(rows, first, step, count) for m, rows in by_metric.items()}
-            for uuid, by_metric in answer.get("series", {}).items()
-        }
+        return buckets_to_series(answer, start, end, points)
+
+    def host_history(
+        self, metrics: Sequence[str], start: float, end: float, points: int
+    ) -> dict[str, list[tuple[float, float | None]]]:
+        answer = self.client.history(
+            window=f"{max(1.0, end - start):.0f}s", metrics=metrics, points=points, end=end, host=True
+        )
+        return buckets_to_series(answer, start, end, points).get("host", {})
 
     # -- runs --------------------------------------------------------------------------------
 

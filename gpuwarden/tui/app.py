@@ -364,6 +364,10 @@ class GpuwardenApp(App[None]):
         yield SystemCommand(
             "Next metric", "Chart another metric (m)", partial(self._palette_action, "cycle_metric(1)")
         )
+        if isinstance(screen, MainScreen):
+            yield SystemCommand(
+                "History metrics", "Choose the metrics the history tab charts (c)", self._choose_metrics
+            )
         if self.readonly:
             return
         yield SystemCommand("Submit a spec", "Queue a run from a spec file (n)", self.action_submit)
@@ -380,6 +384,10 @@ class GpuwardenApp(App[None]):
                     f"The selected run or process ({key})",
                     partial(self._palette_action, action, screen),
                 )
+
+    def _choose_metrics(self) -> None:
+        self.main.show_tab("history")
+        self.call_later(self.main.action_choose_metrics)
 
     def _palette_action(self, action: str, screen: Screen[Any] | None = None) -> None:
         self.call_later(self.run_action, action, screen or self.screen)

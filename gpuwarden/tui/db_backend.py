@@ -19,7 +19,7 @@ from gpuwarden.core.store.db import open_db
 from gpuwarden.core.store.runs import ACTIVE_STATES, RunStore
 from gpuwarden.core.store.telemetry import TelemetryStore
 from gpuwarden.core.telemetry.types import GpuStatic
-from gpuwarden.tui.api_backend import gpu_static, run_event, series_from_buckets
+from gpuwarden.tui.api_backend import buckets_to_series, gpu_static, run_event
 from gpuwarden.tui.backend import (
     AttemptInfo,
     DoctorFinding,
@@ -106,15 +106,14 @@ class DbBackend:
             return {}
         with self._lock:
             answer = self.telemetry.history(known, list(metrics), start, end, points).to_dict()
-        step = float(answer["step"]) or (end - start) / points
-        count = max(1, min(points, round((float(answer["end"]) - float(answer["start"])) / step)))
-        return {
-            uuid: {
-                m: series_from_buckets(rows, float(answer["start"]), step, count)
-                for m, rows in by_metric.items()
-            }
-            for uuid, by_metric in answer["series"].items()
-        }
+        return buckets_to_series(answer, start, end, points)
+
+    def host_history(
+        self, metrics: Sequence[str], start: float, end: float, points: int
+    ) -> dict[str, list[tuple[float, float | None]]]:
+        with self._lock:
+            answer = self.telemetry.host_history(list(metrics), start, end, points).to_dict()
+        return buckets_to_series(answer, start, end, points).get("host", {})
 
     # -- runs --------------------------------------------------------------------------------
 

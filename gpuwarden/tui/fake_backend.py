@@ -11,6 +11,7 @@ import math
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from typing import Any
 
 from gpuwarden.core.errors import UserError
@@ -69,6 +70,7 @@ class FakeBackend:
         self._controls = controls
         self.actions: list[tuple[Any, ...]] = []
         self.history_calls: list[tuple[tuple[str, ...], tuple[str, ...], float, float, int]] = []
+        self.host_history_calls: list[tuple[tuple[str, ...], float, float, int]] = []
         self._lock = threading.Lock()
         self._pending: deque[Frame] = deque()
         self._event_id = 100
@@ -316,19 +318,29 @@ class FakeBackend:
             if static is None:
                 continue
             out[uuid] = {
-                m: [self._bucket(static, m, start + k * step, step) for k in range(points)] for m in metrics
+                m: [_bucket(partial(self._value, static, m), start + k * step, step) for k in range(points)]
+                for m in metrics
             }
         return out
 
-    def _bucket(
-        self, static: GpuStatic, metric: str, start: float, step: float
-    ) -> tuple[float, float | None]:
-        """A bucket's mean, as the store's rollups give it: point samples of a wide bucket would
-        alias the minutes-long swings; a bucket of a few seconds is one reading anyway."""
-        n = 1 if step <= 30 else 8
-        values = [self._value(static, metric, start + (j + 0.5) * step / n) for j in range(n)]
-        present = [v for v in values if v is not None]
-        return start + step / 2, (sum(present) / len(present) if present else None)
+    def host_history(
+        self, metrics: Sequence[str], start: float, end: float, points: int
+    ) -> dict[str, list[tuple[float, float | None]]]:
+        self.host_history_calls.append((tuple(metrics), start, end, points))
+        step = (end - start) / max(points, 1)
+        # One host reading per instant serves every metric (a reading computes them all).
+        readings: dict[float, HostSample] = {}
+
+        def value(metric: str, ts: float) -> float | None:
+            sample = readings.get(ts)
+            if sample is None:
+                sample = readings[ts] = self._host(ts)
+            raw = getattr(sample, metric)
+            return None if raw is None else float(raw)
+
+        return {
+            m: [_bucket(partial(value, m), start + k * step, step) for k in range(points)] for m in metrics
+        }
 
     def runs(self) -> list[RunSummary]:
         with self._lock:
@@ -464,3 +476,12 @@ class FakeBackend:
 
     def close(self) -> None:
         self.actions.append(("close",))
+
+
+def _bucket(value: Callable[[float], float | None], start: float, step: float) -> tuple[float, float | None]:
+    """A bucket's mean, as the store's rollups give it: point samples of a wide bucket would alias
+    the minutes-long swings; a bucket of a few seconds is one reading anyway."""
+    n = 1 if step <= 30 else 8
+    values = [value(start + (j + 0.5) * step / n) for j in range(n)]
+    present = [v for v in values if v is not None]
+    return start + step / 2, (sum(present) / len(present) if present else None)

@@ -32,6 +32,7 @@ ACTIONS: tuple[KeyAction, ...] = (
     KeyAction("r", "resume_run", "Resume a stopped or failed run", "runs, run detail", control=True),
     KeyAction("e", "edit_run", "Change a knob and restart", "runs, run detail", control=True),
     KeyAction("t", "tune_run", "Tune: search better settings", "runs, run detail", control=True),
+    KeyAction("c", "choose_metrics", "Choose the metrics charted for every GPU", "history"),
     KeyAction("w / W", "cycle_window", "Next / previous window (5m 1h 24h 7d 30d)", "history"),
     KeyAction("← / →", "cursor", "Move the cursor (value and time below the chart)", "history"),
     KeyAction("home / end", "cursor_edge", "Cursor to the oldest / newest point", "history"),

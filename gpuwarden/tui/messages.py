@@ -57,10 +57,11 @@ class SnapshotLoaded(Message, bubble=False):
 @dataclass
 class HistoryLoaded(Message, bubble=False):
     window: str
-    metric: str
+    metrics: tuple[str, ...]
     start: float
     end: float
-    series: HistorySeries
+    series: HistorySeries  # per GPU UUID, per metric
+    host: dict[str, list[tuple[float, float | None]]]  # per host metric
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, HistoryLoaded)

@@ -63,3 +63,10 @@ METRICS_BY_KEY = {m.key: m for m in CHART_METRICS}
 def next_metric(current: str, step: int = 1) -> str:
     keys = [m.key for m in CHART_METRICS]
     return keys[(keys.index(current) + step) % len(keys)] if current in keys else keys[0]
+
+
+# The host's charts in the history tab (HOST_METRICS names); memory's ceiling is the host's total.
+HOST_CHART_METRICS: tuple[ChartMetric, ...] = (
+    ChartMetric("cpu_percent", "CPU", "%"),
+    ChartMetric("mem_used", "memory", " GiB", scale=GIB, digits=1),
+)

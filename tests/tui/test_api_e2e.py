@@ -47,6 +47,9 @@ def test_api_backend_reads_a_live_daemon(gw: DaemonHandle) -> None:  # noqa: F81
         now = time.time()
         series = backend.history([gpus[0].uuid], ["util_gpu"], now - 300, now, 100)
         assert sum(v is not None for _, v in series[gpus[0].uuid]["util_gpu"]) >= 1
+        host = backend.host_history(["cpu_percent", "mem_used", "mem_total"], now - 300, now, 100)
+        assert set(host) == {"cpu_percent", "mem_used", "mem_total"} and len(host["mem_used"]) <= 100
+        assert any(v for _, v in host["mem_total"])
     finally:
         backend.close()
 

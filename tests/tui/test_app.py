@@ -13,9 +13,9 @@ from gpuwarden.tui.backend import RunFrame, SampleFrame
 from gpuwarden.tui.fake_backend import FROZEN_TS, FakeBackend
 from gpuwarden.tui.keys import ACTIONS
 from gpuwarden.tui.messages import FramesReady
-from gpuwarden.tui.screens.dialogs import ConfirmScreen, KnobScreen, SubmitScreen
+from gpuwarden.tui.screens.dialogs import ConfirmScreen, KnobScreen, MetricsScreen, SubmitScreen
 from gpuwarden.tui.screens.help import HelpScreen
-from gpuwarden.tui.screens.history import HistoryChart, HistoryPane
+from gpuwarden.tui.screens.history import HistoryBlock, HistoryPane
 from gpuwarden.tui.screens.main import MainScreen
 from gpuwarden.tui.screens.run_detail import RunDetailScreen
 from gpuwarden.tui.widgets.gpu_card import GpuCard
@@ -317,23 +317,89 @@ def test_history_windows_metric_and_cursor() -> None:
             uuids, metrics, start, end, points = fake.history_calls[-1]
             assert uuids == tuple(g.uuid for g in fake.gpus())
             assert (metrics, end - start, end) == (("util_gpu",), 300.0, FROZEN_TS)
-            assert points == 2 * (80 - 2)  # two points per character cell of the chart
+            assert points == 2 * (80 - 4)  # two points per character cell of the chart
+            host_metrics, *_ = fake.host_history_calls[-1]
+            assert host_metrics == ("cpu_percent", "mem_used", "mem_total")
             await pilot.press("w", "w", "w")
             await wait_workers(pilot)
-            assert pane.window == "7d" and pane.loaded == ("7d", "util_gpu")
+            assert pane.window == "7d" and pane.loaded == ("7d", ("util_gpu",))
             assert fake.history_calls[-1][3] - fake.history_calls[-1][2] == 7 * 86_400
-            chart = app.query(HistoryChart).first()
-            label = text_of(chart.label)
-            assert "▸ 11-21 02:" in label  # the cursor starts at the newest point, with the date
+            block = app.query(HistoryBlock).first()
+            assert "▸ 11-21 02:" in text_of(
+                block.title
+            )  # the cursor starts at the newest point, with the date
             await pilot.press("home")
+            chart = block.charts[0]
             assert chart.chart.cursor == 0
-            assert "▸ 11-14 03:12" in text_of(chart.label)  # the middle of the first of 156 buckets
+            assert "▸ 11-14 03:" in text_of(block.title)  # the middle of the first bucket
+            assert text_of(chart.label).startswith("utilisation") and "%" in text_of(chart.label)
             await pilot.press("right", "right")
             assert chart.chart.cursor == 2
             await pilot.press("m")
             await wait_workers(pilot)
             assert fake.history_calls[-1][1] == ("mem_used",)
+            chart = app.query(HistoryBlock).first().charts[0]
             assert "GiB" in text_of(chart.label)
+
+    run(body())
+
+
+def test_history_charts_several_metrics_and_the_host_under_one_cursor() -> None:
+    async def body() -> None:
+        fake = FakeBackend()
+        app = make_app(fake)
+        async with app.run_test(size=(100, 40)) as pilot:
+            await settle(pilot)
+            await pilot.press("3")
+            await wait_workers(pilot)
+            await pilot.press("c")
+            assert isinstance(app.screen, MetricsScreen)
+            # The list starts on utilisation (ticked); tick power (two down) and apply with enter.
+            await pilot.press("down", "down", "space", "enter")
+            assert isinstance(app.screen, MainScreen)
+            await wait_workers(pilot)
+            pane = app.query_one(HistoryPane)
+            assert pane.metrics == ("util_gpu", "power_w")
+            assert pane.loaded == ("5m", ("util_gpu", "power_w"))
+            assert fake.history_calls[-1][1] == ("util_gpu", "power_w")
+            blocks = list(app.query(HistoryBlock))
+            assert [b.key for b in blocks] == [*(g.uuid for g in fake.gpus()), "host"]
+            assert [[c.metric.key for c in b.charts] for b in blocks[:-1]] == [["util_gpu", "power_w"]] * 2
+            host = blocks[-1]
+            assert [c.metric.key for c in host.charts] == ["cpu_percent", "mem_used"]
+            assert host.charts[1].chart.vmax == 64 * 1024**3  # memory's ceiling is the host's total
+            # Every chart's value is read at the same moment as the cursor moves.
+            await pilot.press("home", "right")
+            times = {
+                round(c.times[c.chart.cursor]) for b in blocks for c in b.charts if c.chart.cursor is not None
+            }
+            assert len(times) == 1 and len([c for b in blocks for c in b.charts]) == 6
+            power = text_of(blocks[0].charts[1].label)
+            assert power.startswith("power") and " W" in power and "max" in power
+
+            # An empty choice is refused in the dialog; esc leaves the charts as they were.
+            await pilot.press("c", "space", "down", "down", "space", "enter")
+            assert isinstance(app.screen, MetricsScreen)
+            assert "at least one" in text_of(app.screen.query_one("#metrics-error", Static))
+            await pilot.press("escape")
+            assert pane.metrics == ("util_gpu", "power_w")
+
+    run(body())
+
+
+def test_history_without_gpu_shows_the_hosts_history() -> None:
+    async def body() -> None:
+        fake = FakeBackend.no_gpu()
+        app = make_app(fake)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot)
+            await pilot.press("3")
+            await wait_workers(pilot)
+            assert "No GPU history" in text_of(app.query_one("#history-empty", Static))
+            assert not fake.history_calls  # nothing to ask for GPUs
+            (host,) = app.query(HistoryBlock)
+            assert all(c.chart.values for c in host.charts)
+            assert text_of(host.charts[0].label).startswith("CPU")
 
     run(body())
 

@@ -68,6 +68,8 @@ def test_db_backend_reads_everything_and_writes_nothing(db_file: Path) -> None:
     series = backend.history([gpus[0].uuid], ["util_gpu"], FROZEN_TS - 120, FROZEN_TS, 60)
     points = series[gpus[0].uuid]["util_gpu"]
     assert 55 <= len(points) <= 60 and sum(v is not None for _, v in points) >= 55
+    host = backend.host_history(["cpu_percent"], FROZEN_TS - 120, FROZEN_TS, 60)
+    assert 12.0 in [v for _, v in host["cpu_percent"]]
     (run,) = backend.runs()
     assert (run.state, run.samples_seen, run.total, run.retunes, run.gpus) == ("running", 40, 160, 1, (0,))
     detail = backend.run_detail("r1")
@@ -157,6 +159,9 @@ class StubClient:
 
     def history(self, **kw: Any) -> dict[str, Any]:
         self.calls.append(("history", kw))
+        if kw.get("host"):
+            return {"step": 60.0, "start": FROZEN_TS - 600, "end": FROZEN_TS,
+                    "series": {"host": {"cpu_percent": [[FROZEN_TS - 600, 30.0, 20.0, 40.0]]}}}  # fmt: skip
         return {"step": 60.0, "start": FROZEN_TS - 600, "end": FROZEN_TS,
                 "series": {self.statics[0].uuid: {"util_gpu": [[FROZEN_TS - 600, 50.0, 40.0, 60.0]]}}}  # fmt: skip
 
@@ -262,6 +267,8 @@ def test_api_backend_maps_the_api_answers() -> None:
     series = backend.history([client.statics[0].uuid], ["util_gpu"], FROZEN_TS - 600, FROZEN_TS, 10)
     assert series[client.statics[0].uuid]["util_gpu"][0][1] == 50.0
     assert client.calls[-1][1]["window"] == "600s" and client.calls[-1][1]["end"] == FROZEN_TS
+    host = backend.host_history(["cpu_percent"], FROZEN_TS - 600, FROZEN_TS, 10)
+    assert host["cpu_percent"][0][1] == 30.0 and client.calls[-1][1]["host"] is True
     chunk = backend.logs("r1", -100)
     assert (chunk.text, chunk.offset, chunk.truncated) == ("hello\n", 106, True)
 

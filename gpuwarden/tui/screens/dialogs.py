@@ -1,4 +1,5 @@
-"""Modal dialogs: confirm a control, submit a spec path (with completion), change a knob."""
+"""Modal dialogs: confirm a control, submit a spec path (with completion), change a knob, choose
+the history charts' metrics."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.suggester import Suggester
-from textual.widgets import Input, Label, Static
+from textual.widgets import Input, Label, SelectionList, Static
+from textual.widgets.selection_list import Selection
 
 _DIALOG_CSS = """
 {name} {{ align: center middle; }}
@@ -163,6 +165,48 @@ class KnobScreen(ModalScreen[dict[str, Any] | None]):
             self.query_one("#knob-error", Static).update(str(exc))
             return
         self.dismiss(changes)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class MetricsScreen(ModalScreen[list[str] | None]):
+    """Tick the metrics the history tab charts for every GPU (space ticks, enter applies)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        # Enter would otherwise tick the highlighted line: here it applies the choice.
+        Binding("enter", "apply", "Apply", priority=True),
+        Binding("escape", "cancel", "Cancel"),
+    ]
+    DEFAULT_CSS = (
+        _DIALOG_CSS.format(name="MetricsScreen")
+        + """
+    MetricsScreen SelectionList { height: auto; max-height: 12; border: none; padding: 0; }
+    """
+    )
+
+    def __init__(self, choices: list[tuple[str, str]], chosen: list[str]) -> None:
+        super().__init__()
+        self.choices = choices  # (key, label) in display order
+        self.chosen = chosen
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label("History: metrics to chart for every GPU", classes="title")
+            yield SelectionList[str](
+                *(Selection(label, key, key in self.chosen) for key, label in self.choices), id="metrics"
+            )
+            yield Label("space ticks   enter applies   esc cancels", classes="hint")
+            yield Static(classes="error", id="metrics-error")
+
+    def action_apply(self) -> None:
+        picked = self.query_one("#metrics", SelectionList).selected
+        if not picked:
+            self.query_one("#metrics-error", Static).update("Tick at least one metric.")
+            return
+        # The order of the list, not the order of ticking: charts stack the same way each time.
+        order = [key for key, _ in self.choices]
+        self.dismiss(sorted((str(k) for k in picked), key=order.index))
 
     def action_cancel(self) -> None:
         self.dismiss(None)

@@ -1,4 +1,5 @@
-"""The history tab: one chart per GPU over a chosen window, with a cursor that reads out values.
+"""The history tab: for each GPU a chart per chosen metric, and the host's CPU and memory, over a
+chosen window, with one cursor that reads out every chart's value at the same moment.
 
 The backend picks the rollup tier from the window and the number of points asked for (two per
 character cell of the chart), so a 30-day window costs the same to draw as a 5-minute one.
@@ -6,7 +7,8 @@ character cell of the chart), so a 30-day window costs the same to draw as a 5-m
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import bisect
+from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 from rich.text import Text
@@ -17,10 +19,10 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Static
 
 from gpuwarden.core.telemetry.types import GpuStatic
-from gpuwarden.tui.backend import DashboardBackend, HistorySeries
+from gpuwarden.tui.backend import DashboardBackend
 from gpuwarden.tui.formatting import clock
 from gpuwarden.tui.messages import HistoryLoaded
-from gpuwarden.tui.metrics import CHART_METRICS, METRICS_BY_KEY, ChartMetric, next_metric
+from gpuwarden.tui.metrics import CHART_METRICS, HOST_CHART_METRICS, METRICS_BY_KEY, ChartMetric
 from gpuwarden.tui.widgets.chart import SAMPLES_PER_CELL, Chart
 
 WINDOWS: tuple[tuple[str, float], ...] = (
@@ -31,27 +33,61 @@ WINDOWS: tuple[tuple[str, float], ...] = (
     ("30d", 30 * 86_400.0),
 )
 WINDOW_SECONDS = dict(WINDOWS)
+HOST = "host"
+Points = list[tuple[float, float | None]]
 
 
-class HistoryChart(Vertical):
-    """A label line and a chart for one GPU."""
+class SeriesChart(Vertical):
+    """One metric of one GPU (or of the host): a label line and its chart."""
 
     DEFAULT_CSS = """
-    HistoryChart { height: auto; margin-bottom: 1; }
-    HistoryChart .label { height: 1; padding: 0 1; }
-    HistoryChart Chart { height: 4; margin: 0 1; }
+    SeriesChart { height: auto; }
+    SeriesChart .label { height: 1; padding: 0 1 0 3; }
+    SeriesChart Chart { margin: 0 1 0 3; }
     """
 
-    def __init__(self, static: GpuStatic) -> None:
+    def __init__(self, metric: ChartMetric, height: int, style: str) -> None:
         super().__init__()
-        self.static = static
+        self.metric = metric
         self.label = Static(classes="label")
-        self.chart = Chart(height=4, style="cyan")
+        self.chart = Chart(height=height, style=style)
+        self.chart.styles.height = height
         self.times: list[float] = []
 
     def compose(self) -> ComposeResult:
         yield self.label
         yield self.chart
+
+    def index_at(self, ts: float) -> int | None:
+        """The point nearest `ts` (charts of another tier may have other timestamps)."""
+        if not self.times:
+            return None
+        i = bisect.bisect_left(self.times, ts)
+        if i == len(self.times) or (i > 0 and ts - self.times[i - 1] <= self.times[i] - ts):
+            i -= 1
+        return i
+
+
+class HistoryBlock(Vertical):
+    """A title line (GPU or host, and the cursor's time) and one SeriesChart per metric."""
+
+    DEFAULT_CSS = """
+    HistoryBlock { height: auto; margin-bottom: 1; }
+    HistoryBlock .title { height: 1; padding: 0 1; }
+    """
+
+    def __init__(self, key: str, title: str, metrics: Sequence[ChartMetric], style: str) -> None:
+        super().__init__()
+        self.key = key  # a GPU UUID or HOST
+        self.title_text = title
+        self.title = Static(classes="title")
+        # One metric gets a taller chart; several share the room.
+        height = 4 if len(metrics) == 1 else 3
+        self.charts = [SeriesChart(m, height, style) for m in metrics]
+
+    def compose(self) -> ComposeResult:
+        yield self.title
+        yield from self.charts
 
 
 class HistoryPane(VerticalScroll, can_focus=True):
@@ -67,7 +103,7 @@ class HistoryPane(VerticalScroll, can_focus=True):
     ]
     DEFAULT_CSS = """
     HistoryPane #history-head { height: 1; padding: 0 1; margin-bottom: 1; }
-    HistoryPane #history-empty { padding: 0 1; color: $warning; height: auto; }
+    HistoryPane #history-empty { padding: 0 1; color: $warning; height: auto; margin-bottom: 1; }
     """
 
     def __init__(
@@ -77,24 +113,39 @@ class HistoryPane(VerticalScroll, can_focus=True):
         self.backend = backend
         self.clock = clock_fn
         self.window = "5m"
-        self.metric = CHART_METRICS[0].key
-        self.cursor: int | None = None
-        self.loaded: tuple[str, str] | None = None  # (window, metric) on screen
-        self._statics: list[GpuStatic] = []
+        self.metrics: tuple[str, ...] = (CHART_METRICS[0].key,)
+        self.cursor: int | None = None  # index into the first chart's points; None: the newest
+        self.loaded: tuple[str, tuple[str, ...]] | None = None  # (window, metrics) on screen
+        self._statics: list[GpuStatic] | None = None
+
+    @property
+    def wanted(self) -> tuple[str, tuple[str, ...]]:
+        """(window, metrics) the user asked for; `loaded` equals it once the charts show it."""
+        return self.window, self.metrics
 
     def compose(self) -> ComposeResult:
         yield Static(id="history-head")
         yield Static(id="history-empty")
 
     async def set_gpus(self, statics: list[GpuStatic], sampling: str | None) -> None:
-        if [s.uuid for s in statics] == [s.uuid for s in self._statics]:
+        if self._statics is not None and [s.uuid for s in statics] == [s.uuid for s in self._statics]:
             return
         self._statics = sorted(statics, key=lambda s: s.index)
-        await self.query(HistoryChart).remove()
-        await self.mount_all([HistoryChart(s) for s in self._statics])
         empty = self.query_one("#history-empty", Static)
         empty.display = not statics
-        empty.update(f"No GPU history: {sampling or 'no NVIDIA GPU'}")
+        empty.update(f"No GPU history: {sampling or 'no NVIDIA GPU'}. The host's history is below.")
+        await self._rebuild()
+
+    async def _rebuild(self) -> None:
+        """One block per GPU with a chart per chosen metric, then the host's block."""
+        await self.query(HistoryBlock).remove()
+        metrics = [METRICS_BY_KEY[k] for k in self.metrics]
+        blocks = [
+            HistoryBlock(s.uuid, f"GPU {s.index} {s.name}", metrics, "cyan") for s in self._statics or []
+        ]
+        blocks.append(HistoryBlock(HOST, "Host", HOST_CHART_METRICS, "green"))
+        await self.mount_all(blocks)
+        self.loaded = None
         self._show_head()
 
     def _show_head(self) -> None:
@@ -102,87 +153,114 @@ class HistoryPane(VerticalScroll, can_focus=True):
         head.append("window ", style="dim")
         for name, _ in WINDOWS:
             head.append(f" {name} ", style="bold reverse" if name == self.window else "")
-        head.append("   metric ", style="dim")
-        head.append(METRICS_BY_KEY[self.metric].label, style="bold")
-        if self.loaded != (self.window, self.metric):
+        if self._statics:
+            head.append("   ")
+            head.append(", ".join(METRICS_BY_KEY[k].label for k in self.metrics), style="bold")
+        if self.loaded != self.wanted:
             head.append("  loading…", style="yellow")
         self.query_one("#history-head", Static).update(head)
 
     # -- loading ----------------------------------------------------------------------------
 
     def reload(self) -> None:
-        """Fetch the current window and metric for every GPU (in a thread; newest request wins)."""
-        if not self._statics:
-            return
+        """Fetch the window for every GPU and the host (in a thread; the newest request wins)."""
+        if self._statics is None:
+            return  # not connected yet
         now = self.clock()
         # Two points per cell of the chart (the pane's width less its margins); the pane may be
         # hidden when this runs, so the app's width stands in for it.
-        width = (self.size.width or self.app.size.width) - 2
+        width = (self.size.width or self.app.size.width) - 4
         points = max(10, width * SAMPLES_PER_CELL)
         start = now - WINDOW_SECONDS[self.window]
         self._show_head()
-        self._load(self.window, self.metric, [s.uuid for s in self._statics], start, now, points)
+        self._load(self.window, self.metrics, [s.uuid for s in self._statics], start, now, points)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="history")
     def _load(
-        self, window: str, metric: str, uuids: list[str], start: float, end: float, points: int
+        self, window: str, metrics: tuple[str, ...], uuids: list[str], start: float, end: float, points: int
     ) -> None:
-        series = self.backend.history(uuids, [metric], start, end, points)
-        self.post_message(HistoryLoaded(window, metric, start, end, series))
+        series = self.backend.history(uuids, metrics, start, end, points) if uuids else {}
+        # Memory's total rides along: it is the ceiling of the memory chart.
+        host = self.backend.host_history(["cpu_percent", "mem_used", "mem_total"], start, end, points)
+        self.post_message(HistoryLoaded(window, metrics, start, end, series, host))
 
     def on_history_loaded(self, message: HistoryLoaded) -> None:
-        if (message.window, message.metric) != (self.window, self.metric):
+        if (message.window, message.metrics) != self.wanted:
             return  # an answer to a request the user has already moved on from
-        self.apply(message.series, METRICS_BY_KEY[message.metric])
-        self.loaded = (message.window, message.metric)
+        self.apply(message.series, message.host)
+        self.loaded = (message.window, message.metrics)
         self._show_head()
 
-    def apply(self, series: HistorySeries, metric: ChartMetric) -> None:
-        for hc in self.query(HistoryChart):
-            points = series.get(hc.static.uuid, {}).get(metric.key, [])
-            hc.times = [ts for ts, _ in points]
-            hc.chart.set_range(0.0, metric.ceiling(hc.static, None))
-            hc.chart.replace(v for _, v in points)
-            if self.cursor is None or self.cursor >= len(points):
-                hc.chart.set_cursor(len(points) - 1 if points else None)
-            else:
-                hc.chart.set_cursor(self.cursor)
-        self._show_cursor()
+    def apply(self, series: dict[str, dict[str, Points]], host: dict[str, Points]) -> None:
+        statics = {s.uuid: s for s in self._statics or []}
+        totals = [v for _, v in host.get("mem_total", []) if v]
+        for block in self.query(HistoryBlock):
+            for sc in block.charts:
+                if block.key == HOST:
+                    points = host.get(sc.metric.key, [])
+                    top = 100.0 if sc.metric.key == "cpu_percent" else (max(totals) if totals else None)
+                else:
+                    points = series.get(block.key, {}).get(sc.metric.key, [])
+                    top = sc.metric.ceiling(statics.get(block.key), None)
+                sc.times = [ts for ts, _ in points]
+                sc.chart.set_range(0.0, top)
+                sc.chart.replace(v for _, v in points)
+        self._place_cursor()
 
-    def _show_cursor(self) -> None:
-        metric = METRICS_BY_KEY[self.metric]
-        for hc in self.query(HistoryChart):
-            label = Text()
-            label.append(f"GPU {hc.static.index} ", style="bold")
-            label.append(hc.static.name)
-            values = [v for v in hc.chart.values if v is not None]
-            if values:
-                label.append(f"  max {metric.show(max(values))}", style="dim")
-            i = hc.chart.cursor
-            if i is not None and i < len(hc.times):
-                label.append(
-                    f"   ▸ {clock(hc.times[i], with_date=self.window in ('7d', '30d'))} ", style="bold"
-                )
-                label.append(metric.show(hc.chart.values[i]), style="bold cyan")
-            hc.label.update(label)
+    # -- the cursor -------------------------------------------------------------------------
+
+    def _charts(self) -> list[SeriesChart]:
+        return [sc for block in self.query(HistoryBlock) for sc in block.charts]
+
+    def _reference(self) -> SeriesChart | None:
+        """The chart whose points the cursor indexes: the first one with any."""
+        return next((sc for sc in self._charts() if sc.times), None)
+
+    def _place_cursor(self) -> None:
+        ref = self._reference()
+        ts: float | None = None
+        if ref is not None:
+            n = len(ref.times)
+            if self.cursor is not None and self.cursor >= n:
+                self.cursor = None
+            ts = ref.times[n - 1 if self.cursor is None else self.cursor]
+        for sc in self._charts():
+            sc.chart.set_cursor(None if ts is None else sc.index_at(ts))
+        self._show_values(ts)
+
+    def _show_values(self, ts: float | None) -> None:
+        with_date = self.window in ("7d", "30d")
+        for block in self.query(HistoryBlock):
+            title = Text()
+            title.append(block.title_text, style="bold")
+            if ts is not None:
+                title.append(f"   ▸ {clock(ts, with_date=with_date)}", style="bold")
+            block.title.update(title)
+            for sc in block.charts:
+                label = Text()
+                label.append(f"{sc.metric.label:<12}", style="dim")
+                values = [v for v in sc.chart.values if v is not None]
+                i = sc.chart.cursor
+                label.append(sc.metric.show(sc.chart.values[i] if i is not None else None), style="bold cyan")
+                if values:
+                    label.append(f"   max {sc.metric.show(max(values))}", style="dim")
+                sc.label.update(label)
 
     # -- actions ----------------------------------------------------------------------------
 
     def action_cursor(self, delta: int) -> None:
-        charts = list(self.query(HistoryChart))
-        if not charts or not charts[0].chart.values:
+        ref = self._reference()
+        if ref is None:
             return
-        current = charts[0].chart.cursor
-        n = len(charts[0].chart.values)
-        self.cursor = max(0, min(n - 1, (n - 1 if current is None else current) + delta))
-        for hc in charts:
-            hc.chart.set_cursor(self.cursor)
-        self._show_cursor()
+        n = len(ref.times)
+        self.cursor = max(0, min(n - 1, (n - 1 if self.cursor is None else self.cursor) + delta))
+        self._place_cursor()
 
     def action_cursor_edge(self, end: int) -> None:
-        charts = list(self.query(HistoryChart))
-        if charts and charts[0].chart.values:
-            self.action_cursor(len(charts[0].chart.values) if end else -len(charts[0].chart.values))
+        ref = self._reference()
+        if ref is not None:
+            self.cursor = None if end else 0
+            self._place_cursor()
 
     def action_cycle_window(self, step: int) -> None:
         names = [name for name, _ in WINDOWS]
@@ -191,5 +269,21 @@ class HistoryPane(VerticalScroll, can_focus=True):
         self.reload()
 
     def cycle_metric(self, step: int) -> None:
-        self.metric = next_metric(self.metric, step)
+        """`m`: the first chart shows the next metric that is not already charted."""
+        keys = [m.key for m in CHART_METRICS]
+        rest = self.metrics[1:]
+        i = keys.index(self.metrics[0])
+        for _ in keys:
+            i = (i + step) % len(keys)
+            if keys[i] not in rest:
+                break
+        self.call_later(self.set_metrics, (keys[i], *rest))
+
+    async def set_metrics(self, metrics: Sequence[str]) -> None:
+        """Chart `metrics` (CHART_METRICS keys, in the order given) for every GPU."""
+        chosen = tuple(dict.fromkeys(k for k in metrics if k in METRICS_BY_KEY))
+        if not chosen or chosen == self.metrics:
+            return
+        self.metrics = chosen
+        await self._rebuild()
         self.reload()

@@ -10,6 +10,8 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, TabbedContent, TabPane, Tabs
 
 from gpuwarden.tui.keys import CONTROL_ACTIONS
+from gpuwarden.tui.metrics import CHART_METRICS
+from gpuwarden.tui.screens.dialogs import MetricsScreen
 from gpuwarden.tui.screens.history import HistoryPane
 from gpuwarden.tui.screens.overview import OverviewPane
 from gpuwarden.tui.screens.runs import RunsPane
@@ -27,6 +29,7 @@ _ACTION_TAB = {
     "edit_run": ("runs",),
     "tune_run": ("runs",),
     "cycle_metric": ("overview", "history"),
+    "choose_metrics": ("history",),
 }
 
 
@@ -34,6 +37,7 @@ class MainScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("m", "cycle_metric(1)", "Metric"),
         Binding("M", "cycle_metric(-1)", show=False),
+        Binding("c", "choose_metrics", "Metrics"),
         Binding("k", "kill_process", "Kill proc"),
         Binding("s", "stop_run", "Stop"),
         Binding("r", "resume_run", "Resume"),
@@ -84,7 +88,7 @@ class MainScreen(Screen[None]):
         focus = {"overview": "#processes", "runs": "#runs-table", "history": "#history-pane"}[tab]
         # The pane becomes visible on the next refresh; a hidden widget cannot take focus.
         self.call_after_refresh(self.query_one(focus).focus)
-        if tab == "history" and self.history.loaded != (self.history.window, self.history.metric):
+        if tab == "history" and self.history.loaded != self.history.wanted:
             self.history.reload()
         self.refresh_bindings()
 
@@ -105,6 +109,16 @@ class MainScreen(Screen[None]):
             self.history.cycle_metric(step)
         else:
             self.gw.cycle_overview_metric(step)
+
+    def action_choose_metrics(self) -> None:
+        pane = self.history
+
+        def answered(chosen: list[str] | None) -> None:
+            if chosen:
+                self.call_later(pane.set_metrics, chosen)
+
+        choices = [(m.key, m.label) for m in CHART_METRICS]
+        self.app.push_screen(MetricsScreen(choices, list(pane.metrics)), answered)
 
     def action_kill_process(self) -> None:
         proc = self.overview.selected_process()
