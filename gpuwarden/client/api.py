@@ -93,6 +93,13 @@ class ApiClient:
     def processes(self) -> list[dict[str, Any]]:
         return list(self._request("GET", "/v1/processes")["processes"])
 
+    def process_history(self, since: float, until: float, gpu: str | None = None) -> dict[str, Any]:
+        """Every stored process read in [since, until): {"processes": [...], "truncated": bool}."""
+        params: dict[str, Any] = {"since": since, "until": until}
+        if gpu is not None:
+            params["gpu"] = gpu
+        return dict(self._request("GET", "/v1/processes", params=params))
+
     def history(
         self,
         window: str = "1h",

@@ -40,6 +40,8 @@ log = logging.getLogger("gpuwarden.daemon.api")
 API_VERSION = "1.0"
 MAX_LOG_CHUNK = 1 << 20
 MAX_WAIT_S = 30.0
+# Stored process reads one request may return (a day of 5-second scans of ~5 processes).
+PROCESS_ROWS_MAX = 100_000
 _STATUS_BY_CODE = {
     "not_found": 404,
     "conflict": 409,
@@ -225,11 +227,34 @@ def create_app(daemon: Daemon) -> FastAPI:
         tick = daemon.latest_tick
         return {"host": tick.host.to_dict() if tick and tick.host else None}
 
-    @app.get("/v1/processes", summary="processes on the GPUs, with the run each belongs to")
-    def processes() -> dict[str, Any]:
-        rows = daemon.latest_processes
-        groups = daemon.supervisor.pid_owners()
-        return {"processes": [{**p.to_dict(), "run_id": owner_of(p.pid, groups)} for p in rows]}
+    @app.get(
+        "/v1/processes",
+        summary="processes on the GPUs now, with the run each belongs to; with `since`, every stored "
+        "process read in [since, until) instead (oldest first, raw retention)",
+    )
+    def processes(
+        since: Annotated[float | None, Query(ge=0, le=1e11, description="unix seconds")] = None,
+        until: Annotated[float | None, Query(ge=0, le=1e11, description="unix seconds")] = None,
+        gpu: Annotated[str | None, Query(max_length=128, description="one GPU UUID (default: all)")] = None,
+        limit: Annotated[int, Query(ge=1, le=PROCESS_ROWS_MAX)] = PROCESS_ROWS_MAX,
+    ) -> dict[str, Any]:
+        if since is None:
+            if until is not None or gpu is not None:
+                raise UserError("until and gpu select stored process reads: give since as well")
+            rows = daemon.latest_processes
+            groups = daemon.supervisor.pid_owners()
+            return {"processes": [{**p.to_dict(), "run_id": owner_of(p.pid, groups)} for p in rows]}
+        if until is not None and until <= since:
+            raise UserError(f"empty window: until ({until}) must be after since ({since})")
+        store = daemon.telemetry_reader()
+        # One row more than asked tells whether the answer was cut.
+        stored = store.processes(latest_only=False, uuid=gpu, since=since, until=until, limit=limit + 1)
+        return {
+            "processes": [p.to_dict() for p in stored[:limit]],
+            "truncated": len(stored) > limit,
+            # Reads before this were dropped by retention (None: no read stored yet).
+            "kept_since": store.oldest_process_read(),
+        }
 
     @app.post(
         "/v1/processes/{pid}/terminate",

@@ -117,6 +117,11 @@ ERROR_CASES = [
     ("POST", "/v1/runs", {}, 422, "invalid_request"),
     ("POST", "/v1/runs", "not json", 422, "invalid_request"),
     ("GET", "/v1/stream?kinds=bogus", None, 400, "bad_input"),
+    ("GET", "/v1/processes?until=100", None, 400, "bad_input"),
+    ("GET", "/v1/processes?since=100&until=50", None, 400, "bad_input"),
+    ("GET", "/v1/processes?since=-1", None, 422, "invalid_request"),
+    ("GET", "/v1/processes?since=1&gpu=GPU-nope", None, 404, "not_found"),
+    ("GET", "/v1/processes?since=1&limit=0", None, 422, "invalid_request"),
 ]
 
 

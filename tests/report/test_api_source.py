@@ -4,6 +4,7 @@ API, and agree with the same run read from the daemon's database."""
 from __future__ import annotations
 
 import shutil
+import sqlite3
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -54,6 +55,69 @@ def test_report_and_doctor_over_the_api_match_the_database(daemon: DaemonHandle)
     assert via_api["energy"]["joules"] == pytest.approx(via_db["energy"]["joules"])
     assert via_api["energy"]["joules"] > 0
     assert via_api["memory"]["capacity_bytes"] == via_db["memory"]["capacity_bytes"] > 0
-    # over the API no process history exists: doctor says so instead of guessing
-    assert any("process history" in n for n in diagnosis.notes)
+    assert not any("process history" in n for n in diagnosis.notes)
+    assert not [f for f in diagnosis.findings if f.id == "other-processes"]
     assert diagnosis.device.device == "gpu" and "H100" in diagnosis.device.source
+
+
+def _put_foreign_process(db: Path, uuid: str, ts: float, pid: int) -> None:
+    """A process read as the daemon stores it: someone else's job on the run's GPU at `ts`."""
+    conn = sqlite3.connect(db, timeout=10)
+    try:
+        with conn:
+            (gid,) = conn.execute("SELECT id FROM gpus WHERE uuid = ?", (uuid,)).fetchone()
+            conn.execute("INSERT OR IGNORE INTO process_scans (ts) VALUES (?)", (round(ts * 1000),))
+            conn.execute(
+                "INSERT INTO gpu_processes (ts, gpu_id, pid, used_memory, kind, name, cmdline, user)"
+                " VALUES (?, ?, ?, ?, 'compute', 'ollama', 'ollama serve', 'alice')",
+                (round(ts * 1000), gid, pid, 6 * 1024**3),
+            )
+    finally:
+        conn.close()
+
+
+def test_doctor_over_the_api_sees_other_processes_from_the_stored_reads(daemon: DaemonHandle) -> None:
+    run = daemon.submit(command_spec("shared", "import time; time.sleep(2)"))
+    done = daemon.wait_state(run["id"], timeout=30)
+    assert done["state"] == "succeeded"
+    with daemon.client() as client:
+        (attempt,) = client.run(run["id"])["attempts"]
+        uuid = attempt["gpus"][0]
+        middle = (float(attempt["started_at"]) + float(attempt["ended_at"])) / 2
+        _put_foreign_process(daemon.db, uuid, middle, 999_999)
+        _put_foreign_process(daemon.db, uuid, float(attempt["ended_at"]) + 60, 888_888)  # after the run
+
+        # The API's stored reads: the window is [since, until), one GPU, and a cut is flagged.
+        answer = client.process_history(middle - 1, middle + 1, gpu=uuid)
+        assert [p["pid"] for p in answer["processes"]] == [999_999] and answer["truncated"] is False
+        assert answer["processes"][0]["user"] == "alice"
+
+        diagnosis = diagnose_run(ApiRunData(client), "shared")
+    found = [f for f in diagnosis.findings if f.id == "other-processes"]
+    assert len(found) == 1 and [p["pid"] for p in found[0].evidence["processes"]] == [999_999]
+    db = DbRunData(daemon.db)
+    try:
+        via_db = diagnose_run(db, "shared")
+    finally:
+        db.close()
+    assert [f.evidence for f in via_db.findings if f.id == "other-processes"] == [found[0].evidence]
+
+    # Retention drops the reads of the run's time: both paths say the check was not made.
+    conn = sqlite3.connect(daemon.db, timeout=10)
+    try:
+        with conn:
+            cut = round((float(attempt["ended_at"]) + 1) * 1000)
+            conn.execute("DELETE FROM process_scans WHERE ts < ?", (cut,))
+            conn.execute("DELETE FROM gpu_processes WHERE ts < ?", (cut,))
+    finally:
+        conn.close()
+    with daemon.client() as client:
+        via_api = diagnose_run(ApiRunData(client), "shared")
+    db = DbRunData(daemon.db)
+    try:
+        via_db = diagnose_run(db, "shared")
+    finally:
+        db.close()
+    for diagnosis in (via_api, via_db):
+        assert not [f for f in diagnosis.findings if f.id == "other-processes"]
+        assert any("no process reads are kept" in n for n in diagnosis.notes), diagnosis.notes

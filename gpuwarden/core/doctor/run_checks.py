@@ -292,7 +292,10 @@ def check_run(snap: RunSnapshot) -> tuple[list[Finding], list[str]]:
         notes.append("telemetry checks: skipped — no GPU samples recorded in the run's windows")
         return [], notes
     if any(w.processes is None for w in snap.gpus):
-        notes.append("other processes: not checked — this data source does not keep process history")
+        notes.append(
+            "other processes: not checked — no process reads are kept for the run's time"
+            " (they are kept as long as raw samples, 48 h by default)"
+        )
     since = _steady_start(snap)
     findings: list[Finding] = []
     for check in (check_power, check_headroom, check_data_loading, check_throttling, check_other_processes):

@@ -76,8 +76,11 @@ class DbRunData:
     def processes(self, uuid: str, start: float, end: float) -> list[dict[str, Any]] | None:
         if not self._known(uuid):
             return []
-        rows = self.telemetry.processes(latest_only=False, uuid=uuid, since=start)
-        return [p.to_dict() for p in rows if p.ts < end]
+        kept = self.telemetry.oldest_process_read()
+        if kept is None or end <= kept:
+            return None  # retention dropped the reads of this window (or none was ever stored)
+        rows = self.telemetry.processes(latest_only=False, uuid=uuid, since=start, until=end)
+        return [p.to_dict() for p in rows]
 
     def close(self) -> None:
         self.db.conn.close()

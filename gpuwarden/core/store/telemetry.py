@@ -527,10 +527,22 @@ class TelemetryStore:
                 return None
             return HostSample(ts=row[0] / 1000, **dict(zip(HOST_METRICS, row[1:], strict=True)))
 
+    def oldest_process_read(self) -> float | None:
+        """When the oldest process read still stored was made (retention drops older ones)."""
+        with self._lock:
+            row = self.conn.execute("SELECT min(ts) FROM process_scans").fetchone()
+        return None if row[0] is None else row[0] / 1000
+
     def processes(
-        self, latest_only: bool = True, uuid: str | None = None, since: float | None = None
+        self,
+        latest_only: bool = True,
+        uuid: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int | None = None,
     ) -> list[GpuProcess]:
-        """Processes from the latest process read (or every stored read since `since`)."""
+        """Processes from the latest process read, or (latest_only=False) every stored read in
+        [since, until), oldest first, at most `limit` rows."""
         with self._lock:
             gids = self._resolve(None if uuid is None else [uuid])
             if not gids:
@@ -545,10 +557,15 @@ class TelemetryStore:
                 params: list[Any] = list(gids)
             else:
                 sql = (
-                    f"SELECT {cols} FROM gpu_processes p WHERE p.ts >= ? AND p.gpu_id IN ({marks})"
-                    " ORDER BY p.ts, p.gpu_id, p.pid"
+                    f"SELECT {cols} FROM gpu_processes p WHERE p.ts >= ? AND p.ts < ?"
+                    f" AND p.gpu_id IN ({marks}) ORDER BY p.ts, p.gpu_id, p.pid LIMIT ?"
                 )
-                params = [_ms(since) if since is not None else 0, *gids]
+                params = [
+                    _ms(since) if since is not None else 0,
+                    _ms(until) if until is not None else 2**62,
+                    *gids,
+                    -1 if limit is None else limit,
+                ]
             out = []
             for row in self.conn.execute(sql, params).fetchall():
                 values = dict(zip(_PROCESS_FIELDS, row[2:], strict=True))
