@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -313,29 +314,69 @@ def rm(runs: tuple[str, ...], as_json: bool) -> None:
 @click.command()
 @click.option("--window", default="1h", show_default=True, help="How far back: 15m, 1h, 24h, 7d…")
 @click.option(
-    "--metric", "metrics", multiple=True, help="Metric name (repeatable); default util_gpu, mem_used."
+    "--metric",
+    "metrics",
+    multiple=True,
+    help="Metric name (repeatable); default util_gpu, mem_used (with --host: cpu_percent, mem_used).",
 )
 @click.option("--gpu", "gpus", multiple=True, help="GPU UUID (repeatable); default all.")
+@click.option("--host", is_flag=True, help="The host's CPU, memory and load instead of the GPUs.")
 @click.option("--points", type=click.IntRange(1, 5000), default=60, show_default=True, help="Buckets.")
 @json_option
-def history(window: str, metrics: tuple[str, ...], gpus: tuple[str, ...], points: int, as_json: bool) -> None:
-    """Metric history from the daemon's store."""
+def history(
+    window: str, metrics: tuple[str, ...], gpus: tuple[str, ...], host: bool, points: int, as_json: bool
+) -> None:
+    """Metric history from the daemon's store: per series its last, mean, min and max."""
+    if host and gpus:
+        raise UserError("--gpu selects GPUs and --host the host: use one of them")
     with ApiClient() as client:
-        result = client.history(window=window, metrics=metrics, gpus=gpus, points=points)
+        if not host:
+            wrong = [m for m in metrics if m in HOST_ONLY_METRICS]
+            if wrong:
+                raise UserError(f"{wrong[0]} is a host metric: add --host")
+        result = client.history(window=window, metrics=metrics, gpus=gpus, points=points, host=host)
+        statics = {} if host else {g["uuid"]: g for g in client.gpus().get("gpus", [])}
+        gpu_status = None if host else client.health().get("gpu_status")
     if as_json:
         print_json(result)
         return
     series = result.get("series", {})
     if not series:
-        click.echo("no samples in that window")
+        if not host and gpu_status:
+            click.echo(f"no GPU history: {gpu_status} (add --host for the host's CPU and memory)")
+        else:
+            click.echo("no samples in that window")
         return
-    for gpu, by_metric in series.items():
+    click.echo(f"{window} window, {result.get('tier')} tier, {result.get('step')} s per point")
+    for key, by_metric in series.items():
+        static = statics.get(key)
+        name = "host" if key == "host" else f"GPU {static['index']}" if static else key[:16]
         for metric, values in by_metric.items():
             if not values:
-                click.echo(f"{gpu[:16]}  {metric}: no data")
+                click.echo(f"{name:<8} {metric:<14} no data")
                 continue
-            # each point is [bucket start, avg, min, max]
+            # each point is [bucket start, avg, min, max]; the mean weighs every bucket alike
+            show = _metric_formatter(metric)
+            mean = sum(p[1] for p in values) / len(values)
             click.echo(
-                f"{gpu[:16]}  {metric}: last {values[-1][1]:.4g}  min {min(p[2] for p in values):.4g}"
-                f"  max {max(p[3] for p in values):.4g}  ({len(values)} points, tier {result['tier']})"
+                f"{name:<8} {metric:<14} last {show(values[-1][1])}  mean {show(mean)}"
+                f"  min {show(min(p[2] for p in values))}  max {show(max(p[3] for p in values))}"
+                f"  ({len(values)} points)"
             )
+
+
+# Host metrics that are not also GPU metric names (mem_used and mem_total are both).
+HOST_ONLY_METRICS = frozenset(("cpu_percent", "load1", "load5", "load15", "swap_used"))
+
+
+def _metric_formatter(metric: str) -> Callable[[float], str]:
+    """Bytes in GiB, the rest with the unit its name carries."""
+    if metric.startswith(("mem_", "swap_")):
+        return lambda v: f"{v / 1024**3:.1f} GiB"
+    if metric.endswith("_bps"):
+        return lambda v: f"{v / 1e6:.1f} MB/s"
+    units = {"_w": " W", "_c": " °C", "_mhz": " MHz", "_pct": " %", "_percent": " %", "_j": " J"}
+    unit = next((u for suffix, u in units.items() if metric.endswith(suffix)), "")
+    if metric.startswith("util_"):
+        unit = " %"
+    return lambda v: f"{v:.4g}{unit}"

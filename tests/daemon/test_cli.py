@@ -118,3 +118,38 @@ def test_down_leaves_runs_running_and_up_readopts_them(daemon_factory: Any) -> N
     gw.cli_json("stop", run_id, "--grace", "0")
     gw.cli_json("down")
     time.sleep(0.1)
+
+
+def test_history_for_gpus_and_the_host_with_units(daemon_factory: Any) -> None:
+    gw: DaemonHandle = daemon_factory()
+    time.sleep(1.5)  # a few ticks at 4 Hz
+    gpus = gw.cli("history", "--window", "5m", "--metric", "power_w", "--metric", "mem_used")
+    assert gpus.returncode == 0, gpus.stderr
+    lines = gpus.stdout.splitlines()
+    assert lines[0].startswith("5m window, raw tier")
+    power = [line for line in lines if "power_w" in line]
+    assert [line.split()[:2] for line in power] == [["GPU", "0"], ["GPU", "1"]]
+    assert all(" W  mean " in line and "max" in line for line in power)
+    assert all("GiB" in line for line in lines if "mem_used" in line)
+
+    host = gw.cli("history", "--host", "--window", "5m")
+    assert host.returncode == 0, host.stderr
+    assert {line.split()[1] for line in host.stdout.splitlines()[1:]} == {"cpu_percent", "mem_used"}
+    as_json = gw.cli_json("history", "--host", "--window", "5m", "--metric", "load1")
+    assert list(as_json["series"]) == ["host"] and as_json["series"]["host"]["load1"]
+
+    for args, message in (
+        (["--metric", "cpu_percent"], "cpu_percent is a host metric: add --host"),
+        (["--host", "--metric", "util_gpu"], "unknown host metric util_gpu"),
+        (["--host", "--gpu", "GPU-x"], "use one of them"),
+    ):
+        bad = gw.cli("history", *args)
+        assert bad.returncode == 2 and bad.stdout == "", args
+        assert message in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+
+
+def test_history_without_a_gpu_points_at_the_host(daemon_factory: Any) -> None:
+    gw: DaemonHandle = daemon_factory({"GPUWARDEN_FAKE_NVML": "none"})
+    out = gw.cli("history", "--window", "5m")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("no GPU history: ") and "add --host" in out.stdout
