@@ -52,6 +52,8 @@ _STATUS_BY_CODE = {
 }
 _WINDOW_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 _WINDOW_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+# Ten years: far beyond any retention, and short of windows that start before 1970.
+MAX_WINDOW_S = 3650 * 86400.0
 
 
 def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
@@ -68,7 +70,10 @@ def parse_window(text: str) -> float:
     match = _WINDOW_RE.match(text)
     if not match or float(match.group(1)) <= 0:
         raise UserError(f"window {text!r}: use a positive number with s, m, h, d or w, e.g. 1h")
-    return float(match.group(1)) * _WINDOW_UNITS[match.group(2)]
+    seconds = float(match.group(1)) * _WINDOW_UNITS[match.group(2)]
+    if seconds > MAX_WINDOW_S:
+        raise UserError(f"window {text!r} is too long: at most {MAX_WINDOW_S // 86400:.0f}d")
+    return seconds
 
 
 class SubmitRequest(BaseModel):
@@ -122,6 +127,13 @@ def _validation_message(exc: RequestValidationError) -> str:
     for err in exc.errors():
         loc = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "request"
         msg = str(err.get("msg", "invalid")).replace("Value error, ", "")
+        if loc == "request" and err.get("type") in ("model_attributes_type", "dict_type"):
+            msg = "the body must be a JSON object (the fields are in /v1/openapi.json)"
+        elif err.get("type") == "json_invalid":
+            # pydantic puts the character offset in the location: say it in words instead.
+            at = err.get("loc", ("", ""))[-1]
+            why = err.get("ctx", {}).get("error", msg)
+            loc, msg = "request", f"the body is not valid JSON ({why} at character {at})"
         problems.append(f"{loc}: {msg}")
     return one_line("; ".join(problems))
 
@@ -150,9 +162,12 @@ def create_app(daemon: Daemon) -> FastAPI:
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return JSONResponse(
-            error_body(code, one_line(str(exc.detail))), status_code=exc.status_code, headers=exc.headers
-        )
+        message = one_line(str(exc.detail))
+        if exc.status_code == 400 and message == "There was an error parsing the body":
+            # FastAPI's words for a body that is not UTF-8 JSON at all.
+            code = "bad_input"
+            message = "the body is not UTF-8 JSON: send a JSON object (see /v1/openapi.json)"
+        return JSONResponse(error_body(code, message), status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, exc: Exception) -> JSONResponse:

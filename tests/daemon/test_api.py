@@ -122,13 +122,18 @@ ERROR_CASES = [
     ("GET", "/v1/processes?since=-1", None, 422, "invalid_request"),
     ("GET", "/v1/processes?since=1&gpu=GPU-nope", None, 404, "not_found"),
     ("GET", "/v1/processes?since=1&limit=0", None, 422, "invalid_request"),
+    ("GET", "/v1/history?window=99999999999d", None, 400, "bad_input"),
+    ("POST", "/v1/runs", b"\xff\xfe{}", 422, "invalid_request"),
+    ("POST", "/v1/runs", b"\x80abc", 400, "bad_input"),  # not UTF-8 at all
+    ("POST", "/v1/runs", "[1, 2, 3]", 422, "invalid_request"),
+    ("POST", "/v1/runs", '{"spec": ', 422, "invalid_request"),
 ]
 
 
 def test_errors_are_one_line_json_with_the_right_status(gw: DaemonHandle) -> None:
     with httpx.Client(transport=httpx.HTTPTransport(uds=str(gw.socket)), base_url="http://gw") as http:
         for method, path, body, status, code in ERROR_CASES:
-            if isinstance(body, str):
+            if isinstance(body, str | bytes):
                 response = http.request(
                     method, path, content=body, headers={"content-type": "application/json"}
                 )
@@ -138,6 +143,10 @@ def test_errors_are_one_line_json_with_the_right_status(gw: DaemonHandle) -> Non
             error = response.json()["error"]
             assert error["code"] == code, (method, path, error)
             assert error["message"] and "\n" not in error["message"]
+            if body == "[1, 2, 3]":
+                assert error["message"].startswith("request: the body must be a JSON object"), error
+            if body in ('{"spec": ', "not json"):
+                assert error["message"].startswith("request: the body is not valid JSON ("), error
 
 
 def test_spec_yaml_errors_name_file_and_line(gw: DaemonHandle) -> None:
