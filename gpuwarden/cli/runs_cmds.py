@@ -96,15 +96,23 @@ def ps(show_all: bool, as_json: bool) -> None:
 @click.command("run")
 @click.argument("spec_file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("-f", "--follow", is_flag=True, help="Stream state, events and output until the run ends.")
+@click.option(
+    "--no-check-inputs",
+    "no_check_inputs",
+    is_flag=True,
+    help="Queue it even if its model, data or cwd is missing (an earlier run creates them).",
+)
 @json_option
-def run_cmd(spec_file: Path, follow: bool, as_json: bool) -> None:
+def run_cmd(spec_file: Path, follow: bool, no_check_inputs: bool, as_json: bool) -> None:
     """Submit SPEC_FILE (YAML) to the daemon; relative paths in it start from its directory."""
     try:
         text = spec_file.read_text()
     except OSError as exc:
         raise UserError(f"{spec_file}: cannot read the spec: {exc.strerror}") from None
     with ApiClient() as client:
-        run = client.submit_yaml(text, spec_file.resolve().parent, label=str(spec_file))
+        run = client.submit_yaml(
+            text, spec_file.resolve().parent, label=str(spec_file), check_inputs=not no_check_inputs
+        )
         if not follow:
             if as_json:
                 print_json(run)

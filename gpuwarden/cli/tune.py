@@ -35,6 +35,7 @@ def tune(
     max_batch: int,
 ) -> None:
     """Probe short runs to find the fastest settings that fit, and write a tuned spec."""
+    from gpuwarden.core.config.inputs import require_inputs
     from gpuwarden.core.config.resolve import resolve_relative_paths
     from gpuwarden.core.config.settings import load_settings
     from gpuwarden.core.config.spec import load_spec
@@ -46,6 +47,7 @@ def tune(
     from gpuwarden.core.tune.write import write_tuned_spec
 
     spec = resolve_relative_paths(load_spec(spec_path), spec_path.resolve().parent)
+    require_inputs(spec, str(spec_path), "fix the path, then tune")
     reader = open_gpu_reader()
     try:
         gpus = reader.gpus()

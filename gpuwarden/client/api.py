@@ -127,9 +127,14 @@ class ApiClient:
         params = {"state": list(states)} if states else None
         return list(self._request("GET", "/v1/runs", params=params)["runs"])
 
-    def submit_yaml(self, text: str, base_dir: Path, label: str) -> dict[str, Any]:
+    def submit_yaml(self, text: str, base_dir: Path, label: str, check_inputs: bool = True) -> dict[str, Any]:
         """Submit a spec file's text; relative paths in it start from `base_dir`."""
-        body = {"spec_yaml": text, "base_dir": str(base_dir.resolve()), "label": label}
+        body = {
+            "spec_yaml": text,
+            "base_dir": str(base_dir.resolve()),
+            "label": label,
+            "check_inputs": check_inputs,
+        }
         return dict(self._request("POST", "/v1/runs", json=body))
 
     def submit(self, spec: dict[str, Any]) -> dict[str, Any]:

@@ -87,6 +87,9 @@ class SubmitRequest(BaseModel):
         None, description="absolute directory that relative paths in the spec start from"
     )
     label: str | None = Field(None, max_length=4096, description="file name used in error messages")
+    check_inputs: bool = Field(
+        True, description="refuse a spec whose model, data or cwd is missing (false: a run creates them)"
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> SubmitRequest:
@@ -324,7 +327,9 @@ def create_app(daemon: Daemon) -> FastAPI:
             spec = spec_from_mapping(body.spec, label=body.label or "spec")
         if body.base_dir is not None:
             spec = resolve_relative_paths(spec, Path(body.base_dir))
-        run = daemon.supervisor.submit(spec, submitted_text=body.spec_yaml)
+        run = daemon.supervisor.submit(
+            spec, submitted_text=body.spec_yaml, label=body.label or "spec", check_inputs=body.check_inputs
+        )
         return detail(run)
 
     @app.get("/v1/runs/{ref}", summary="one run: state, spec, attempts, retunes, report")

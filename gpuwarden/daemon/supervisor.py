@@ -25,6 +25,7 @@ import psutil
 import sqlite_utils
 import yaml
 
+from gpuwarden.core.config.inputs import require_inputs
 from gpuwarden.core.config.settings import Settings
 from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
 from gpuwarden.core.config.templating import check_command, render_command
@@ -570,6 +571,11 @@ class Supervisor:
             elif text.verdict == "shape_bug":
                 # Looks like an OOM, but no memory setting can satisfy it: fail, and say why.
                 verdict = process.Classification("failed", f"shape_bug: {text.reason} ({status.describe()})")
+        if verdict.outcome == "failed" and active.decisive_event == "error":
+            # The runner said why in its error event: that line, not only an exit code, is the reason.
+            error = self._w(lambda s: s.last_event(active.run_id, active.attempt, ("error",)))
+            if error and error.get("message"):
+                verdict = process.Classification("failed", f"{error['message']} ({status.describe()})")
         reason = f"{verdict.reason}; {note}" if note else verdict.reason
         self._w(
             lambda s: s.update_attempt(
@@ -682,9 +688,23 @@ class Supervisor:
 
     # -- API actions ---------------------------------------------------------------------------------
 
-    def submit(self, spec: RunSpec, submitted_text: str | None = None) -> dict[str, Any]:
-        """Validate what waiting cannot fix, persist the run as queued, and wake the scheduler."""
+    def submit(
+        self,
+        spec: RunSpec,
+        submitted_text: str | None = None,
+        *,
+        label: str = "spec",
+        check_inputs: bool = True,
+    ) -> dict[str, Any]:
+        """Validate what waiting cannot fix, persist the run as queued, and wake the scheduler.
+
+        `check_inputs=False` queues a run whose model or data an earlier run is still to create.
+        """
         check_command(spec)
+        if check_inputs:
+            require_inputs(
+                spec, label, "fix the path, or submit with --no-check-inputs when a run creates it"
+            )
         check_feasible(spec.resources, self.gpu_states())
         profile_line = ""
         if self.profile_hook is not None:

@@ -153,3 +153,28 @@ def test_history_without_a_gpu_points_at_the_host(daemon_factory: Any) -> None:
     out = gw.cli("history", "--window", "5m")
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("no GPU history: ") and "add --host" in out.stdout
+
+
+def test_run_refuses_a_spec_whose_model_is_missing_unless_told(daemon_factory: Any) -> None:
+    gw: DaemonHandle = daemon_factory()
+    spec = gw.write_spec(
+        "lm",
+        "name: lm\nkind: train\nresources: {gpus: 0}\n"
+        "train: {task: causal_lm, model: ./no-such-model, data: ./texts.jsonl}\n",
+    )
+    refused = gw.cli("run", str(spec))
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.strip() == (
+        f"gpuwarden: {spec}: train.model: model directory {spec.parent / 'no-such-model'} does not exist"
+        " (and 1 more) — fix the path, or submit with --no-check-inputs when a run creates it"
+    )
+    assert gw.cli_json("ps", "--all")["runs"] == []  # nothing was queued
+
+    queued = gw.cli_json("run", str(spec), "--no-check-inputs")
+    done = gw.wait_state(queued["id"], timeout=60)
+    # The runner checks again when it starts; its error line becomes the run's message.
+    assert done["state"] == "failed"
+    assert done["message"] == (
+        f"attempt 1: model directory {spec.parent / 'no-such-model'} does not exist — check train.model"
+        " (exit code 2)"
+    )

@@ -83,3 +83,19 @@ def test_tune_refuses_a_command_run_in_one_line(tmp_path: Path) -> None:
 def test_tune_missing_spec(tmp_path: Path) -> None:
     r = _tune(tmp_path, str(tmp_path / "nope.yaml"))
     assert r.returncode == 2 and "no such file" in r.stderr
+
+
+def test_tune_with_a_missing_model_says_so_before_probing(tmp_path: Path) -> None:
+    spec = tmp_path / "lm.yaml"
+    spec.write_text(
+        "name: lm\nkind: train\nresources: {gpus: 0}\n"
+        "train: {task: causal_lm, model: ./no-such-model, data: ./texts.jsonl}\n"
+    )
+    (tmp_path / "texts.jsonl").write_text('{"text": "hello"}\n')
+    result = _tune(tmp_path, str(spec))
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.strip() == (
+        f"gpuwarden: {spec}: train.model: model directory {tmp_path / 'no-such-model'} does not exist"
+        " — fix the path, then tune"
+    )
+    assert not (tmp_path / "lm.tuned.yaml").exists()

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuwarden.core.config.inputs import require_inputs
 from gpuwarden.core.config.spec import RunSpec
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.tune.cache import TuneCache
@@ -89,6 +90,8 @@ def tune_spec(
     on_result: Callable[[int, ProbeResult], None] | None = None,
 ) -> TuneOutcome:
     """The remembered result for this fingerprint, or a new search (then remembered)."""
+    # Every probe would fail the same way: say it once instead of after a ladder of probes.
+    require_inputs(spec, spec.name, "fix the path, then tune")
     inputs = fingerprint_inputs(spec, target.device)
     fp = fingerprint(inputs)
     cached = None if force else cache.get(fp)

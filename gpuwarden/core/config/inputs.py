@@ -1,0 +1,63 @@
+"""Are a spec's inputs where it says? Models, data and working directories checked before a run
+is queued or probed, so a typo costs one line at submit time instead of a failed attempt later.
+
+The runners check the same things again when they start (a file may vanish meanwhile); the
+words here match theirs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpuwarden.core.config.spec import RunSpec
+from gpuwarden.core.errors import UserError
+
+
+def _model_dir(path: Path, key: str) -> str | None:
+    if not path.exists():
+        return f"{key}: model directory {path} does not exist"
+    if not path.is_dir() or not (path / "config.json").is_file():
+        return f"{key}: {path} has no config.json (a directory save_pretrained() wrote)"
+    return None
+
+
+def missing_inputs(spec: RunSpec) -> list[str]:
+    """One line per input the spec names that is not there (empty when all are)."""
+    problems: list[str | None] = []
+    if spec.command is not None and spec.command.cwd is not None and not spec.command.cwd.is_dir():
+        problems.append(f"command.cwd: directory {spec.command.cwd} does not exist")
+    train = spec.train
+    if train is not None:
+        if train.task == "causal_lm":
+            if train.model is not None:
+                problems.append(_model_dir(train.model, "train.model"))
+            if train.tokenizer is not None and not train.tokenizer.is_dir():
+                problems.append(f"train.tokenizer: directory {train.tokenizer} does not exist")
+            if train.data is not None and not train.data.is_file():
+                problems.append(
+                    f"train.data: {train.data} is not a file (causal_lm reads JSON or JSONL texts)"
+                )
+        elif train.data is not None and not train.data.is_dir():
+            problems.append(
+                f"train.data: {train.data} is not a folder of images (leave it out for synthetic data)"
+            )
+    infer = spec.infer
+    if infer is not None:
+        problems.append(_model_dir(infer.model, "infer.model"))
+        if infer.task == "generate" and not infer.input.is_file():
+            problems.append(
+                f"infer.input: {infer.input} is not a file (generate reads a JSONL file of prompts)"
+            )
+        if infer.task == "image_to_text" and not infer.input.is_dir():
+            problems.append(
+                f"infer.input: {infer.input} is not a folder (image_to_text reads a folder of images)"
+            )
+    return [p for p in problems if p is not None]
+
+
+def require_inputs(spec: RunSpec, label: str, fix: str) -> None:
+    """UserError (code missing_input) naming the first missing input, then `fix`."""
+    missing = missing_inputs(spec)
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise UserError(f"{label}: {missing[0]}{more} — {fix}", code="missing_input")

@@ -1,0 +1,61 @@
+"""`missing_inputs`: the model, data and cwd a spec names, checked before it is queued or probed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from gpuwarden.core.config.inputs import missing_inputs
+from gpuwarden.core.config.spec import spec_from_mapping
+
+
+def spec(kind: str, section: dict[str, Any]) -> Any:
+    return spec_from_mapping({"name": "x", "kind": kind, kind: section}, label="x.yaml")
+
+
+def model_dir(root: Path) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "config.json").write_text("{}")
+    return root
+
+
+def test_everything_present_is_clean(tmp_path: Path) -> None:
+    model = model_dir(tmp_path / "m")
+    texts = tmp_path / "t.jsonl"
+    texts.write_text('{"text": "a"}\n')
+    images = tmp_path / "imgs"
+    images.mkdir()
+    assert missing_inputs(spec("train", {"task": "causal_lm", "model": str(model), "data": str(texts)})) == []
+    assert missing_inputs(spec("train", {"task": "image"})) == []  # synthetic data
+    assert missing_inputs(spec("train", {"task": "image", "data": str(images)})) == []
+    assert missing_inputs(spec("infer", {"task": "generate", "model": str(model), "input": str(texts)})) == []
+    assert (
+        missing_inputs(spec("infer", {"task": "image_to_text", "model": str(model), "input": str(images)}))
+        == []
+    )
+    assert missing_inputs(spec("command", {"argv": ["true"], "cwd": str(tmp_path)})) == []
+
+
+def test_each_missing_input_is_one_line_naming_its_key(tmp_path: Path) -> None:
+    texts = tmp_path / "t.jsonl"
+    texts.write_text("{}\n")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert missing_inputs(
+        spec("train", {"task": "causal_lm", "model": str(tmp_path / "m"), "data": str(tmp_path)})
+    ) == [
+        f"train.model: model directory {tmp_path / 'm'} does not exist",
+        f"train.data: {tmp_path} is not a file (causal_lm reads JSON or JSONL texts)",
+    ]
+    assert missing_inputs(spec("train", {"task": "causal_lm", "model": str(empty), "data": str(texts)})) == [
+        f"train.model: {empty} has no config.json (a directory save_pretrained() wrote)"
+    ]
+    assert missing_inputs(spec("train", {"task": "image", "data": str(texts)})) == [
+        f"train.data: {texts} is not a folder of images (leave it out for synthetic data)"
+    ]
+    assert missing_inputs(spec("infer", {"task": "generate", "model": str(empty), "input": str(empty)}))[
+        1
+    ] == (f"infer.input: {empty} is not a file (generate reads a JSONL file of prompts)")
+    assert missing_inputs(spec("command", {"argv": ["true"], "cwd": str(tmp_path / "gone")})) == [
+        f"command.cwd: directory {tmp_path / 'gone'} does not exist"
+    ]
