@@ -185,3 +185,21 @@ def test_bad_gpu_memory_is_a_one_line_error(text: str) -> None:
     with pytest.raises(UserError) as err:
         parse_gpu_memory(text)
     assert "\n" not in err.value.message and "--gpu-memory" in err.value.message
+
+
+def test_missing_inputs_are_errors_with_their_line(tmp_path: Path) -> None:
+    spec = tmp_path / "lm.yaml"
+    spec.write_text(
+        "name: lm\nkind: train\ntrain:\n  task: causal_lm\n  model: ./gone\n  data: ./texts.jsonl\n"
+    )
+    (tmp_path / "texts.jsonl").write_text('{"text": "a"}\n')
+    d = diagnose_spec_file(spec, reader_factory=lambda: NoGpuReader("no driver"))
+    (missing,) = [f for f in d.findings if f.id == "missing-input"]
+    assert d.findings[0] is missing  # errors sort first
+    assert missing.severity == "error" and not missing.fixable
+    assert missing.title == f"train.model: model directory {tmp_path / 'gone'} does not exist"
+    assert missing.evidence == {"key": "train.model", "value": "gone", "where": f"{spec}:5"}
+    (tmp_path / "gone").mkdir()
+    (tmp_path / "gone" / "config.json").write_text("{}")
+    again = diagnose_spec_file(spec, reader_factory=lambda: NoGpuReader("no driver"))
+    assert not [f for f in again.findings if f.id == "missing-input"]

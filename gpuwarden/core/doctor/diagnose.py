@@ -9,6 +9,8 @@ from typing import Any
 
 import yaml
 
+from gpuwarden.core.config.inputs import missing_inputs
+from gpuwarden.core.config.resolve import resolve_relative_paths
 from gpuwarden.core.config.spec import RunSpec, spec_from_document, spec_from_mapping
 from gpuwarden.core.config.yamlsource import KeyPath, load_yaml_file
 from gpuwarden.core.doctor.finding import Finding, sort_findings
@@ -54,7 +56,30 @@ def diagnose_spec_file(
     target = detect_target(gpu_memory, _wants_gpu(spec), reader_factory)
     view = SpecView(spec=spec, label=doc.label, lines=doc.lines)
     findings, notes = check_spec(view, target)
+    findings += input_findings(view, resolve_relative_paths(spec, path.resolve().parent))
     return Diagnosis(str(path), target, sort_findings(findings), notes, path.read_text(encoding="utf-8"))
+
+
+def input_findings(view: SpecView, resolved: RunSpec) -> list[Finding]:
+    """An error per input the spec names that is not there: `gpuwarden run` would refuse it."""
+    findings = []
+    for problem in missing_inputs(resolved):
+        key = problem.split(":", 1)[0]
+        parts = key.split(".")
+        path: KeyPath = tuple(parts)
+        value: Any = view.spec  # as written (relative), not as resolved
+        for part in parts:
+            value = getattr(value, part, None)
+        findings.append(
+            Finding(
+                "missing-input",
+                "error",
+                problem,
+                view.evidence(path, None if value is None else str(value)),
+                "fix the path (relative paths start from the spec's directory)",
+            )
+        )
+    return findings
 
 
 def run_target(snap: RunSnapshot, gpu_memory: int | None) -> Target:
