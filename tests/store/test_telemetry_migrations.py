@@ -64,7 +64,9 @@ def test_failed_migration_leaves_the_database_as_it_was(tmp_path: Path) -> None:
     path = tmp_path / "clash.db"
     # A table named like one of ours makes v1 fail halfway: nothing of it may stay behind.
     make_db(path, "CREATE TABLE samples_1h (x INTEGER);", user_version=0)
-    with pytest.raises(sqlite3.OperationalError):
+    with pytest.raises(
+        UserError, match=r"clash\.db: not a usable gpuwarden database \(table samples_1h already"
+    ):
         open_db(path)
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == 0

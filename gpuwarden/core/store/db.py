@@ -16,33 +16,54 @@ from gpuwarden.core.store.migrations import MIGRATIONS, SCHEMA_VERSION
 
 
 def open_db(path: Path | str, *, readonly: bool = False) -> sqlite_utils.Database:
-    """Open (and for writers, create and migrate) the store at `path`."""
+    """Open (and for writers, create and migrate) the store at `path`.
+
+    A file that is not a gpuwarden database (another program's, damaged, a directory) is a
+    UserError naming it, never a traceback.
+    """
+    try:
+        return _open(path, readonly)
+    except sqlite3.DatabaseError as exc:
+        hint = "check --db" if readonly else "move the file aside and the daemon starts a new database"
+        raise UserError(f"{path}: not a usable gpuwarden database ({exc}) — {hint}") from None
+
+
+def _open(path: Path | str, readonly: bool) -> sqlite_utils.Database:
     if str(path) == ":memory:":
         conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
     elif readonly:
         p = Path(path)
         if not p.exists():
             raise UserError(f"{p}: no gpuwarden database there — check --db or start the daemon once")
+        if p.is_dir():
+            raise UserError(f"{p} is a directory — --db takes the database file (gpuwarden.db)")
         conn = sqlite3.connect(f"file:{p}?mode=ro", uri=True, check_same_thread=False, isolation_level=None)
     else:
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(str(p), check_same_thread=False, isolation_level=None, timeout=10)
-    db = sqlite_utils.Database(conn)
-    conn.execute("PRAGMA busy_timeout = 5000")
-    if not readonly:
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA synchronous = NORMAL")
-        conn.execute("PRAGMA foreign_keys = ON")
-        migrate(db)
-    else:
+    try:
+        db = sqlite_utils.Database(conn)
+        conn.execute("PRAGMA busy_timeout = 5000")
+        if not readonly:
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("PRAGMA foreign_keys = ON")
+            migrate(db)
+            return db
         version = schema_version(db)
         if version > SCHEMA_VERSION:
             raise UserError(
                 f"{path}: database schema v{version} is newer than this gpuwarden (v{SCHEMA_VERSION})"
                 " — upgrade gpuwarden"
             )
-    return db
+        if version == 0:
+            # A SQLite file gpuwarden never migrated: empty, or another program's.
+            raise UserError(f"{path}: not a gpuwarden database (no gpuwarden schema in it) — check --db")
+        return db
+    except BaseException:
+        conn.close()
+        raise
 
 
 def schema_version(db: sqlite_utils.Database) -> int:
