@@ -16,6 +16,7 @@ import click
 
 from gpuwarden.cli.format import print_json
 from gpuwarden.client import ApiClient
+from gpuwarden.core.config.yamlsource import read_yaml_text
 from gpuwarden.core.errors import UserError
 
 FINAL = ("succeeded", "failed", "stopped", "interrupted")
@@ -105,10 +106,7 @@ def ps(show_all: bool, as_json: bool) -> None:
 @json_option
 def run_cmd(spec_file: Path, follow: bool, no_check_inputs: bool, as_json: bool) -> None:
     """Submit SPEC_FILE (YAML) to the daemon; relative paths in it start from its directory."""
-    try:
-        text = spec_file.read_text()
-    except OSError as exc:
-        raise UserError(f"{spec_file}: cannot read the spec: {exc.strerror}") from None
+    text = read_yaml_text(spec_file)
     with ApiClient() as client:
         run = client.submit_yaml(
             text, spec_file.resolve().parent, label=str(spec_file), check_inputs=not no_check_inputs

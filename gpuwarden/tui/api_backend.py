@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwarden.client import ApiClient
+from gpuwarden.core.config.yamlsource import read_yaml_text
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.telemetry.types import GpuSample, GpuStatic, HostSample
 from gpuwarden.tui.backend import (
@@ -390,10 +391,7 @@ class ApiBackend:
 
     def submit(self, spec_path: str) -> str:
         path = Path(spec_path).expanduser()
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise UserError(f"{path}: cannot read the spec ({exc.strerror or exc})") from None
+        text = read_yaml_text(path)
         return str(self.client.submit_yaml(text, path.parent, str(path))["id"])
 
     def restart_with(self, run_id: str, changes: dict[str, Any]) -> None:

@@ -178,3 +178,15 @@ def test_run_refuses_a_spec_whose_model_is_missing_unless_told(daemon_factory: A
         f"attempt 1: model directory {spec.parent / 'no-such-model'} does not exist — check train.model"
         " (exit code 2)"
     )
+
+
+def test_run_with_an_unreadable_spec_file_is_one_line(daemon_factory: Any) -> None:
+    gw: DaemonHandle = daemon_factory(start=False)
+    binary = gw.root / "binary.yaml"
+    binary.write_bytes(b'name: x\nkind: command\ncommand:\n  argv: ["\xff\xfe"]\n')
+    for path, message in (
+        (binary, f"gpuwarden: {binary}: not UTF-8 text (byte 41) — save it as UTF-8"),
+        (gw.root / "missing.yaml", f"gpuwarden: {gw.root / 'missing.yaml'}: no such file — check the path"),
+    ):
+        result = gw.cli("run", str(path))
+        assert (result.returncode, result.stdout, result.stderr.strip()) == (2, "", message)

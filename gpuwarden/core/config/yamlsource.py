@@ -97,8 +97,13 @@ def parse_yaml(text: str, label: str) -> YamlDocument:
 
 def load_yaml_file(path: Path) -> YamlDocument:
     """Read and parse a YAML file; a missing or unreadable file is a one-line UserError."""
+    return parse_yaml(read_yaml_text(path), str(path))
+
+
+def read_yaml_text(path: Path) -> str:
+    """A YAML file's text; missing, a directory, unreadable or not UTF-8 is a one-line UserError."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise UserError(f"{path}: no such file — check the path") from None
     except IsADirectoryError:
@@ -109,4 +114,3 @@ def load_yaml_file(path: Path) -> YamlDocument:
         raise UserError(f"{path}: not UTF-8 text (byte {exc.start}) — save it as UTF-8") from None
     except OSError as exc:
         raise UserError(f"{path}: cannot read ({exc.strerror}) — check the path") from None
-    return parse_yaml(text, str(path))
