@@ -18,6 +18,7 @@ from gpuwarden.cli.format import print_json
 from gpuwarden.client import ApiClient
 from gpuwarden.core.config.yamlsource import read_yaml_text
 from gpuwarden.core.errors import UserError
+from gpuwarden.core.telemetry.types import GPU_METRICS, HOST_METRICS
 
 FINAL = ("succeeded", "failed", "stopped", "interrupted")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON (and nothing else) on stdout.")
@@ -372,7 +373,7 @@ def history(
 
 
 # Host metrics that are not also GPU metric names (mem_used and mem_total are both).
-HOST_ONLY_METRICS = frozenset(("cpu_percent", "load1", "load5", "load15", "swap_used"))
+HOST_ONLY_METRICS = frozenset(HOST_METRICS) - frozenset(GPU_METRICS)
 
 
 def _metric_formatter(metric: str) -> Callable[[float], str]:

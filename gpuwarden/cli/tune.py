@@ -35,7 +35,6 @@ def tune(
     max_batch: int,
 ) -> None:
     """Probe short runs to find the fastest settings that fit, and write a tuned spec."""
-    from gpuwarden.core.config.inputs import require_inputs
     from gpuwarden.core.config.resolve import resolve_relative_paths
     from gpuwarden.core.config.settings import load_settings
     from gpuwarden.core.config.spec import load_spec
@@ -47,7 +46,6 @@ def tune(
     from gpuwarden.core.tune.write import write_tuned_spec
 
     spec = resolve_relative_paths(load_spec(spec_path), spec_path.resolve().parent)
-    require_inputs(spec, str(spec_path), "fix the path, then tune")
     reader = open_gpu_reader()
     try:
         gpus = reader.gpus()
@@ -69,8 +67,10 @@ def tune(
         else:
             note(f"{what}: {'out of memory' if r.oom else r.error} ({r.wall_s:.0f} s)")
 
-    if target.note and not as_json:
-        note(target.note)
+    def probing() -> None:
+        if target.note and not as_json:
+            note(target.note)  # what the search covers on this device
+
     outcome = tune_spec(
         spec,
         target,
@@ -84,6 +84,8 @@ def tune(
         change_effective_batch=change_effective_batch,
         max_batch=max_batch,
         on_result=report,
+        on_probing=probing,
+        label=str(spec_path),
     )
     if outcome.cached and not as_json:
         note(f"this setup was tuned before (fingerprint {outcome.fingerprint}); --force probes again")

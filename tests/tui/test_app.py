@@ -557,7 +557,31 @@ def test_command_palette_runs_a_control_on_the_selected_run() -> None:
             await pilot.press("enter")
             await wait_workers(pilot)
             titles = [c.title for c in app.get_system_commands(app.screen)]
-            assert "Stop run" in titles and "Terminate GPU process" not in titles
+            assert (
+                "Stop run" in titles
+                and "Terminate GPU process" not in titles
+                and "History metrics" not in titles
+            )
+
+    run(body())
+
+
+def test_command_palette_opens_the_history_metrics_from_another_tab() -> None:
+    async def body() -> None:
+        app = make_app()
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot)
+            await pilot.press("ctrl+p")
+            await pilot.pause(0.1)
+            await pilot.press(*"History metrics")
+            await pilot.pause(0.3)
+            await pilot.press("enter")
+            await pilot.pause(0.3)
+            assert isinstance(app.screen, MetricsScreen)
+            assert app.screen_stack[0].tab == "history"  # type: ignore[attr-defined]
+            await pilot.press("down", "space", "enter")  # add memory
+            await wait_workers(pilot)
+            assert app.query_one(HistoryPane).loaded == ("5m", ("util_gpu", "mem_used"))
 
     run(body())
 

@@ -697,7 +697,6 @@ class TelemetryStore:
             return result
         ids = gids or []
         n = None if gids is None else len(gids)
-        # (gpu_id, bucket) -> flat accumulators: per metric [sum, count, min, max], energy [sum].
         # (gpu_id, bucket) -> the row's values: per metric sum, count, min, max; energy one sum.
         acc: dict[tuple[int, int], Sequence[Any]] = {}
         ranges: list[tuple[_Tier, int, int]] = [(tier, q_start, end_ms)]

@@ -88,16 +88,24 @@ def tune_spec(
     change_effective_batch: bool = False,
     max_batch: int = 1024,
     on_result: Callable[[int, ProbeResult], None] | None = None,
+    on_probing: Callable[[], None] | None = None,
+    label: str | None = None,
 ) -> TuneOutcome:
-    """The remembered result for this fingerprint, or a new search (then remembered)."""
+    """The remembered result for this fingerprint, or a new search (then remembered).
+
+    `on_probing` is called once when a search starts (not for a remembered result); `label`
+    names the spec in errors (default: its name).
+    """
     # Every probe would fail the same way: say it once instead of after a ladder of probes.
-    require_inputs(spec, spec.name, "fix the path, then tune")
+    require_inputs(spec, label or spec.name, "fix the path, then tune")
     inputs = fingerprint_inputs(spec, target.device)
     fp = fingerprint(inputs)
     cached = None if force else cache.get(fp)
     if cached is not None:
         return TuneOutcome(fp, True, dict(cached["knobs"]), dict(cached["result"]))
     start, per_device = start_candidate(spec)
+    if on_probing is not None:
+        on_probing()
     work_parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f"tune-{fp[:8]}-", dir=work_parent))
     try:
