@@ -18,9 +18,9 @@ from gpuwarden.cli.format import print_json
 from gpuwarden.client import ApiClient
 from gpuwarden.core.config.yamlsource import read_yaml_text
 from gpuwarden.core.errors import UserError
+from gpuwarden.core.run_state import FINAL_STATES
 from gpuwarden.core.telemetry.types import GPU_METRICS, HOST_METRICS
 
-FINAL = ("succeeded", "failed", "stopped", "interrupted")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON (and nothing else) on stdout.")
 
 
@@ -78,8 +78,8 @@ def ps(show_all: bool, as_json: bool) -> None:
     with ApiClient() as client:
         runs = client.runs()
     if not show_all:
-        active = [r for r in runs if r["state"] not in FINAL]
-        done = [r for r in runs if r["state"] in FINAL][:20]
+        active = [r for r in runs if r["state"] not in FINAL_STATES]
+        done = [r for r in runs if r["state"] in FINAL_STATES][:20]
         runs = active + done
     if as_json:
         print_json({"runs": runs})
@@ -138,7 +138,7 @@ def _follow(client: ApiClient, run_id: str, as_json: bool) -> dict[str, Any]:
         since = batch["next_since"]
         detail = client.run(run_id)
         _print_new_output(client, run_id, detail, offsets, as_json)
-        if detail["state"] in FINAL:
+        if detail["state"] in FINAL_STATES:
             more = client.events(run_id, since=since)
             for event in more["events"]:
                 if not as_json:
@@ -216,7 +216,7 @@ def stop(run: str, grace: float | None, wait: bool, as_json: bool) -> None:
     """Stop a run: SIGTERM to its process group, SIGKILL after the grace period."""
     with ApiClient() as client:
         detail = client.stop(run, grace)
-        while wait and detail["state"] not in FINAL:
+        while wait and detail["state"] not in FINAL_STATES:
             time.sleep(0.2)
             detail = client.run(detail["id"])
     if as_json:

@@ -26,7 +26,7 @@ from gpuwarden import __version__
 from gpuwarden.core.config.resolve import resolve_relative_paths
 from gpuwarden.core.config.spec import KnobValue, RunSpec, parse_spec, spec_from_mapping
 from gpuwarden.core.errors import ConfigError, UserError
-from gpuwarden.core.store.runs import FINAL_STATES, RUN_STATES
+from gpuwarden.core.run_state import FINAL_STATES, RunState
 from gpuwarden.core.telemetry.types import GPU_METRICS, HOST_METRICS
 from gpuwarden.daemon.strays import terminate_gpu_process
 from gpuwarden.daemon.stream import FRAME_TYPES
@@ -312,7 +312,7 @@ def create_app(daemon: Daemon) -> FastAPI:
 
     @app.get("/v1/runs", summary="runs, newest first")
     def list_runs(
-        state: Annotated[list[Literal[RUN_STATES]] | None, Query()] = None,  # type: ignore[valid-type]
+        state: Annotated[list[RunState] | None, Query()] = None,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
     ) -> dict[str, Any]:
         return {"runs": [run_summary(r) for r in daemon.runs().list_runs(states=state, limit=limit)]}

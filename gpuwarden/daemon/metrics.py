@@ -20,10 +20,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from gpuwarden.core.run_state import RUN_STATES
 from gpuwarden.core.telemetry.types import GpuSample, GpuStatic, HostSample
 
 MIB = 1024**2
-RUN_STATES = ("queued", "starting", "running", "retuning", "succeeded", "failed", "stopped", "interrupted")
 
 
 class MetricsSource(Protocol):

@@ -33,7 +33,8 @@ from gpuwarden.core.errors import UserError
 from gpuwarden.core.events import decode
 from gpuwarden.core.oom.classify import classify_text, oom_kill_grew, read_oom_kill_count
 from gpuwarden.core.paths import Paths
-from gpuwarden.core.store.runs import ACTIVE_STATES, FINAL_STATES, RunStore
+from gpuwarden.core.run_state import ACTIVE_STATES, FINAL_STATES
+from gpuwarden.core.store.runs import RunStore
 from gpuwarden.daemon import process
 from gpuwarden.daemon.events_tail import EventsTail
 from gpuwarden.daemon.placement import GpuState, Placement, check_feasible, place

@@ -19,6 +19,7 @@ from typing import Any
 from gpuwarden.client import ApiClient
 from gpuwarden.core.config.yamlsource import read_yaml_text
 from gpuwarden.core.errors import UserError
+from gpuwarden.core.run_state import ACTIVE_STATES
 from gpuwarden.core.telemetry.types import GpuSample, GpuStatic, HostSample
 from gpuwarden.tui.backend import (
     AttemptInfo,
@@ -40,7 +41,6 @@ from gpuwarden.tui.backend import (
     doctor_findings,
 )
 
-ACTIVE = ("starting", "running", "retuning")
 PROCESS_EVERY = 5  # sample frames between two process reads
 EVENT_PAGE = 1000
 
@@ -225,7 +225,7 @@ class ApiBackend:
             gpus = tuple(int(g) for g in d["gpus"] if isinstance(g, int) or str(g).isdigit())
         retunes = d.get("retunes")
         retune_count = progress.retunes
-        if d.get("state") not in ACTIVE and str(d["id"]) in self._final_retunes:
+        if d.get("state") not in ACTIVE_STATES and str(d["id"]) in self._final_retunes:
             retune_count = self._final_retunes[str(d["id"])]
         return RunSummary(
             id=str(d["id"]),
@@ -236,7 +236,7 @@ class ApiBackend:
             attempt=int(d.get("attempt") or 0),
             samples_seen=progress.samples_seen,
             total=progress.total,
-            samples_per_s=progress.samples_per_s if d.get("state") in ACTIVE else None,
+            samples_per_s=progress.samples_per_s if d.get("state") in ACTIVE_STATES else None,
             retunes=len(retunes) if isinstance(retunes, list) else retune_count,
             message=d.get("message"),
             created_at=float(d.get("created_at") or 0.0),
@@ -275,7 +275,7 @@ class ApiBackend:
                 # The list has no placement: read it once per attempt (it cannot change within one).
                 attempts = self.client.attempts(run_id)
                 self._placed[run_id] = (attempt, list(attempts[-1].get("gpus") or []) if attempts else [])
-            if r.get("state") in ACTIVE:
+            if r.get("state") in ACTIVE_STATES:
                 self._catch_up(run_id)
             elif run_id not in self._final_retunes:
                 # A run that is not active no longer changes: count its retunes once.
@@ -400,7 +400,7 @@ class ApiBackend:
         first; the edit lands before the resume, so the next attempt always has it."""
         run = self.client.run(run_id)
         state = run.get("state")
-        if state in ACTIVE:
+        if state in ACTIVE_STATES:
             raise UserError(f"run {run.get('name')} is {state}: stop it first (s), then change it")
         dotted = {k: v for k, v in changes.items() if "." in k}
         plain = {k: v for k, v in changes.items() if "." not in k}

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from gpuwarden.core.errors import UserError
+from gpuwarden.core.run_state import ACTIVE_STATES
 from gpuwarden.core.store.db import open_db
-from gpuwarden.core.store.runs import ACTIVE_STATES, RunStore
+from gpuwarden.core.store.runs import RunStore
 from gpuwarden.core.store.telemetry import TelemetryStore
 from gpuwarden.core.telemetry.types import GpuStatic
 from gpuwarden.tui.api_backend import buckets_to_series, gpu_static, run_event

@@ -14,7 +14,8 @@ import pytest
 from gpuwarden.core.config.settings import Settings
 from gpuwarden.core.config.spec import spec_from_mapping
 from gpuwarden.core.paths import Paths
-from gpuwarden.core.store.runs import FINAL_STATES, RunStore
+from gpuwarden.core.run_state import FINAL_STATES
+from gpuwarden.core.store.runs import RunStore
 from gpuwarden.daemon.placement import GpuState
 from gpuwarden.daemon.stream import Broadcaster
 from gpuwarden.daemon.supervisor import AttemptEnd, RetuneDecision, Supervisor, no_retune

@@ -122,7 +122,12 @@ class Recorder:
                 exit_code=0 if n == len(attempts) else 3,
             )
             self.runs.add_events(run_id, n, events.get(n, []), new_offset=1)
-        self.runs.set_state(run_id, state)
+        # The store checks every move, so walk the run through the states a daemon would.
+        for step in ("starting", "running"):
+            if state != "queued":
+                self.runs.set_state(run_id, step)
+        if state not in ("queued", "running"):
+            self.runs.set_state(run_id, state)
 
 
 def training_events(

@@ -49,6 +49,7 @@ def db_file(tmp_path: Path) -> Path:
     runs.add_events("r1", 1, [{"type": "progress", "ts": FROZEN_TS, "step": 5, "samples_seen": 40,
                                "total": 160, "samples_per_s": 8.0, "loss": 1.5, "mem_peak": 20 * GIB}], 100)  # fmt: skip
     runs.add_retune("r1", 1, {"batch_size": 8}, {"batch_size": 4}, "gpu_capacity", {"reserved_gib": 23.1})
+    runs.set_state("r1", "starting", "attempt 1")
     runs.set_state("r1", "running", "attempt 1")
     (tmp_path / "out.log").write_text("".join(f"line {i}\n" for i in range(1000)))
     db.conn.close()

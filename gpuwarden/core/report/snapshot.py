@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuwarden.core.report.data import RunData, Series
+from gpuwarden.core.run_state import FINAL_STATES
 
 GPU_SERIES_METRICS = [
     "util_gpu",
@@ -152,7 +153,7 @@ def collect_run(data: RunData, ref: str, now: float | None = None) -> RunSnapsho
     run = data.resolve_run(ref)
     run_id = str(run["id"])
     events = data.events(run_id)
-    final = run.get("state") in ("succeeded", "failed", "stopped", "interrupted")
+    final = run.get("state") in FINAL_STATES
     attempts = [_window(a, events, final, clock) for a in data.attempts(run_id)]
     info = {str(g["uuid"]): g for g in data.gpu_info()}
     snapshot = RunSnapshot(

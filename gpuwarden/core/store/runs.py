@@ -17,10 +17,7 @@ from typing import Any
 import sqlite_utils
 
 from gpuwarden.core.errors import UserError
-
-ACTIVE_STATES = ("starting", "running", "retuning")
-FINAL_STATES = ("succeeded", "failed", "stopped", "interrupted")
-RUN_STATES = ("queued", *ACTIVE_STATES, *FINAL_STATES)
+from gpuwarden.core.run_state import RunState, check_transition
 
 _METRIC_FIELDS = (
     "step",
@@ -36,8 +33,8 @@ _METRIC_FIELDS = (
     "mem_peak",
 )
 _JSON_RUN_COLUMNS = ("spec", "submitted_spec")
+# Not "state": a state moves only through set_state, which checks the move.
 _RUN_UPDATABLE = {
-    "state",
     "spec",
     "name",
     "updated_at",
@@ -241,10 +238,21 @@ class RunStore:
         with transaction(self.conn):
             self.conn.execute(
                 "INSERT INTO runs (id, name, kind, state, spec, submitted_spec, run_dir, created_at,"
-                " updated_at, message) VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?)",
-                (run_id, name, kind, json.dumps(spec), json.dumps(spec), run_dir, now, now, message),
+                " updated_at, message) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    run_id,
+                    name,
+                    kind,
+                    str(RunState.QUEUED),
+                    json.dumps(spec),
+                    json.dumps(spec),
+                    run_dir,
+                    now,
+                    now,
+                    message,
+                ),
             )
-            payload = {"v": 1, "type": "state", "ts": now, "state": "queued", "message": message}
+            payload = {"v": 1, "type": "state", "ts": now, "state": str(RunState.QUEUED), "message": message}
             self.conn.execute(
                 "INSERT INTO run_events (run_id, attempt, ts, type, source, payload)"
                 " VALUES (?, 0, ?, 'state', 'daemon', ?)",
@@ -273,34 +281,32 @@ class RunStore:
             self.conn.execute(f"UPDATE {table} SET {assignments} WHERE {where}", (*values, *key))
 
     def set_state(self, run_id: str, state: str, message: str | None = None, **fields: Any) -> dict[str, Any]:
-        """Move a run to `state`, recording a `state` daemon event in the same transaction; returns
-        that event (with its id)."""
-        if state not in RUN_STATES:
-            raise ValueError(f"unknown run state {state!r}")
+        """Move a run to `state` (checked against the state table), recording a `state` daemon
+        event in the same transaction; returns that event (with its id)."""
         now = time.time()
-        fields["updated_at"] = now
-        if state in FINAL_STATES:
-            fields.setdefault("ended_at", now)
-        values = [json.dumps(v) if k == "spec" else v for k, v in fields.items()]
-        assignments = "".join(f", {k} = ?" for k in fields)
-        row = self.conn.execute("SELECT attempt FROM runs WHERE id = ?", (run_id,)).fetchone()
         with transaction(self.conn):
+            # Read and write in one transaction: the move is checked against the state it replaces.
+            row = self.conn.execute("SELECT attempt, state FROM runs WHERE id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise UserError(f"no run '{run_id}'", code="not_found")
+            attempt, current = row
+            target = check_transition(run_id, current, state)
+            fields["updated_at"] = now
+            if target.final:
+                fields.setdefault("ended_at", now)
+            values = [json.dumps(v) if k == "spec" else v for k, v in fields.items()]
+            assignments = "".join(f", {k} = ?" for k in fields)
             self.conn.execute(
                 f"UPDATE runs SET state = ?, message = ?{assignments} WHERE id = ?",
-                (state, message, *values, run_id),
+                (str(target), message, *values, run_id),
             )
-            payload = {"v": 1, "type": "state", "ts": now, "state": state, "message": message}
+            payload = {"v": 1, "type": "state", "ts": now, "state": str(target), "message": message}
             cursor = self.conn.execute(
                 "INSERT INTO run_events (run_id, attempt, ts, type, source, payload)"
                 " VALUES (?, ?, ?, ?, ?, ?)",
-                (run_id, row[0] if row else None, now, "state", "daemon", json.dumps(payload)),
+                (run_id, attempt, now, "state", "daemon", json.dumps(payload)),
             )
-        return {
-            **payload,
-            "id": int(cursor.lastrowid or 0),
-            "attempt": row[0] if row else None,
-            "source": "daemon",
-        }
+        return {**payload, "id": int(cursor.lastrowid or 0), "attempt": attempt, "source": "daemon"}
 
     def add_attempt(
         self,
