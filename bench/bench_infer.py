@@ -1,4 +1,4 @@
-"""Inference runner throughput: items/s against batch size (seed 002's scaling table).
+"""Inference runner throughput: items/s against batch size (batch-size scaling table).
 
 The real runner body (`gpuwarden.runners.infer.main.run`, the function the launcher calls) runs
 in this process over the tiny local Llama, once per batch size 1, 2, 4, 8, 16, 32, with the same
@@ -7,7 +7,7 @@ least three full batches and 16 items; its figure is the fastest batch's items/s
 the latency the runner recorded for that batch, model load excluded): on a shared machine the
 fastest batch is the one least disturbed by other processes.
 
-Seed 002 measured batch 1 → 2.5 q/s and batch 32 → 27.3 q/s on an RTX 3090 (10.9×); the target
+A published table measured batch 1 → 2.5 q/s and batch 32 → 27.3 q/s on an RTX 3090 (10.9×); the target
 best/batch-1 ≥ 8× is for a GPU. On a CPU every batch shares the same two or so cores, so the
 ratio is reported as measured and not held to the GPU target.
 """

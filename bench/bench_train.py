@@ -1,10 +1,10 @@
-"""Training-loop throughput: gpuwarden's loop against a naive loop and a hand-tuned one (seed 003).
+"""Training-loop throughput: gpuwarden's loop against a naive loop and a hand-tuned one.
 
 All three train the same residual CNN (the image task's model) on the same synthetic
 restoration data for the same number of optimizer steps, timed from the first batch to the last
 step (device-synchronised), model construction excluded:
 
-- naive: seed 003's starting point — fp32, no compile, `loss.item()` after every step (a host–
+- naive: a typical starting point — fp32, no compile, `loss.item()` after every step (a host–
   device sync), AdamW without fused/foreach kernels, a DataLoader with default settings;
 - hand-tuned: what a careful engineer writes — autocast (bf16 on a GPU that has it), fused
   AdamW, no per-step sync, channels_last, pinned memory and workers on a GPU, compile on a GPU;
@@ -82,7 +82,7 @@ def _sync(device: torch.device) -> None:
 
 
 def naive_loop(device: torch.device) -> float:
-    """Samples/s of seed 003's starting loop."""
+    """Samples/s of the naive starting loop."""
     data, model = _dataset_and_model()
     model.to(device).train()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, foreach=False, fused=False)
@@ -97,7 +97,7 @@ def naive_loop(device: torch.device) -> float:
             opt.zero_grad()
             loss.backward()
             opt.step()
-            losses.append(loss.item())  # the per-step sync seed 003 found
+            losses.append(loss.item())  # the per-step sync that slows naive loops
             steps += 1
             if steps == STEPS:
                 break

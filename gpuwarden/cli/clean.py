@@ -1,5 +1,6 @@
-"""`gpuwarden clean`: free GPU memory held by your own stray processes (seed 004's first fix:
-"find and close other GPU processes"). Runs are never touched: stop them with `gpuwarden stop`."""
+"""`gpuwarden clean`: free GPU memory held by your own stray processes (the first fix for an
+out-of-memory card: "find and close other GPU processes"). Runs are never touched: stop them with
+`gpuwarden stop`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`gpuwarden compare RUN_A RUN_B`: seed 003's before/after, side by side with B/A ratios."""
+"""`gpuwarden compare RUN_A RUN_B`: a before/after, side by side with B/A ratios."""
 
 from __future__ import annotations
 

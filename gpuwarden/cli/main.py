@@ -19,7 +19,7 @@ COMMANDS: dict[str, str] = {
     "service": "gpuwarden.cli.service:service",
     "tune": "gpuwarden.cli.tune:tune",
     "example-models": "gpuwarden.cli.examples:example_models",
-    # daemon and runs (issue 3)
+    # daemon and runs
     "daemon": "gpuwarden.cli.daemon_cmds:daemon",
     "up": "gpuwarden.cli.daemon_cmds:up",
     "down": "gpuwarden.cli.daemon_cmds:down",
@@ -34,7 +34,7 @@ COMMANDS: dict[str, str] = {
     "rm": "gpuwarden.cli.runs_cmds:rm",
     "history": "gpuwarden.cli.runs_cmds:history",
     "clean": "gpuwarden.cli.clean:clean",
-    # diagnosis and reports (issue 7)
+    # diagnosis and reports
     "doctor": "gpuwarden.cli.doctor:doctor",
     "report": "gpuwarden.cli.report:report",
     "compare": "gpuwarden.cli.compare:compare",

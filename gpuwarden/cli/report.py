@@ -17,7 +17,7 @@ from gpuwarden.core.errors import UserError
 @click.option("--plots", type=click.Path(file_okay=False, path_type=Path), help="write PNG plots here")
 @click.option("--db", type=click.Path(dir_okay=False, path_type=Path), help="read runs from this database")
 def report(run: str, as_json: bool, as_md: bool, plots: Path | None, db: Path | None) -> None:
-    """Performance report of a run (id or name): seed 002's report for any run."""
+    """Performance report of a run (id or name), from its recorded data."""
     if as_json and as_md:
         raise UserError("--json and --md both given — choose one output format")
     from gpuwarden.cli.report_format import render_markdown, render_text

@@ -1,6 +1,6 @@
 """What `gpuwarden monitor` concludes from a series of ticks: a summary per GPU and a verdict.
 
-Seeds 001 and 003 judged GPUs by hand ("20 % utilisation", "300 W of 575 W"). Utilisation alone
+People judge GPUs by hand ("20 % utilisation", "300 W of 575 W"). Utilisation alone
 misleads (it reads 100 % whenever any kernel runs), so the verdict weighs power against the
 enforced limit first and utilisation second, and reports throttling with its reasons.
 """

@@ -274,7 +274,7 @@ class Daemon:
                 time.time(), r.raw_hours, r.minute_days, r.hour_days, r.chunk_rows
             )
             # Keep the planner's statistics fresh: without ANALYZE a rollup query can fall back
-            # to a full scan (80-300 ms instead of 3 ms, measured in ../shared/reference/nvml.md).
+            # to a full scan (80-300 ms instead of 3 ms on a busy driver).
             telemetry.optimize()
             return deleted
 

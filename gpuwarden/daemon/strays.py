@@ -1,6 +1,7 @@
-"""Terminating a stray GPU process (seed 004's "clear GPU memory"): one of the user's own that
-holds GPU memory and is not part of any run. Runs are stopped through their own API instead,
-so their checkpoints are written; other users' processes are never touched."""
+"""Terminating a stray GPU process (the first fix for "out of memory" on a shared card: clear GPU
+memory): one of the user's own that holds GPU memory and is not part of any run. Runs are stopped
+through their own API instead, so their checkpoints are written; other users' processes are never
+touched."""
 
 from __future__ import annotations
 

@@ -113,7 +113,7 @@ def resolve_precision(requested: Precision, device: torch.device) -> PrecisionCh
 
 
 def configure_backends(device: torch.device, *, tf32: bool, cudnn_benchmark: bool) -> None:
-    """TF32 matmuls/convolutions and cuDNN autotuning (seed 003: set in YAML, never applied).
+    """TF32 matmuls/convolutions and cuDNN autotuning (often set in YAML and never applied).
 
     Only CUDA is touched: on the CPU "high" matmul precision may select reduced-precision
     kernels, which would break bitwise-reproducible fp32 runs.

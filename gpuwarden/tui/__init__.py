@@ -1,1 +1,1 @@
-"""The Textual dashboard: a client of the daemon's API only (issue 6)."""
+"""The Textual dashboard: a client of the daemon's API only."""

@@ -1,5 +1,5 @@
 """The daemon's OOM hook when other processes hold the memory: wait (bounded), then move GPU —
-never shrink the run (seed 004's "25.84 GiB allocated on a 12 GB card?")."""
+never shrink the run (the classic "25.84 GiB allocated on a 12 GB card?")."""
 
 from __future__ import annotations
 

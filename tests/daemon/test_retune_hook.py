@@ -36,7 +36,7 @@ OOM_UNLESS_SMALL = (
 
 
 class Halving:
-    """A stand-in for issue 5's policy: halve the `bs` knob, and record what it was given."""
+    """A stand-in for the OOM recovery policy: halve the `bs` knob, and record what it was given."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, AttemptEnd, list[str]]] = []

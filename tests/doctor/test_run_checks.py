@@ -1,4 +1,4 @@
-"""Telemetry findings of recorded runs: seed 003 (power 52 % of the limit) and seed 001 (idle
+"""Telemetry findings of recorded runs: a CAPTCHA run (power 52 % of the limit) and an image-restoration run (idle
 gaps while the CPU is busy), throttling and other processes, with their evidence numbers."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from gpuwarden.core.report.db_data import DbRunData
 from gpuwarden.core.telemetry.types import GpuProcess
 from tests.report.builders import GIB, RTX3060, RTX5090, T0, Recorder, spec_001, spec_003, training_events
 
-GAPS = (0, 0, 0, 0, 0, 0, 100, 100, 0, 0)  # seed 001: 20 % mean utilisation, idle 80 % of seconds
+GAPS = (0, 0, 0, 0, 0, 0, 100, 100, 0, 0)  # image restoration: 20 % mean utilisation, idle 80 % of seconds
 
 
 def _diagnose(path: Path, ref: str) -> Diagnosis:

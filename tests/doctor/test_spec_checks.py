@@ -152,7 +152,7 @@ def test_inference_precision_and_batch_on_a_gpu() -> None:
 
 SPECS = {
     "naive": NAIVE.read_text(),
-    "seed003": train(
+    "captcha": train(
         "  batch_size: 256\n  amp: true\n  num_workers: 28\n  optimizer: {fused: false}\n  log_interval: 1\n"
     ),
     "flow": "{name: f, kind: train, env: {PYTORCH_CUDA_ALLOC_CONF: 'garbage_collection_threshold:0.6'}, train: {task: image, amp: false, batch_size: 2, channels_last: false}}\n",

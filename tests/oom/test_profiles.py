@@ -1,4 +1,4 @@
-"""Memory-tier profiles: tier choice, the seeds' values, and that every row is a valid spec."""
+"""Memory-tier profiles: tier choice, the published tiers' values, and that every row is a valid spec."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def test_configs_copy_is_identical() -> None:
         (8188 * MiB, "8 GB"),  # an "8 GB" card as NVML reports it
         (10240 * MiB, "8 GB"),  # RTX 3080 10 GB
         (12288 * MiB, "12 GB"),
-        (16380 * MiB, "16 GB"),  # RTX 4060 Ti 16 GB (seed 000)
+        (16380 * MiB, "16 GB"),  # RTX 4060 Ti 16 GB
         (24564 * MiB, "24 GB"),  # RTX 4090
         (40960 * MiB, "40 GB"),
         (49140 * MiB, "40 GB"),  # RTX A6000 48 GB: the 40/48 tier

@@ -469,7 +469,7 @@ def test_unknown_kind_is_a_programming_error() -> None:
 
 
 def test_seed_004_twelve_gb_card_end_to_end() -> None:
-    """Seed 004: LLM fine-tuning on a 12 GB RTX 3060, batch 4 × accumulation 4."""
+    """LLM fine-tuning on a 12 GB RTX 3060, batch 4 × accumulation 4."""
     message = (
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB. GPU 0 has a total "
         "capacity of 11.76 GiB of which 612.00 MiB is free. Including non-PyTorch memory, this process "

@@ -38,7 +38,7 @@ RTX3060 = GpuStatic(
 
 
 def spec_003(batch: int = 256) -> dict[str, Any]:
-    """Seed 003's spec: fp32 where mixed precision was meant."""
+    """A CAPTCHA-training spec: fp32 where mixed precision was meant."""
     return {
         "version": 1,
         "name": "captcha",
@@ -48,7 +48,7 @@ def spec_003(batch: int = 256) -> dict[str, Any]:
 
 
 def spec_001() -> dict[str, Any]:
-    """Seed 001's spec: data loading on the training process."""
+    """An image-restoration spec: data loading on the training process."""
     return {
         "version": 1,
         "name": "restore",

@@ -28,7 +28,7 @@ def _steady(power: float) -> Any:
 
 
 def record_003(rec: Recorder, run_id: str, start: float, power: float, per_s: int) -> None:
-    """120 s of seed 003's training on the 575 W card; one sample before the window seeds the
+    """120 s of CAPTCHA training on the 575 W card; one sample before the window seeds the
     energy counter, so the window holds exactly 120 one-second energy deltas."""
     rec.samples(RTX5090, start - 1, 121, _steady(power), host_cpu=lambda i: 40.0)
     rec.run(

@@ -189,7 +189,7 @@ def test_load_in_8bit_on_cpu_is_a_clear_error(
 
 @pytest.mark.slow
 def test_offloaded_weights_are_reported(tmp_path: Path, assets: dict[str, Path], run_runner: Runner) -> None:
-    # A host budget far below the model's size: accelerate puts the weights on disk (seed 000's
+    # A host budget far below the model's size: accelerate puts the weights on disk (
     # "Some parameters are on the meta device because they were offloaded"); the run still works.
     spec = write_spec(
         tmp_path / "spec.yaml",

@@ -13,7 +13,7 @@ Precision = Literal["auto", "bf16", "fp16", "fp32"]
 
 
 class ImageModelSpec(StrictModel):
-    """A plain-torch residual CNN (seed 001's restoration model, seed 003's small solver)."""
+    """A plain-torch residual CNN (an image-restoration model, a small CAPTCHA solver)."""
 
     mode: Literal["restoration", "keypoints"] = "restoration"
     base_channels: int = Field(64, gt=0, le=4096)
@@ -109,7 +109,7 @@ class TrainSpec(StrictModel):
         return self
 
     def resolved_precision_request(self) -> Precision:
-        """`amp: true` means mixed precision (seed 003 wrote it and silently got fp32)."""
+        """`amp: true` means mixed precision (scripts that compare it with 'bf16' silently run fp32)."""
         if self.amp is True and self.precision == "auto":
             return "auto"
         if self.amp is False:

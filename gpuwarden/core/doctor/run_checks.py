@@ -1,6 +1,6 @@
 """Checks on a run's recorded telemetry: is the GPU doing useful work, and if not, why.
 
-Power is judged before utilisation (seed 003: 300 W of a 575 W limit while utilisation read high):
+Power is judged before utilisation (a training run drew 300 W of a 575 W limit while utilisation read high):
 a GPU at a small share of its power limit is underused whatever its utilisation says. Windows
 start at each attempt's first progress event, so model loading and compilation do not count.
 """
@@ -94,7 +94,7 @@ def check_power(snap: RunSnapshot, since: dict[int, float]) -> list[Finding]:
                     f"GPU utilisation averages {util:.0f} % (this GPU reports no power)",
                     {"util_mean_pct": round(util, 1), "util_metric": metric},
                     "see the spec findings: bigger micro-batch, mixed precision, compile, data workers",
-                    "seed 001: 20 % → 80–85 % utilisation, 2–5× training speed",
+                    "reported for an image-restoration CNN: 20 % → 80–85 % utilisation, 2–5× training speed",
                 )
             ]
         return []
@@ -117,7 +117,8 @@ def check_power(snap: RunSnapshot, since: dict[int, float]) -> list[Finding]:
             f"the GPU drew {power_mean:.0f} W of its {limit:.0f} W limit ({pct:.0f} %): it is underused",
             evidence,
             "see the spec findings: bigger micro-batch, mixed precision, compile, fewer syncs",
-            "seed 003: 300 W → 450–500 W and ~100 → 200–250 samples/s after its fixes",
+            "reported for a small CNN on a 575 W card: 300 W → 450–500 W and ~100 → 200–250 samples/s"
+            " after these fixes",
         )
     ]
 
@@ -153,7 +154,7 @@ def check_headroom(snap: RunSnapshot, since: dict[int, float]) -> list[Finding]:
             f"peak memory {pct:.0f} % of the card: a {'larger batch' if factor >= 2 else 'bigger load'} fits",
             evidence,
             fix,
-            "typically +30–50 % samples/s for a 2–4× larger batch (seed 003)",
+            "typically +30–50 % samples/s for a 2–4× larger batch",
         )
     ]
 
@@ -195,7 +196,7 @@ def check_data_loading(snap: RunSnapshot, since: dict[int, float]) -> list[Findi
             f"the GPU idled in {share:.0f} % of samples while the CPU was busy: data loading holds it back",
             evidence,
             fix,
-            "seed 001: utilisation 20 % → 80–85 %",
+            "reported for an image-restoration CNN: utilisation 20 % → 80–85 %",
         )
     ]
 

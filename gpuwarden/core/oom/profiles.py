@@ -1,5 +1,6 @@
 """Starting points per GPU memory tier: what a run on an 8, 12, 16, 24, 40/48, 80 or 141 GB card
-should start with, from the field guides (seeds 000, 001, 002, 004).
+should start with, from published tuning guides (document parsing, image restoration, batched
+generation, LLM fine-tuning).
 
 The table is YAML shipped in the package (`profiles.yaml`, mirrored in the repository's
 `configs/profiles.yaml`). Cards report a little less than their nominal size (an "80 GB" H100

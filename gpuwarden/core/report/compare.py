@@ -1,4 +1,4 @@
-"""`gpuwarden compare A B`: two reports side by side with B/A ratios (seed 003's before/after)."""
+"""`gpuwarden compare A B`: two reports side by side with B/A ratios (a before/after of one change)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`gpuwarden report`: seed 002's performance report for any run, from its recorded data.
+"""`gpuwarden report`: a performance report for any run, from its recorded data.
 
 Throughput comes from the runner's progress events (samples or items between the first and the
 last progress event of each attempt, over the time between them: the loop's rate, without model

@@ -389,7 +389,7 @@ class RunStore:
         evidence: dict[str, Any] | None = None,
         prediction: dict[str, Any] | None = None,
     ) -> int:
-        """Record a retune decision (issue 5's hook supplies the values)."""
+        """Record a retune decision (the OOM recovery hook supplies the values)."""
         with transaction(self.conn):
             cursor = self.conn.execute(
                 "INSERT INTO retunes (run_id, attempt, ts, from_json, to_json, verdict, evidence_json,"

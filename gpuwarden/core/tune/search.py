@@ -1,6 +1,6 @@
 """The search itself, pure: it decides what to probe next; an injected function runs the probe.
 
-Rules from ../shared/reference/oom.md and the failures of other finders:
+Rules learned from the failures of other batch-size finders:
 - throughput (samples/s) is the objective, not utilisation;
 - a candidate counts only with its peak memory under capacity × (1 − headroom): Lightning's
   finder picked sizes that fit a 3-step probe and ran out of memory later;

@@ -246,7 +246,7 @@ def load_with_attention(
 
 
 def check_offload(ctx: InferContext, model: Any) -> None:
-    """Seed 000: weights that did not fit the budget run from host memory or disk — slower.
+    """Weights that did not fit the budget run from host memory or disk — slower.
 
     accelerate records each module's placement in `hf_device_map`; anything on "cpu" (for a GPU
     run) or "disk" is offloaded. The warning keeps the code `offloaded_to_cpu` for both, since

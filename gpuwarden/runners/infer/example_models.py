@@ -109,7 +109,7 @@ def build_tiny_chat_vlm(dir: Path, *, image_size: int = 32, hidden: int = 64, se
     """Save a random decoder-only VLM (LLaVA: tiny CLIP vision tower + tiny Llama) with a
     `LlavaProcessor` (`CLIPImageProcessorPil`, a chat template, an `<image>` token).
 
-    It stands in for Qwen2-VL-style models (seed 000), whose processors need torchvision: the
+    It stands in for Qwen2-VL-style models , whose processors need torchvision: the
     runner's chat path (template, image-token expansion by the processor, left padding) is the same.
     """
     import torch

@@ -1,4 +1,4 @@
-"""`task: image_to_text` — a local vision-language model over a folder of images (seed 000).
+"""`task: image_to_text` — a local vision-language model over a folder of images (document parsing).
 
 Two model shapes are handled through transformers' Auto classes, without assuming torchvision:
 

@@ -1,4 +1,4 @@
-"""The inference performance report (seed 002's report, extended), and the GPU energy meter.
+"""The inference performance report (the per-run report of batched inference), and the GPU energy meter.
 
 Per attempt: items processed and failed, wall time split into load and work, per-item time,
 items/s and tokens/s, counts and mean times per batch size, peak memory, and energy where the

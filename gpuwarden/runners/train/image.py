@@ -1,7 +1,7 @@
 """Image training with a plain-torch residual CNN: restoration (noisy → clean) or keypoints.
 
 - restoration: the model predicts the clean image from one with Gaussian noise (`noise_std`)
-  added; L1 loss (seed 001's image-restoration setting). Training samples are random
+  added; L1 loss (the usual image-restoration setting). Training samples are random
   `patch_size` crops.
 - keypoints: the model regresses `num_keypoints` (x, y) positions in [0, 1]; MSE loss. Images
   are resized to `patch_size` × `patch_size` so labels stay valid. Coordinate channels are

@@ -1,6 +1,6 @@
 """The training loop: micro-batches, accumulation, mixed precision, checkpoints, OOM and SIGTERM.
 
-Correct by default (seed 003's list): autocast where the precision asks for it, GradScaler for
+Correct by default (the slow-training checklist): autocast where the precision asks for it, GradScaler for
 fp16 only, fused AdamW where available, TF32/cuDNN switches applied, `torch.compile` when asked,
 and no host–device synchronisation except on log steps (the loss is accumulated as a tensor).
 
