@@ -176,9 +176,19 @@ def down(as_json: bool) -> None:
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def status(as_json: bool) -> None:
-    """The daemon's version, uptime and GPU status, and runs by state."""
-    from gpuwarden.client import ApiClient
+@click.option(
+    "--socket",
+    "socket_only",
+    is_flag=True,
+    help="Print only the API socket's path (works while the daemon is down), for curl --unix-socket.",
+)
+def status(as_json: bool, socket_only: bool) -> None:
+    """The daemon's version, uptime and GPU status, its database and socket, and runs by state."""
+    from gpuwarden.client import ApiClient, default_socket
+
+    if socket_only:
+        click.echo(str(default_socket()))
+        return
 
     with ApiClient() as client:
         health = client.health()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -11,34 +12,53 @@ import click
 from gpuwarden import __version__
 from gpuwarden.core.errors import UserError
 
-# name → "module:attribute"; a module is imported only when its command runs or is listed in help.
-COMMANDS: dict[str, str] = {
-    "monitor": "gpuwarden.cli.monitor:monitor",
-    "gpus": "gpuwarden.cli.gpus:gpus",
-    "tui": "gpuwarden.cli.tui:tui",
-    "service": "gpuwarden.cli.service:service",
-    "tune": "gpuwarden.cli.tune:tune",
-    "example-models": "gpuwarden.cli.examples:example_models",
-    # daemon and runs
-    "daemon": "gpuwarden.cli.daemon_cmds:daemon",
-    "up": "gpuwarden.cli.daemon_cmds:up",
-    "down": "gpuwarden.cli.daemon_cmds:down",
-    "status": "gpuwarden.cli.daemon_cmds:status",
-    "ps": "gpuwarden.cli.runs_cmds:ps",
-    "run": "gpuwarden.cli.runs_cmds:run_cmd",
-    "show": "gpuwarden.cli.runs_cmds:show",
-    "stop": "gpuwarden.cli.runs_cmds:stop",
-    "resume": "gpuwarden.cli.runs_cmds:resume",
-    "logs": "gpuwarden.cli.runs_cmds:logs",
-    "events": "gpuwarden.cli.runs_cmds:events",
-    "rm": "gpuwarden.cli.runs_cmds:rm",
-    "history": "gpuwarden.cli.runs_cmds:history",
-    "clean": "gpuwarden.cli.clean:clean",
-    # diagnosis and reports
-    "doctor": "gpuwarden.cli.doctor:doctor",
-    "report": "gpuwarden.cli.report:report",
-    "compare": "gpuwarden.cli.compare:compare",
+
+@dataclass(frozen=True)
+class Entry:
+    """A subcommand: where it lives ("module:attribute") and the one line `gpuwarden --help` shows."""
+
+    target: str
+    summary: str
+
+
+# Sections in the order `gpuwarden --help` lists them. A module is imported only when its command
+# runs (the summaries are here so the overview does not import every command to describe it).
+SECTIONS: dict[str, dict[str, Entry]] = {
+    "Runs": {
+        "run": Entry("gpuwarden.cli.runs_cmds:run_cmd", "Submit a run spec (or a command) to the daemon"),
+        "ps": Entry("gpuwarden.cli.runs_cmds:ps", "List runs with their state and attempt"),
+        "show": Entry("gpuwarden.cli.runs_cmds:show", "A run's spec, attempts, retunes and report"),
+        "logs": Entry("gpuwarden.cli.runs_cmds:logs", "Print a run's output; -f follows it"),
+        "events": Entry("gpuwarden.cli.runs_cmds:events", "A run's events: states, progress, retunes"),
+        "stop": Entry("gpuwarden.cli.runs_cmds:stop", "Stop a run (it checkpoints first)"),
+        "resume": Entry("gpuwarden.cli.runs_cmds:resume", "Resume a failed, stopped or interrupted run"),
+        "rm": Entry("gpuwarden.cli.runs_cmds:rm", "Forget finished runs and delete their files"),
+    },
+    "Tuning and diagnosis": {
+        "tune": Entry("gpuwarden.cli.tune:tune", "Probe for the fastest settings that fit"),
+        "doctor": Entry("gpuwarden.cli.doctor:doctor", "Find what slows a spec or a run, and fix it"),
+        "report": Entry("gpuwarden.cli.report:report", "A run's performance report"),
+        "compare": Entry("gpuwarden.cli.compare:compare", "Two runs side by side, with ratios"),
+    },
+    "GPUs": {
+        "tui": Entry("gpuwarden.cli.tui:tui", "Open the dashboard (bare `gpuwarden` does too)"),
+        "monitor": Entry("gpuwarden.cli.monitor:monitor", "Watch GPUs live, then a summary and verdict"),
+        "gpus": Entry("gpuwarden.cli.gpus:gpus", "List GPUs with a reading each"),
+        "history": Entry("gpuwarden.cli.runs_cmds:history", "Stored metric history of GPUs or the host"),
+        "clean": Entry("gpuwarden.cli.clean:clean", "Terminate your own stray GPU processes"),
+    },
+    "The daemon": {
+        "up": Entry("gpuwarden.cli.daemon_cmds:up", "Start the daemon in the background"),
+        "down": Entry("gpuwarden.cli.daemon_cmds:down", "Stop the daemon (runs keep running)"),
+        "status": Entry("gpuwarden.cli.daemon_cmds:status", "The daemon's health, GPUs, database, socket"),
+        "daemon": Entry("gpuwarden.cli.daemon_cmds:daemon", "Run the daemon in the foreground"),
+        "service": Entry("gpuwarden.cli.service:service", "Install or remove the systemd user unit"),
+        "example-models": Entry(
+            "gpuwarden.cli.examples:example_models", "Build the tiny local models the examples use"
+        ),
+    },
 }
+COMMANDS: dict[str, Entry] = {name: entry for section in SECTIONS.values() for name, entry in section.items()}
 
 
 class LazyGroup(click.Group):
@@ -47,11 +67,16 @@ class LazyGroup(click.Group):
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in COMMANDS:
-            module_name, attr = COMMANDS[cmd_name].split(":")
+            module_name, attr = COMMANDS[cmd_name].target.split(":")
             command = getattr(importlib.import_module(module_name), attr)
             assert isinstance(command, click.Command)
             return command
         return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        for title, entries in SECTIONS.items():
+            with formatter.section(title):
+                formatter.write_dl([(name, entry.summary) for name, entry in entries.items()])
 
 
 @click.group(

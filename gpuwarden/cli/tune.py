@@ -15,14 +15,16 @@ from gpuwarden.cli.format import gib, note, print_json
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Tuned spec (default SPEC.tuned.yaml).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--force", is_flag=True, help="Probe again even if this setup was tuned before.")
-@click.option("--max-trials", type=click.IntRange(1, 64), default=12, show_default=True)
+@click.option("--max-trials", type=click.IntRange(1, 64), default=12, show_default=True,
+              help="Most probe runs to spend (each is a short real run).")  # fmt: skip
 @click.option("--headroom", type=click.FloatRange(0.0, 0.5), default=0.08, show_default=True,
               help="Fraction of memory kept free.")  # fmt: skip
 @click.option("--min-gain", type=click.FloatRange(0.0, 1.0), default=0.05, show_default=True,
               help="Stop when a larger micro-batch gains less than this.")  # fmt: skip
 @click.option("--change-effective-batch", is_flag=True,
               help="Let the effective batch grow too (the learning rate is rescaled linearly).")  # fmt: skip
-@click.option("--max-batch", type=click.IntRange(1), default=1024, show_default=True)
+@click.option("--max-batch", type=click.IntRange(1), default=1024, show_default=True,
+              help="Largest micro-batch to try.")  # fmt: skip
 def tune(
     spec_path: Path,
     output: Path | None,

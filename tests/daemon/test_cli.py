@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 from typing import Any
 
@@ -190,3 +191,21 @@ def test_run_with_an_unreadable_spec_file_is_one_line(daemon_factory: Any) -> No
     ):
         result = gw.cli("run", str(path))
         assert (result.returncode, result.stdout, result.stderr.strip()) == (2, "", message)
+
+
+def test_status_socket_is_what_curl_needs_even_without_a_runtime_dir(daemon_factory: Any) -> None:
+    """The README's curl line: `curl --unix-socket "$(gpuwarden status --socket)" …`."""
+    gw: DaemonHandle = daemon_factory(start=False)
+    del gw.env["XDG_RUNTIME_DIR"]
+    gw.socket = gw.state_dir / "run" / "api.sock"
+    printed = gw.cli("status", "--socket")
+    assert printed.returncode == 0 and printed.stdout.strip() == str(gw.socket)
+    gw.start()
+    socket = gw.cli("status", "--socket").stdout.strip()
+    curl = subprocess.run(
+        ["curl", "-s", "--unix-socket", socket, "http://localhost/v1/health"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert json.loads(curl.stdout)["socket"] == socket

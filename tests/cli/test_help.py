@@ -1,0 +1,52 @@
+"""`gpuwarden --help` as a newcomer reads it: every command listed once, in full, within 80 columns."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import click
+import pytest
+
+from gpuwarden.cli.main import COMMANDS, SECTIONS, LazyGroup, cli
+
+
+def _help(*args: str) -> str:
+    env = {**os.environ, "COLUMNS": "80"}
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuwarden", *args, "--help"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout
+
+
+def test_the_overview_lists_every_command_once_and_cuts_nothing() -> None:
+    text = _help()
+    assert "…" not in text and "..." not in text.split("Options:")[1]
+    assert all(len(line) <= 80 for line in text.splitlines())
+    sections = text.split("Options:")[1].split("\n\n")[1:]
+    commands = [line.split()[0] for part in sections for line in part.splitlines()[1:] if line.strip()]
+    assert sorted(commands) == sorted(COMMANDS) and len(commands) == len(set(commands))
+    for title in SECTIONS:
+        assert f"{title}:" in text
+
+
+def test_every_entry_resolves_to_a_command_with_its_own_help() -> None:
+    ctx = click.Context(cli)
+    assert isinstance(cli, LazyGroup)
+    for name in COMMANDS:
+        command = cli.get_command(ctx, name)
+        assert command is not None and command.help, name
+
+
+@pytest.mark.parametrize("command", ["tune", "run", "doctor", "history"])
+def test_every_option_of_a_command_says_what_it_does(command: str) -> None:
+    ctx = click.Context(cli)
+    sub = cli.get_command(ctx, command)
+    assert sub is not None
+    silent = [p.name for p in sub.params if isinstance(p, click.Option) and not p.help]
+    assert silent == [], f"{command}: options without help: {silent}"
