@@ -130,7 +130,10 @@ def build_tiny_causal_lm(
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        vocab_size=vocab,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,  # its bars and blank lines would land in the CLI's output
     )
     tok.train_from_iterator(builtin_corpus(), trainer=trainer)
     bos_id, eos_id = tok.token_to_id("<s>"), tok.token_to_id("</s>")

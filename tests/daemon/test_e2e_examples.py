@@ -3,6 +3,7 @@ would run it: `gpuwarden example-models`, then `gpuwarden run SPEC --follow`, th
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -30,6 +31,9 @@ def example_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
         timeout=300,
     )
     assert built.returncode == 0, built.stderr
+    # --json is exactly one JSON document; progress bars of the tokenizer trainer stay out of both.
+    assert set(json.loads(built.stdout)) >= {"train-lm", "tiny-llm", "prompts"}
+    assert built.stderr.strip().count("\n") == 0, built.stderr
     return root
 
 

@@ -36,6 +36,7 @@ def train_tokenizer(dir: Path, vocab: int = 512) -> Any:
         vocab_size=vocab,
         special_tokens=list(SPECIAL_TOKENS),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,  # its bars and blank lines would land in the CLI's output
     )
     tok.train_from_iterator(builtin_corpus(), trainer=trainer)
     fast_class: Any = PreTrainedTokenizerFast  # its constructor carries no annotations
