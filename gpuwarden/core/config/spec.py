@@ -110,8 +110,8 @@ class RunSpec(StrictModel):
     )
     policy: PolicyRef | None = Field(
         None,
-        description="retune policy after an OOM: a name from configs/policies, a .yaml path, "
-        "or inline keys over a `base` policy (default: `default`, `inference` for infer runs)",
+        description="retune policy after an OOM: a shipped name (default, conservative, inference), "
+        "a .yaml path, or inline keys over a `base` policy (default: `default`, `inference` for infer runs)",
     )
     autotune: bool = Field(
         False, description="probe for the fastest micro-batch on this GPU before the first attempt"

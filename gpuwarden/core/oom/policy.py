@@ -1,7 +1,7 @@
 """Retune policies: the ordered ladder of changes tried after an out-of-memory, with bounds.
 
-A policy is YAML (shipped ones in `gpuwarden/core/oom/policies/`, mirrored in the repository's
-`configs/policies/`; a user's own in `<config dir>/policies/`). A run spec names one, or gives
+A policy is YAML (shipped ones in `gpuwarden/core/oom/policies/`, described in docs/policies.md;
+a user's own in `<config dir>/policies/`). A run spec names one, or gives
 overrides merged onto a named base: `policy: {base: default, max_attempts: 5}`.
 """
 

@@ -2,9 +2,9 @@
 should start with, from published tuning guides (document parsing, image restoration, batched
 generation, LLM fine-tuning).
 
-The table is YAML shipped in the package (`profiles.yaml`, mirrored in the repository's
-`configs/profiles.yaml`). Cards report a little less than their nominal size (an "80 GB" H100
-reports 79.6 GiB), so a tier is reached at 94 % of its nominal size.
+The table is YAML shipped in the package (`profiles.yaml`, next to this module). Cards report a
+little less than their nominal size (an "80 GB" H100 reports 79.6 GiB), so a tier is reached at
+94 % of its nominal size.
 """
 
 from __future__ import annotations
