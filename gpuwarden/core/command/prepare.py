@@ -9,6 +9,7 @@ shows as the attempt's diff.
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,15 +49,11 @@ def _first_started(run_dir: Path, attempt: int, now: float) -> float:
 
 
 def _find_resume(
-    spec: RunSpec, run_dir: Path, attempt: int, cwd: Path, since: float
+    spec: RunSpec, values: dict[str, Any], run_dir: Path, attempt: int, cwd: Path, since: float
 ) -> FoundCheckpoint | None:
     assert spec.command is not None
     checkpoints = spec.command.checkpoints
-    pattern = None
-    if checkpoints is not None:
-        values = template_values(spec)
-        values["run_dir"] = str(run_dir)
-        pattern = render(checkpoints.glob, values, "command.checkpoints.glob")
+    pattern = render(checkpoints.glob, values, "command.checkpoints.glob") if checkpoints else None
     return newest_checkpoint(
         run_dir, attempt, cwd, pattern, checkpoints.complete_when if checkpoints else None, since
     )
@@ -71,12 +68,10 @@ def _resume_note(attempt: int, found: FoundCheckpoint | None) -> str:
     return f"attempt {attempt} resumes from {found.path}{step}"
 
 
-def _config_copy(spec: RunSpec, run_dir: Path, attempt: int, resume_from: str) -> dict[str, Any] | None:
+def _config_copy(spec: RunSpec, knobs: dict[str, Any], copy: Path, resume_from: str) -> dict[str, Any]:
     """Write the attempt's copy of the user's config file; its record (changes and diff)."""
     command = spec.command
-    assert command is not None
-    if command.config_file is None:
-        return None
+    assert command is not None and command.config_file is not None
     doc = load_config(command.config_file)
     changes: dict[str, list[Any]] = {}
     for name, binding in command.bind.items():
@@ -86,7 +81,7 @@ def _config_copy(spec: RunSpec, run_dir: Path, attempt: int, resume_from: str) -
             current: Any = doc.get(binding.config)
         except KeyError:
             current = binding.default
-        value = spec.knobs[name]
+        value = knobs[name]
         if current != value or type(current) is not type(value):
             doc.set(binding.config, value)
             changes[binding.config] = [current, value]
@@ -98,7 +93,6 @@ def _config_copy(spec: RunSpec, run_dir: Path, attempt: int, resume_from: str) -
             old = None
         doc.set(key, resume_from)
         changes[key] = [old, resume_from]
-    copy = attempt_dir(run_dir, attempt) / command.config_file.name
     text = doc.dump() if changes else doc.text
     copy.write_text(text, encoding="utf-8")
     return {
@@ -116,25 +110,30 @@ def prepare_attempt(spec: RunSpec, run_id: str, run_dir: Path, attempt: int) -> 
         raise ValueError("prepare_attempt is for command runs")
     now = time.time()
     cwd = command.cwd or run_dir
-    attempt_dir(run_dir, attempt).mkdir(parents=True, exist_ok=True)
-    events_file = attempt_dir(run_dir, attempt) / "events.jsonl"
-    found = _find_resume(spec, run_dir, attempt, cwd, _first_started(run_dir, attempt, now))
-    resume_from = str(found.path) if found is not None else ""
-    config = _config_copy(spec, run_dir, attempt, resume_from)
-    values = template_values(
-        spec,
-        {
-            "run_id": run_id,
-            "run_dir": str(run_dir),
-            "attempt": attempt,
-            "events_file": str(events_file),
-            "config_file": config["copy"] if config else "",
-            "resume_from": resume_from,
-        },
+    folder = attempt_dir(run_dir, attempt)
+    folder.mkdir(parents=True, exist_ok=True)
+    events_file = folder / "events.jsonl"
+    copy = folder / command.config_file.name if command.config_file is not None else None
+    builtins: dict[str, Any] = {
+        "run_id": run_id,
+        "run_dir": str(run_dir),
+        "attempt": attempt,
+        "events_file": str(events_file),
+        "config_file": str(copy or ""),
+        "resume_from": "",
+        "python": sys.executable,
+    }
+    found = _find_resume(
+        spec, template_values(spec, builtins), run_dir, attempt, cwd, _first_started(run_dir, attempt, now)
     )
+    builtins["resume_from"] = str(found.path) if found is not None else ""
+    values = template_values(spec, builtins)
+    knobs = {name: values[name] for name in spec.knobs}  # text values with built-ins filled in
+    resume_from = str(builtins["resume_from"])
+    config = _config_copy(spec, knobs, copy, resume_from) if copy is not None else None
     argv = render_argv(command.argv, values)
     env = {name: render(value, values, f"command.env.{name}") for name, value in command.env.items()}
-    bound = {b.env: env_text(spec.knobs[n]) for n, b in command.bind.items() if b.env is not None}
+    bound = {b.env: env_text(knobs[n]) for n, b in command.bind.items() if b.env is not None}
     env.update(bound)
     env.update(
         {
@@ -149,7 +148,7 @@ def prepare_attempt(spec: RunSpec, run_id: str, run_dir: Path, attempt: int) -> 
         "prepared_at": now,
         "argv": argv,
         "cwd": str(cwd),
-        "knobs": dict(spec.knobs),
+        "knobs": knobs,
         "env": bound,
         "config": config,
         "resume_from": resume_from or None,

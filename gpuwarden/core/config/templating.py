@@ -3,9 +3,12 @@
 `{name}` is replaced by the knob's value (`{name:.3f}` applies a format spec), `{{` and `}}` are a
 literal brace. Besides the spec's knobs, the daemon provides `{run_id}`, `{run_dir}`, `{attempt}`,
 `{events_file}` (the attempt's events.jsonl, so any program can report structured events),
-`{config_file}` (the attempt's copy of `command.config_file`) and `{resume_from}` (the newest
-complete checkpoint, empty on a first attempt). Placeholders are checked when the run is
-submitted, so a typo fails there with one line, not minutes later in the child.
+`{config_file}` (the attempt's copy of `command.config_file`), `{resume_from}` (the newest
+complete checkpoint, empty on a first attempt) and `{python}` (the interpreter gpuwarden runs
+on). A knob's text value may use the built-ins too (`output_dir: "{run_dir}/outputs"`), so
+wherever the knob goes (argv, a config key, a variable) it carries the filled-in text.
+Placeholders are checked when the run is submitted, so a typo fails there with one line, not
+minutes later in the child.
 
 Optional placeholders, `{name?}`, may be empty. The rule for argv: an item that holds an empty
 optional placeholder is left out; when that item is the placeholder alone and the item before it
@@ -23,7 +26,7 @@ from typing import Any
 from gpuwarden.core.config.spec import RunSpec
 from gpuwarden.core.errors import UserError
 
-BUILTINS = ("run_id", "run_dir", "attempt", "events_file", "config_file", "resume_from")
+BUILTINS = ("run_id", "run_dir", "attempt", "events_file", "config_file", "resume_from", "python")
 
 _FORMATTER = string.Formatter()
 
@@ -98,7 +101,11 @@ def template_values(spec: RunSpec, builtins: Mapping[str, Any] | None = None) ->
             f"knobs.{clash[0]}: the name is reserved for a built-in placeholder — rename the knob"
         )
     values: dict[str, Any] = dict(builtins) if builtins is not None else dict.fromkeys(BUILTINS, "")
-    values.update(spec.knobs)
+    only_builtins = dict(values)
+    for name, value in spec.knobs.items():
+        if isinstance(value, str) and "{" in value:
+            value = render(value, only_builtins, f"knobs.{name}")
+        values[name] = value
     return values
 
 
