@@ -16,6 +16,7 @@ import click
 
 from gpuwarden.cli.format import print_json
 from gpuwarden.client import ApiClient
+from gpuwarden.core.command.record import summary_lines
 from gpuwarden.core.config.yamlsource import read_yaml_text
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.run_state import FINAL_STATES
@@ -190,6 +191,8 @@ def show(run: str, as_json: bool) -> None:
             f"attempt {a['attempt']}: {a['classification'] or a['state']}  pid {a['pid']}  gpus {gpus}"
             f"  {_when(a['started_at'])} → {_when(a['ended_at'])}  {a['reason'] or ''}"
         )
+        for line in summary_lines(a.get("prepared") or {}):
+            click.echo(f"    {line}")
     for r in detail["retunes"]:
         changes = ", ".join(f"{k} {r['from'].get(k)} → {v}" for k, v in (r["to"] or {}).items())
         outcome = f", then {r['outcome']}" if r.get("outcome") else ""
