@@ -65,7 +65,8 @@ def save(out: Path, step: int, model: nn.Module, opt: torch.optim.Optimizer, see
     tmp = out / f".checkpoint-{step}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "seen": seen}, tmp / "state.pt")
+    state = {"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "seen": seen}
+    torch.save(state, tmp / "state.pt")
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     return final

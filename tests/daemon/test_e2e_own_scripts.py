@@ -126,3 +126,103 @@ def test_a_script_that_reports_nothing_is_recovered_from_stderr_exit_status_and_
     assert "DefaultCPUAllocator" in detail["retunes"][0]["evidence"]["message"]
     recovered = torch.load(Path(detail["run_dir"]) / "outputs" / "final.pt", weights_only=True)
     _assert_same_weights(recovered, plain_reference)
+
+
+HF_SCRIPT = REPO / "examples" / "hf_trainer" / "finetune.py"
+
+
+def _hf_args(assets: Path, output_dir: str, micro: int) -> list[str]:
+    return [
+        str(HF_SCRIPT),
+        "--model", str(assets / "train-lm"),
+        "--data", str(assets / "ramp-texts.jsonl"),
+        "--output_dir", output_dir,
+        "--per_device_train_batch_size", str(micro),
+        "--max_steps", "4",
+        "--save_steps", "2",
+        "--logging_steps", "1",
+        "--train_sampling_strategy", "sequential",
+        "--learning_rate", "1e-3",
+        "--use_cpu", "true",
+        "--report_to", "none",
+        "--disable_tqdm", "true",
+    ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from gpuwarden.runners.testing_models import build_example_assets
+
+    root = tmp_path_factory.mktemp("assets")
+    build_example_assets(root)
+    return root
+
+
+def _safetensors(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return dict(load_file(str(path)))
+
+
+@pytest.mark.slow
+def test_trainer_script_with_the_preset_alone_recovers_through_run_dash_dash(
+    gw: DaemonHandle, assets: Path, tmp_path: Path
+) -> None:
+    # No callback, no spec file: `gpuwarden run --framework transformers -- python finetune.py …`.
+    result = gw.cli(
+        "run", "--framework", "transformers", "--gpus", "0", "--memory-limit", "1.8GiB",
+        "--env", "OMP_NUM_THREADS=2", "--env", "MALLOC_ARENA_MAX=2", "--name", "hf-plain", "--follow",
+        "--", sys.executable, *_hf_args(assets, "out", 16),
+        timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    detail = gw.cli_json("show", "hf-plain")
+    assert [a["classification"] for a in detail["attempts"]] == ["oom", "succeeded"]
+    (retune,) = detail["retunes"]
+    assert retune["verdict"] == "host_oom"  # read from stderr: the script reports nothing
+    assert retune["from"] == {
+        "knobs.per_device_train_batch_size": 16,
+        "knobs.gradient_accumulation_steps": 1,
+    }
+    assert retune["to"] == {"knobs.per_device_train_batch_size": 8, "knobs.gradient_accumulation_steps": 2}
+    assert detail["effective_batch"] == 16
+    second = detail["attempts"][1]["prepared"]
+    out = gw.root / "out"
+    assert second["resume_from"] == str(out / "checkpoint-2")  # output_dir/checkpoint-*, complete
+    assert second["argv"][-2:] == ["--resume_from_checkpoint", str(out / "checkpoint-2")]
+    assert "--resume_from_checkpoint" not in detail["attempts"][0]["prepared"]["argv"]
+
+    reference = tmp_path / "reference"
+    _reference(tmp_path, [sys.executable, *_hf_args(assets, str(reference), 16)])
+    _assert_same_weights(
+        _safetensors(out / "model.safetensors"), _safetensors(reference / "model.safetensors")
+    )
+
+
+@pytest.mark.slow
+def test_lightning_script_with_its_callback_is_recovered_from_its_own_checkpoint(
+    gw: DaemonHandle, tmp_path: Path
+) -> None:
+    result = gw.cli("run", str(EXAMPLES / "own-script-lightning-cpu.yaml"), "--follow", timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    detail = gw.cli_json("show", "own-script-lightning-cpu")
+    assert [a["classification"] for a in detail["attempts"]] == ["oom", "succeeded"]
+    (retune,) = detail["retunes"]
+    assert retune["verdict"] == "host_oom"
+    assert retune["from"] == {"knobs.batch_size": 16, "knobs.accumulate_grad_batches": 1}
+    assert retune["to"] == {"knobs.batch_size": 8, "knobs.accumulate_grad_batches": 2}
+    assert detail["effective_batch"] == 16
+    second = detail["attempts"][1]["prepared"]
+    assert second["resume_from"].endswith("step=3.ckpt")
+    assert second["argv"][-4:] == ["--accumulate_grad_batches", "2", "--ckpt_path", second["resume_from"]]
+    events = gw.cli_json("events", detail["id"])["events"]
+    oom = [e for e in events if e["type"] == "oom" and e["source"] == "runner"]
+    assert oom and oom[0]["verdict"] == "host_oom" and oom[0]["checkpoint"] == second["resume_from"]
+    assert _progress_steps(gw, detail["id"], 2) == [4]  # only the step after the checkpoint
+
+    reference = tmp_path / "reference"
+    _reference(
+        tmp_path, [sys.executable, "examples/lightning/train.py", "--default_root_dir", str(reference)]
+    )
+    recovered = torch.load(Path(detail["run_dir"]) / "outputs" / "final.pt", weights_only=True)
+    _assert_same_weights(recovered, torch.load(reference / "final.pt", weights_only=True))

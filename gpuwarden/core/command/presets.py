@@ -11,6 +11,7 @@ Nothing the user set in the spec is overridden.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +78,10 @@ LIGHTNING = Preset(
 PRESETS: dict[str, Preset] = {"transformers": TRANSFORMERS, "lightning": LIGHTNING}
 
 
+# A value that is one placeholder alone (`{bs}`) is a knob the user made; `{run_dir}/out` is text.
+_OWN_KNOB_RE = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*\??\}")
+
+
 def parse_value(text: str) -> int | float | bool | str:
     """A flag's text as the value a knob keeps: 8 → 8, true → True, 1e-4 → 0.0001."""
     lowered = text.strip().lower()
@@ -92,7 +97,7 @@ def parse_value(text: str) -> int | float | bool | str:
 
 def _flag_name(item: str) -> tuple[str, str | None] | None:
     """`--per_device_train_batch_size=8` → ("per_device_train_batch_size", "8"); `--x` → ("x", None)."""
-    if not item.startswith("--") or "{" in item:
+    if not item.startswith("--") or _OWN_KNOB_RE.search(item):
         return None
     name, sep, value = item[2:].partition("=")
     if "." not in name:  # `--batch-size` and `--batch_size` are one setting; dotted names are exact
@@ -133,8 +138,8 @@ def _scan_argv(draft: _Draft, preset: Preset) -> None:
         name, inline = parsed
         knob_name = preset.names[name][0]
         has_next = i + 1 < len(items) and not items[i + 1].startswith("--")
-        if has_next and "{" in items[i + 1]:
-            out += [item, items[i + 1]]  # the user's own placeholder: theirs to keep
+        if has_next and _OWN_KNOB_RE.fullmatch(items[i + 1]):
+            out += [item, items[i + 1]]  # the user's own knob: theirs to keep
             i += 2
         elif inline is not None:
             knob = _claim(draft, preset, name, parse_value(inline))
