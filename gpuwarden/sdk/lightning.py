@@ -45,6 +45,9 @@ class GpuwardenCallback(pl.Callback):
             newest = path or newest
         return newest if newest and os.path.exists(newest) else None
 
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._last_step = trainer.global_step  # a resumed run starts past its checkpoint's step
+
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
