@@ -22,8 +22,8 @@ run: $(STAMP)
 	$(BIN)/gpuwarden tui
 
 lint: $(STAMP)
-	$(BIN)/ruff check gpuwarden tests bench
-	$(BIN)/ruff format --check gpuwarden tests bench
+	$(BIN)/ruff check gpuwarden tests bench examples
+	$(BIN)/ruff format --check gpuwarden tests bench examples
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

@@ -76,3 +76,22 @@ def test_tui_never_imports_torch_or_daemon() -> None:
     mods = _modules_after_importing(["gpuwarden.tui"])
     assert not (_top(mods) & {"torch", "transformers", "accelerate"})
     assert not {m for m in mods if m.startswith(("gpuwarden.daemon", "gpuwarden.runners"))}
+
+
+def test_the_script_sdk_stays_light_even_when_it_classifies() -> None:
+    """A user's script imports the SDK: standard library only, never torch (it reads torch's
+    numbers only when the script imported torch itself), pydantic or the daemon."""
+    code = (
+        "import sys, json, gpuwarden.sdk as sdk;"
+        "from gpuwarden.sdk.guard import report_oom;"
+        "report_oom(MemoryError('x'), reporter=sdk.Reporter(None));"
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    mods = set(json.loads(out.stdout))
+    assert not (_top(mods) & {*HEAVY, "pydantic", "yaml", "lightning"}), sorted(
+        _top(mods) & {*HEAVY, "pydantic"}
+    )
+    assert not {
+        m for m in mods if m.startswith(("gpuwarden.daemon", "gpuwarden.client", "gpuwarden.runners"))
+    }

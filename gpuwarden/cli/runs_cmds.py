@@ -5,6 +5,7 @@ RUN is a run id, a run name (its newest run), or a unique prefix of either.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import sys
 import time
@@ -14,8 +15,10 @@ from typing import Any
 
 import click
 
+from gpuwarden.cli.command_spec import command_document, command_options, flags_given, printable_spec
 from gpuwarden.cli.format import print_json
 from gpuwarden.client import ApiClient
+from gpuwarden.core.command.record import summary_lines
 from gpuwarden.core.config.yamlsource import read_yaml_text
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.run_state import FINAL_STATES
@@ -96,7 +99,7 @@ def ps(show_all: bool, as_json: bool) -> None:
 
 
 @click.command("run")
-@click.argument("spec_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("words", nargs=-1, metavar="SPEC.yaml | -- CMD [ARGS]...")
 @click.option("-f", "--follow", is_flag=True, help="Stream state, events and output until the run ends.")
 @click.option(
     "--no-check-inputs",
@@ -104,14 +107,34 @@ def ps(show_all: bool, as_json: bool) -> None:
     is_flag=True,
     help="Queue it even if its model, data or cwd is missing (an earlier run creates them).",
 )
+@command_options
 @json_option
-def run_cmd(spec_file: Path, follow: bool, no_check_inputs: bool, as_json: bool) -> None:
-    """Submit SPEC_FILE (YAML) to the daemon; relative paths in it start from its directory."""
-    text = read_yaml_text(spec_file)
-    with ApiClient() as client:
-        run = client.submit_yaml(
-            text, spec_file.resolve().parent, label=str(spec_file), check_inputs=not no_check_inputs
+def run_cmd(words: tuple[str, ...], follow: bool, no_check_inputs: bool, as_json: bool, **flags: Any) -> None:
+    """Submit SPEC.yaml, or supervise your own program: `gpuwarden run [OPTIONS] -- CMD ARGS…`.
+
+    A spec's relative paths start from its directory. A command runs in the current directory;
+    the options build the spec a file would (--print-spec shows it, to save and edit).
+    """
+    if not words:
+        raise UserError(
+            "give a spec file (gpuwarden run SPEC.yaml) or a command (gpuwarden run -- CMD ARGS…)"
         )
+    is_spec = len(words) == 1 and words[0].endswith((".yaml", ".yml")) and not flags_given(flags)
+    with contextlib.ExitStack() as stack:
+        if is_spec:
+            spec_file = Path(words[0])
+            text = read_yaml_text(spec_file)
+            client = stack.enter_context(ApiClient())
+            run = client.submit_yaml(
+                text, spec_file.resolve().parent, label=str(spec_file), check_inputs=not no_check_inputs
+            )
+        else:
+            document = command_document(list(words), Path.cwd(), **flags)
+            if flags["print_spec"]:
+                click.echo(printable_spec(document), nl=False)
+                return
+            client = stack.enter_context(ApiClient())
+            run = client.submit(document)
         if not follow:
             if as_json:
                 print_json(run)
@@ -190,6 +213,8 @@ def show(run: str, as_json: bool) -> None:
             f"attempt {a['attempt']}: {a['classification'] or a['state']}  pid {a['pid']}  gpus {gpus}"
             f"  {_when(a['started_at'])} → {_when(a['ended_at'])}  {a['reason'] or ''}"
         )
+        for line in summary_lines(a.get("prepared") or {}):
+            click.echo(f"    {line}")
     for r in detail["retunes"]:
         changes = ", ".join(f"{k} {r['from'].get(k)} → {v}" for k, v in (r["to"] or {}).items())
         outcome = f", then {r['outcome']}" if r.get("outcome") else ""

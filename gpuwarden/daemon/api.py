@@ -23,9 +23,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gpuwarden import __version__
+from gpuwarden.core.command.record import with_records
 from gpuwarden.core.config.resolve import resolve_relative_paths
-from gpuwarden.core.config.spec import KnobValue, RunSpec, parse_spec, spec_from_mapping
+from gpuwarden.core.config.spec import RunSpec, parse_spec, spec_from_mapping
+from gpuwarden.core.config.spec_command import KnobValue
 from gpuwarden.core.errors import ConfigError, UserError
+from gpuwarden.core.oom.roles import effective_batch_of
 from gpuwarden.core.run_state import FINAL_STATES, RunState
 from gpuwarden.core.telemetry.types import GPU_METRICS, HOST_METRICS
 from gpuwarden.daemon.strays import terminate_gpu_process
@@ -187,12 +190,6 @@ def create_app(daemon: Daemon) -> FastAPI:
     def detail(run: dict[str, Any]) -> dict[str, Any]:
         store = daemon.runs()
         spec = run["spec"]
-        train = spec.get("train") if run["kind"] == "train" else None
-        effective = (
-            int(train["batch_size"]) * int(train["grad_accum_steps"]) * int(train["world_size"])
-            if train
-            else None
-        )
         report_path = Path(run["run_dir"]) / "report.json"
         report: Any = None
         if report_path.exists():
@@ -206,9 +203,9 @@ def create_app(daemon: Daemon) -> FastAPI:
             "stop_requested": run["stop_requested"],
             "spec": spec,
             "submitted_spec": run["submitted_spec"],
-            "attempts": store.attempts(run["id"]),
+            "attempts": with_records(Path(run["run_dir"]), store.attempts(run["id"])),
             "retunes": store.retunes(run["id"]),
-            "effective_batch": effective,
+            "effective_batch": effective_batch_of(spec),
             "report": report,
         }
 

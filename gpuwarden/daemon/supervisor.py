@@ -25,10 +25,11 @@ import psutil
 import sqlite_utils
 import yaml
 
+from gpuwarden.core.command.complete import complete_command
+from gpuwarden.core.command.prepare import prepare_attempt
 from gpuwarden.core.config.inputs import require_inputs
 from gpuwarden.core.config.settings import Settings
 from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
-from gpuwarden.core.config.templating import check_command, render_command
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.events import decode
 from gpuwarden.core.oom.classify import classify_text, oom_kill_grew, read_oom_kill_count
@@ -463,20 +464,15 @@ class Supervisor:
             self._daemon_event(run_id, number, "warning", code="cpu_fallback", message=placement.warning)
         env = dict(os.environ)
         env.update(spec.env)  # retunes put allocator settings here
-        builtins = {
-            "run_id": run_id,
-            "run_dir": str(run_dir),
-            "attempt": number,
-            "events_file": str(events_path),
-        }
         cwd: Path | None = run_dir
         try:
             if spec.kind == "command":
-                assert spec.command is not None
-                argv, extra_env = render_command(spec, builtins)
-                env.update(extra_env)
+                prepared = prepare_attempt(spec, run_id, run_dir, number)
+                argv, cwd = prepared.argv, prepared.cwd
+                env.update(prepared.env)
                 env.update(spec.env)
-                cwd = spec.command.cwd or run_dir
+                if prepared.note:
+                    self._daemon_event(run_id, number, "prepared", message=prepared.note)
             else:
                 argv = [
                     sys.executable,
@@ -701,7 +697,7 @@ class Supervisor:
 
         `check_inputs=False` queues a run whose model or data an earlier run is still to create.
         """
-        check_command(spec)
+        spec = complete_command(spec)  # command runs: preset knobs, config values, placeholders
         if check_inputs:
             require_inputs(
                 spec, label, "fix the path, or submit with --no-check-inputs when a run creates it"
@@ -801,8 +797,7 @@ class Supervisor:
                         _set_dotted(document, dotted, new)
                 elif value is not None:
                     document[key] = value
-            spec = spec_from_mapping(document, label="PATCH")
-            check_command(spec)
+            spec = complete_command(spec_from_mapping(document, label="PATCH"))
             check_feasible(spec.resources, self.gpu_states())
             self._w(lambda s: s.update_run(run_id, spec=spec_document(spec), name=spec.name))
             updated = self._run(run_id)

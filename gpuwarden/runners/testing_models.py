@@ -220,6 +220,19 @@ def write_image_folder(
     return dir
 
 
+def write_ramp_texts(path: Path, short: int, long: int, seed: int, *, long_sentences: int = 120) -> Path:
+    """`short` one-sentence texts, then `long` texts of `long_sentences` sentences: a training
+    run over them in order uses little memory at first and much more later, as real data with a
+    few long documents does (the users'-own-script examples run out of memory mid-way on it)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as fh:
+        for i in range(short + long):
+            n = 1 if i < short else long_sentences
+            fh.write(json.dumps({"text": " ".join(_sentences(n, seed * 100_003 + i))}) + "\n")
+    return path
+
+
 def build_example_assets(dir: Path) -> dict[str, Path]:
     """Build what `configs/examples/train-*-cpu.yaml` use, under `dir` (by convention
     `.example-models` at the repository root, shared with the inference examples):
@@ -229,6 +242,7 @@ def build_example_assets(dir: Path) -> dict[str, Path]:
     return {
         "train-lm": build_tiny_causal_lm(dir / "train-lm", hidden=64, layers=2, vocab=512),
         "train-texts": write_text_dataset(dir / "train-texts.jsonl", 256, seed=1),
+        "ramp-texts": write_ramp_texts(dir / "ramp-texts.jsonl", short=48, long=32, seed=4),
         "train-images": write_image_folder(dir / "train-images", 32, 96, seed=2),
         "train-keypoints": write_image_folder(dir / "train-keypoints", 32, 64, seed=3, keypoints=4),
     }

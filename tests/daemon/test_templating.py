@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from gpuwarden.core.config.spec import spec_from_mapping
-from gpuwarden.core.config.templating import check_command, render, render_command
+from gpuwarden.core.config.templating import check_command, render, render_argv, render_command
 from gpuwarden.core.errors import UserError
 
 
@@ -35,7 +35,7 @@ def test_knobs_builtins_and_format_specs_are_filled() -> None:
     [
         (
             ["x", "{lrr}"],
-            "command.argv[1]: unknown placeholder {lrr} — knobs and built-ins are: attempt, events_file, lr",
+            "command.argv[1]: unknown placeholder {lrr} — knobs and built-ins are: attempt, config_file, events_file, lr",
         ),
         (["x", "{"], "command.argv[1]: Single '{' encountered in format string"),
         (["x", "}"], "command.argv[1]: Single '}' encountered in format string"),
@@ -60,3 +60,34 @@ def test_env_placeholders_are_checked_and_knobs_may_not_shadow_builtins() -> Non
 
 def test_render_leaves_text_without_placeholders_alone() -> None:
     assert render("plain text: 100%", {}, "w") == "plain text: 100%"
+
+
+@pytest.mark.parametrize(
+    ("argv", "empty", "filled"),
+    [
+        # a flag right before an item that is the optional placeholder alone goes with it
+        (
+            ["t", "--resume", "{resume_from?}", "--bs", "4"],
+            ["t", "--bs", "4"],
+            ["t", "--resume", "/c", "--bs", "4"],
+        ),
+        # one item holding flag and value
+        (["t", "--resume={resume_from?}"], ["t"], ["t", "--resume=/c"]),
+        # a positional placeholder alone: only the item goes
+        (["t", "x", "{resume_from?}"], ["t", "x"], ["t", "x", "/c"]),
+        # the item before is not a flag (a value of another flag): it stays
+        (["t", "--n", "3", "{resume_from?}"], ["t", "--n", "3"], ["t", "--n", "3", "/c"]),
+        # a non-optional placeholder stays as an empty item
+        (["t", "--resume", "{resume_from}"], ["t", "--resume", ""], ["t", "--resume", "/c"]),
+    ],
+)
+def test_optional_placeholders_drop_their_item_and_its_flag_when_empty(
+    argv: list[str], empty: list[str], filled: list[str]
+) -> None:
+    assert render_argv(argv, {"resume_from": ""}) == empty
+    assert render_argv(argv, {"resume_from": "/c"}) == filled
+
+
+def test_an_empty_optional_placeholder_still_checks_its_item() -> None:
+    with pytest.raises(UserError, match=r"unknown placeholder \{nope\}"):
+        render_argv(["t", "--r={resume_from?}{nope}"], {"resume_from": ""})

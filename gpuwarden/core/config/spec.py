@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import ByteSize, Field, field_validator, model_validator
 
+from gpuwarden.core.config.spec_command import CommandSpec, KnobValue, check_env_names
 from gpuwarden.core.config.spec_infer import InferSpec
 from gpuwarden.core.config.spec_train import TrainSpec
 from gpuwarden.core.config.validation import StrictModel, validate
@@ -21,40 +22,6 @@ from gpuwarden.core.errors import UserError
 from gpuwarden.core.oom.policy import PolicyRef, resolve_policy
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-
-KnobValue = int | float | str | bool
-
-
-def check_env_names(env: dict[str, str]) -> dict[str, str]:
-    for name in env:
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-            raise ValueError(f"{name!r} is not a valid environment variable name — use letters, digits, _")
-    return env
-
-
-class CommandSpec(StrictModel):
-    """A program to run as-is: an argv list (no shell), extra environment, working directory."""
-
-    argv: list[str] = Field(min_length=1)
-    env: dict[str, str] = Field(default_factory=dict)
-    cwd: Path | None = None
-
-    @field_validator("argv")
-    @classmethod
-    def _argv_not_blank(cls, v: list[str]) -> list[str]:
-        if not v[0].strip():
-            raise ValueError("the program (argv[0]) is empty — name the program to run")
-        return v
-
-    @field_validator("env")
-    @classmethod
-    def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
-        for name in v:
-            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-                raise ValueError(
-                    f"{name!r} is not a valid environment variable name — use letters, digits, _"
-                )
-        return v
 
 
 class Resources(StrictModel):
@@ -141,6 +108,26 @@ class RunSpec(StrictModel):
         extra = [name for name, value in sections.items() if value is not None and name != self.kind]
         if extra:
             raise ValueError(f"kind '{self.kind}' does not use `{extra[0]}:` — remove it or change `kind`")
+        return self
+
+    @model_validator(mode="after")
+    def _knob_references(self) -> RunSpec:
+        if self.command is None:
+            return self
+        # A knob bound to a config key takes its value from the file when `knobs` has none.
+        known = set(self.knobs) | {n for n, b in self.command.bind.items() if b.config is not None}
+        for name, binding in self.command.bind.items():
+            if name not in known:
+                raise ValueError(
+                    f"command.bind.{name}: no knob {name!r} — add it under `knobs:` with its value"
+                )
+            if binding.env is not None and binding.env in self.command.env:
+                raise ValueError(f"command.bind.{name}: {binding.env} is also set in command.env — keep one")
+        for role, name in self.command.roles.knob_names().items():
+            if name not in known:
+                raise ValueError(
+                    f"command.roles.{role}: no knob {name!r} — add it to `knobs:` or bind it to a config key"
+                )
         return self
 
     @field_validator("policy")

@@ -1,10 +1,20 @@
 """`{knob}` placeholders in a command run's argv and env.
 
 `{name}` is replaced by the knob's value (`{name:.3f}` applies a format spec), `{{` and `}}` are a
-literal brace. Besides the spec's knobs, the daemon provides `{run_id}`, `{run_dir}`, `{attempt}`
-and `{events_file}` (the attempt's events.jsonl, so any program can report structured events).
+literal brace. Besides the spec's knobs, the daemon provides `{run_id}`, `{run_dir}`, `{attempt}`,
+`{events_file}` (the attempt's events.jsonl, so any program can report structured events),
+`{config_file}` (the attempt's copy of `command.config_file`), `{resume_from}` (the newest
+complete checkpoint, empty on a first attempt) and `{python}` (the interpreter gpuwarden runs
+on). A knob's text value may use the built-ins too (`output_dir: "{run_dir}/outputs"`), so
+wherever the knob goes (argv, a config key, a variable) it carries the filled-in text.
 Placeholders are checked when the run is submitted, so a typo fails there with one line, not
 minutes later in the child.
+
+Optional placeholders, `{name?}`, may be empty. The rule for argv: an item that holds an empty
+optional placeholder is left out; when that item is the placeholder alone and the item before it
+is a flag (it starts with `-`, and has no `=` and no placeholder), the flag is left out too. So
+`["--resume_from_checkpoint", "{resume_from?}"]` and `["--resume={resume_from?}"]` both vanish on
+a first attempt and carry the checkpoint's path on later ones.
 """
 
 from __future__ import annotations
@@ -16,7 +26,7 @@ from typing import Any
 from gpuwarden.core.config.spec import RunSpec
 from gpuwarden.core.errors import UserError
 
-BUILTINS = ("run_id", "run_dir", "attempt", "events_file")
+BUILTINS = ("run_id", "run_dir", "attempt", "events_file", "config_file", "resume_from", "python")
 
 _FORMATTER = string.Formatter()
 
@@ -32,14 +42,15 @@ def render(template: str, values: Mapping[str, Any], where: str) -> str:
         out.append(literal)
         if field is None:
             continue
-        if not field.isidentifier():
+        name = field.removesuffix("?")
+        if not name.isidentifier():
             raise UserError(
                 f"{where}: placeholder {{{field}}} is not a knob name — use {{name}}, or {{{{ for a brace"
             )
-        if field not in values:
+        if name not in values:
             known = ", ".join(sorted(values)) or "none"
             raise UserError(f"{where}: unknown placeholder {{{field}}} — knobs and built-ins are: {known}")
-        value = values[field]
+        value = values[name]
         if conversion == "r":
             value = repr(value)
         elif conversion == "a":
@@ -54,6 +65,34 @@ def render(template: str, values: Mapping[str, Any], where: str) -> str:
     return "".join(out)
 
 
+def optional_fields(template: str) -> list[str]:
+    """Names of the `{name?}` placeholders in one string (unparsable text has none)."""
+    try:
+        return [f[:-1] for _, f, _, _ in _FORMATTER.parse(template) if f is not None and f.endswith("?")]
+    except ValueError:
+        return []
+
+
+def _is_flag(item: str) -> bool:
+    return item.startswith("-") and "=" not in item and "{" not in item
+
+
+def render_argv(argv: list[str], values: Mapping[str, Any], where: str = "command.argv") -> list[str]:
+    """argv with placeholders filled and empty optional ones left out (the module docstring's rule)."""
+    out: list[str] = []
+    for i, item in enumerate(argv):
+        empty = [name for name in optional_fields(item) if values.get(name) in ("", None)]
+        if not empty:
+            out.append(render(item, values, f"{where}[{i}]"))
+            continue
+        # Render anyway, so a typo in this item fails even while its value is empty.
+        render(item, {**values, **dict.fromkeys(empty, "")}, f"{where}[{i}]")
+        alone = item.strip() == f"{{{empty[0]}?}}"
+        if alone and i > 0 and out and _is_flag(argv[i - 1]) and out[-1] == argv[i - 1]:
+            out.pop()
+    return out
+
+
 def template_values(spec: RunSpec, builtins: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The names a command may use: built-ins (placeholders at submit time) and the spec's knobs."""
     clash = sorted(set(spec.knobs) & set(BUILTINS))
@@ -62,7 +101,11 @@ def template_values(spec: RunSpec, builtins: Mapping[str, Any] | None = None) ->
             f"knobs.{clash[0]}: the name is reserved for a built-in placeholder — rename the knob"
         )
     values: dict[str, Any] = dict(builtins) if builtins is not None else dict.fromkeys(BUILTINS, "")
-    values.update(spec.knobs)
+    only_builtins = dict(values)
+    for name, value in spec.knobs.items():
+        if isinstance(value, str) and "{" in value:
+            value = render(value, only_builtins, f"knobs.{name}")
+        values[name] = value
     return values
 
 
@@ -73,7 +116,7 @@ def render_command(
     if spec.command is None:
         return [], {}
     values = template_values(spec, builtins)
-    argv = [render(arg, values, f"command.argv[{i}]") for i, arg in enumerate(spec.command.argv)]
+    argv = render_argv(spec.command.argv, values)
     env = {name: render(value, values, f"command.env.{name}") for name, value in spec.command.env.items()}
     return argv, env
 

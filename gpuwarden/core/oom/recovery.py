@@ -26,6 +26,7 @@ from gpuwarden.core.oom.classify import Classification, classify_text
 from gpuwarden.core.oom.memory_model import predict_max_batch
 from gpuwarden.core.oom.policy import resolve_policy
 from gpuwarden.core.oom.retune import KIND_KNOBS, RetuneDecision, decide
+from gpuwarden.core.oom.roles import knob_for, role_knobs
 
 # A probe: run the job briefly at this micro-batch; the measured peak (bytes) or None, and
 # whether it ran out of memory.
@@ -95,7 +96,7 @@ def current_knobs(spec: RunSpec) -> dict[str, Any]:
         return knobs
     if spec.infer is not None:
         return {k: getattr(spec.infer, k) for k in sorted(KIND_KNOBS["infer"])}
-    return dict(spec.knobs)
+    return role_knobs(spec)
 
 
 def memory_points(events: Sequence[dict[str, Any]], host: bool) -> list[tuple[int, int]]:
@@ -178,6 +179,8 @@ def plan_recovery(
         per_device = None
         if spec.train is not None:
             per_device = spec.train.batch_size * spec.train.grad_accum_steps
+        elif isinstance(knobs.get("grad_accum_steps"), int):
+            per_device = batch * int(knobs["grad_accum_steps"])
         more, probes = _probe_points(probe, batch, per_device, policy.min_micro_batch)
         points += more
     env = dict(spec.env)
@@ -218,8 +221,9 @@ def apply_decision(
             doc[section][knob] = new
             key = f"{section}.{knob}"
         else:
-            doc.setdefault("knobs", {})[knob] = new
-            key = f"knobs.{knob}"
+            name = knob_for(spec, knob)  # a command run's own knob that plays this role
+            doc.setdefault("knobs", {})[name] = new
+            key = f"knobs.{name}"
         before[key], after[key] = old, new
     if section == "train" and "precision" in decision.changes:
         doc["train"].pop("amp", None)

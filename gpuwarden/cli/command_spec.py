@@ -1,0 +1,189 @@
+"""`gpuwarden run [OPTIONS] -- CMD ARGS…`: the spec of a command run, built from flags.
+
+The flags build exactly what a spec file would say (`--print-spec` prints it), so a user can
+start from the command line and keep the spec once it works.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import yaml
+
+from gpuwarden.core.errors import UserError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_ROLES = (
+    "micro_batch",
+    "accum_steps",
+    "world_size",
+    "max_length",
+    "max_pixels",
+    "max_new_tokens",
+    "gradient_checkpointing",
+    "precision",
+    "max_steps",
+    "output_dir",
+)
+
+
+def command_options(fn: F) -> F:
+    """The options that build a command run's spec."""
+    options = [
+        click.option("--name", help="Run name (default: the script's name)."),
+        click.option("--gpus", help="How many GPUs, or their indices/UUIDs: 1, 0, '0,1' (default 1)."),
+        click.option("--policy", help="Retune policy after an OOM: a name or a .yaml path."),
+        click.option("--memory-limit", help="Address-space limit of the process, e.g. 6GiB."),
+        click.option(
+            "--knob", "knobs", multiple=True, metavar="NAME=VALUE", help="A knob and its value (repeatable)."
+        ),
+        click.option(
+            "--bind",
+            "binds",
+            multiple=True,
+            metavar="NAME=config:KEY|env:VAR",
+            help="Where a knob lives: a key of --config-file, or a variable (repeatable).",
+        ),
+        click.option(
+            "--role",
+            "roles",
+            multiple=True,
+            metavar="ROLE=KNOB|KEY",
+            help=f"Which knob (or config key) plays a role: {', '.join(_ROLES)} (repeatable).",
+        ),
+        click.option(
+            "--config-file",
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="Your program's own YAML/JSON/TOML config: each attempt gets a copy with knobs applied.",
+        ),
+        click.option(
+            "--framework",
+            type=click.Choice(["none", "transformers", "lightning"]),
+            help="Known flag names: Trainer's TrainingArguments, Lightning's Trainer.",
+        ),
+        click.option("--env", "envs", multiple=True, metavar="NAME=VALUE", help="An environment variable."),
+        click.option("--print-spec", is_flag=True, help="Print the spec the flags build; submit nothing."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def flags_given(flags: dict[str, Any]) -> bool:
+    return any(v not in (None, (), False) for v in flags.values())
+
+
+def _pairs(items: tuple[str, ...], flag: str) -> list[tuple[str, str]]:
+    out = []
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise UserError(f"{flag} {item!r}: write it as NAME=VALUE")
+        out.append((name.strip(), value))
+    return out
+
+
+def _value(text: str) -> int | float | bool | str:
+    from gpuwarden.core.command.presets import parse_value
+
+    return parse_value(text)
+
+
+def _default_name(argv: list[str]) -> str:
+    script = next((Path(a).stem for a in argv if a.endswith(".py")), Path(argv[0]).name)
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", script).strip("-._") or "command"
+    return name[:64]
+
+
+def _gpus(text: str | None) -> int | list[str]:
+    if text is None:
+        return 1
+    if text.isdigit():
+        return int(text)
+    return [g.strip() for g in text.split(",") if g.strip()]
+
+
+def _roles_and_binds(
+    roles: tuple[str, ...], binds: tuple[str, ...], config_file: Path | None, knob_names: set[str]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    bind: dict[str, Any] = {}
+    for name, where in _pairs(binds, "--bind"):
+        kind, _, target = where.partition(":")
+        if kind not in ("config", "env") or not target:
+            raise UserError(f"--bind {name}={where}: write config:KEY or env:VARIABLE")
+        bind[name] = {kind: target}
+    role_map: dict[str, Any] = {}
+    for role, target in _pairs(roles, "--role"):
+        if role not in _ROLES:
+            raise UserError(f"--role {role}: unknown role — one of {', '.join(_ROLES)}")
+        if role == "world_size" and target.isdigit():
+            role_map[role] = int(target)
+        elif target in bind or target in knob_names or config_file is None:
+            role_map[role] = target
+        else:
+            # A key of the config file: a knob named after the key's last part carries it.
+            knob = target.rsplit(".", 1)[-1]
+            bind.setdefault(knob, {"config": target})
+            role_map[role] = knob
+    return role_map, bind
+
+
+def command_document(
+    argv: list[str],
+    cwd: Path,
+    *,
+    name: str | None,
+    gpus: str | None,
+    policy: str | None,
+    memory_limit: str | None,
+    knobs: tuple[str, ...],
+    binds: tuple[str, ...],
+    roles: tuple[str, ...],
+    config_file: Path | None,
+    framework: str | None,
+    envs: tuple[str, ...],
+    print_spec: bool,
+) -> dict[str, Any]:
+    """The spec document of `gpuwarden run [flags] -- argv`, with paths made absolute."""
+    config = (cwd / config_file).absolute() if config_file is not None else None
+    knob_values = {k: _value(v) for k, v in _pairs(knobs, "--knob")}
+    role_map, bind = _roles_and_binds(roles, binds, config, set(knob_values))
+    command: dict[str, Any] = {"argv": argv, "cwd": str(cwd.absolute())}
+    if config is not None:
+        command["config_file"] = str(config)
+    if framework:
+        command["framework"] = framework
+    if bind:
+        command["bind"] = bind
+    if role_map:
+        command["roles"] = role_map
+    doc: dict[str, Any] = {
+        "name": name or _default_name(argv),
+        "kind": "command",
+        "command": command,
+        "knobs": knob_values,
+        "resources": {"gpus": _gpus(gpus)},
+    }
+    if memory_limit:
+        doc["resources"]["memory_limit"] = memory_limit
+    if policy:
+        doc["policy"] = policy
+    if envs:
+        doc["env"] = dict(_pairs(envs, "--env"))
+    return doc
+
+
+def printable_spec(document: dict[str, Any]) -> str:
+    """The completed spec as YAML (what the daemon would run), defaults left out."""
+    from gpuwarden.core.command.complete import complete_command
+    from gpuwarden.core.config.spec import spec_from_mapping
+
+    spec = complete_command(spec_from_mapping(document, label="the flags"))
+    data = spec.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
+    data = {"version": 1, "name": spec.name, "kind": spec.kind, **data}
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)

@@ -1,0 +1,119 @@
+"""Submit time for a command run: the spec made whole, or one line saying what is wrong.
+
+The framework preset turns known flags into knobs; knobs bound to config keys take their value
+from the user's file when the spec gives none; argv must name the config copy; every
+placeholder must be known; role knobs must hold values the retune maths can use. Running this
+twice changes nothing, so the CLI's `--print-spec` and the daemon's submit agree.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from gpuwarden.core.command.config_file import ConfigDocument, load_config
+from gpuwarden.core.command.presets import apply_preset
+from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
+from gpuwarden.core.config.templating import check_command
+from gpuwarden.core.errors import UserError
+
+_INT_ROLES = (
+    "micro_batch",
+    "accum_steps",
+    "world_size",
+    "max_length",
+    "max_pixels",
+    "max_new_tokens",
+    "max_steps",
+)
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+
+
+def _fill_from_config(spec: RunSpec, config: ConfigDocument) -> RunSpec:
+    assert spec.command is not None
+    knobs = dict(spec.knobs)
+    for name, binding in spec.command.bind.items():
+        if binding.config is None:
+            continue
+        try:
+            value = config.get(binding.config)
+        except KeyError:
+            if name in knobs:
+                continue  # the copy adds the key
+            if binding.default is None:
+                raise UserError(
+                    f"command.bind.{name}: {config.path} has no key {binding.config!r} — fix the key "
+                    f"path, or give the knob a value under `knobs:`"
+                ) from None
+            value = binding.default
+        if not isinstance(value, bool | int | float | str):
+            what = (
+                "a mapping" if isinstance(value, dict) else "a list" if isinstance(value, list) else "empty"
+            )
+            raise UserError(
+                f"command.bind.{name}: {binding.config!r} in {config.path} is {what}, not a single "
+                "value — bind the knob to a key that holds one"
+            )
+        knobs.setdefault(name, value)
+    return spec.model_copy(update={"knobs": knobs})
+
+
+def _names_config_file(spec: RunSpec) -> RunSpec:
+    """argv must pass the copy; an item that is the user's file itself becomes `{config_file}`."""
+    command = spec.command
+    assert command is not None and command.config_file is not None
+    if any("{config_file" in item for item in command.argv):
+        return spec
+    target = os.path.realpath(command.config_file)
+    base = command.cwd
+    argv = list(command.argv)
+    for i, item in enumerate(argv):
+        prefix, sep, value = item.partition("=") if item.startswith("-") else ("", "", item)
+        if not value or (base is None and not os.path.isabs(value)):
+            continue
+        candidate = Path(value) if os.path.isabs(value) else Path(base or "") / value
+        if os.path.realpath(candidate) == target:
+            argv[i] = f"{prefix}{sep}{{config_file}}"
+            updated = command.model_copy(update={"argv": argv})
+            return spec.model_copy(update={"command": updated})
+    raise UserError(
+        f"command.config_file is {command.config_file}, but argv never passes it — put "
+        f"{{config_file}} where your program takes its config path (it gets the attempt's copy)"
+    )
+
+
+def _check_roles(spec: RunSpec) -> None:
+    assert spec.command is not None
+    roles = spec.command.roles
+    for role, name in roles.knob_names().items():
+        value = spec.knobs.get(name)
+        where = f"knobs.{name} (command.roles.{role})"
+        if role in _INT_ROLES and not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+            raise UserError(f"{where} is {value!r}: a {role} must be a whole number ≥ 1")
+        if role == "gradient_checkpointing" and not isinstance(value, bool):
+            raise UserError(f"{where} is {value!r}: gradient_checkpointing must be true or false")
+        if role == "precision" and value not in PRECISIONS:
+            raise UserError(f"{where} is {value!r}: a precision knob holds one of {', '.join(PRECISIONS)}")
+
+
+def complete_command(spec: RunSpec) -> RunSpec:
+    """The command run's spec with preset knobs and config values filled in, after every check
+    that can be made before it runs (other kinds come back unchanged)."""
+    command = spec.command
+    if command is None:
+        return spec
+    config = load_config(command.config_file) if command.config_file is not None else None
+    spec = apply_preset(spec, config)
+    if config is not None:
+        spec = _fill_from_config(spec, config)
+        spec = _names_config_file(spec)
+    assert spec.command is not None
+    unvalued = [n for n, b in spec.command.bind.items() if n not in spec.knobs]
+    if unvalued:
+        raise UserError(f"command.bind.{unvalued[0]}: give the knob a value under `knobs:`")
+    check_command(spec)
+    _check_roles(spec)
+    # Re-validate the whole: the preset and the file's values went in after the first check.
+    data: dict[str, Any] = spec.model_dump(mode="json", exclude_none=True)
+    return spec_from_mapping(data)

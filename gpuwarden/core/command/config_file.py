@@ -1,0 +1,161 @@
+"""A user's own config file (YAML, JSON or TOML): read a key, write a copy with keys changed.
+
+Round-trip libraries keep what the user wrote: ruamel.yaml keeps comments, key order, quotes and
+indentation of YAML; tomlkit keeps TOML's formatting; JSON keeps key order and its indent (it has
+no comments). Only the keys gpuwarden changes differ in the copy, so its diff against the user's
+file shows exactly the retune. The user's file is only ever read.
+"""
+
+from __future__ import annotations
+
+import difflib
+import io
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tomlkit
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+from ruamel.yaml.util import load_yaml_guess_indent
+from tomlkit.exceptions import TOMLKitError
+
+from gpuwarden.core.errors import UserError
+
+_MISSING = object()
+_JSON_INDENT_RE = re.compile(r"^\{\s*\n([ \t]+)\S", re.M)
+
+
+def _yaml(text: str) -> YAML:
+    """A round-trip YAML instance that writes with the file's own indentation."""
+    yaml = YAML()
+    yaml.preserve_quotes = True
+    yaml.width = 1 << 16  # never re-wrap a long line the user wrote on one line
+    try:
+        _, indent, block_seq_indent = load_yaml_guess_indent(text)
+    except YAMLError:
+        indent, block_seq_indent = None, None
+    yaml.indent(mapping=indent or 2, sequence=indent or 2, offset=block_seq_indent or 0)
+    return yaml
+
+
+@dataclass
+class ConfigDocument:
+    """A parsed config file that can be written back with its formatting kept."""
+
+    path: Path
+    text: str
+    data: Any
+    fmt: str  # "yaml" | "json" | "toml"
+
+    def get(self, key: str) -> Any:
+        """The plain value at a dotted key path, or raise KeyError when a part is missing."""
+        node = self.data
+        for part in key.split("."):
+            node = _child(node, part)
+            if node is _MISSING:
+                raise KeyError(key)
+        return _plain(node)
+
+    def set(self, key: str, value: Any) -> None:
+        """Set the value at a key path, creating missing mappings on the way."""
+        parts = key.split(".")
+        node = self.data
+        for part in parts[:-1]:
+            child = _child(node, part)
+            if child is _MISSING:
+                if not isinstance(node, dict):
+                    raise UserError(f"{self.path}: cannot add {key!r}: {part!r} is inside a list")
+                node[part] = {} if self.fmt != "toml" else tomlkit.table()
+                child = node[part]
+            node = child
+        last = parts[-1]
+        if isinstance(node, list):
+            if not (last.isdigit() and int(last) < len(node)):
+                raise UserError(f"{self.path}: {key!r}: no item {last} in that list")
+            node[int(last)] = value
+        elif isinstance(node, dict):
+            node[last] = value
+        else:
+            raise UserError(f"{self.path}: {key!r}: {parts[-2] if len(parts) > 1 else 'the file'} is a value")
+
+    def dump(self) -> str:
+        if self.fmt == "yaml":
+            out = io.StringIO()
+            _yaml(self.text).dump(self.data, out)
+            return out.getvalue()
+        if self.fmt == "toml":
+            return tomlkit.dumps(self.data)
+        match = _JSON_INDENT_RE.search(self.text)
+        # The file's own indent; a file written on one line stays on one line.
+        indent: int | str | None = match.group(1) if match else (2 if "\n" in self.text.strip() else None)
+        body = json.dumps(self.data, indent=indent, ensure_ascii=False)
+        return body + ("\n" if self.text.endswith("\n") else "")
+
+
+def _child(node: Any, part: str) -> Any:
+    if isinstance(node, dict):
+        return node.get(part, _MISSING)
+    if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+        return node[int(part)]
+    return _MISSING
+
+
+def _plain(value: Any) -> Any:
+    """ruamel and tomlkit wrap scalars in their own types; knobs hold plain ones."""
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    if value is None:
+        return None
+    return value
+
+
+def config_format(path: Path) -> str:
+    suffix = path.suffix.lower()
+    if suffix in (".yaml", ".yml"):
+        return "yaml"
+    if suffix == ".json":
+        return "json"
+    if suffix == ".toml":
+        return "toml"
+    raise UserError(f"{path}: config files are .yaml, .yml, .json or .toml")
+
+
+def load_config(path: Path) -> ConfigDocument:
+    """Parse the user's config file; a missing or malformed file is one UserError line."""
+    fmt = config_format(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"command.config_file: {path} does not exist — fix the path") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"command.config_file: cannot read {path} ({exc})") from None
+    try:
+        if fmt == "yaml":
+            data = _yaml(text).load(text)
+        elif fmt == "toml":
+            data = tomlkit.parse(text)
+        else:
+            data = json.loads(text)
+    except (YAMLError, TOMLKitError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"{path}: not valid {fmt.upper()} ({first}) — fix the file") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: the top level must be a mapping of keys, not {type(data).__name__}")
+    return ConfigDocument(path, text, data, fmt)
+
+
+def unified_diff(old: str, new: str, old_name: str, new_name: str) -> str:
+    """The copy's changes against the user's file, as `diff -u` shows them ("" when equal)."""
+    lines = difflib.unified_diff(
+        old.splitlines(keepends=True), new.splitlines(keepends=True), old_name, new_name, n=1
+    )
+    return "".join(line if line.endswith("\n") else line + "\n" for line in lines)

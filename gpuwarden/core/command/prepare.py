@@ -1,0 +1,161 @@
+"""One attempt of a user's program, prepared: argv, environment, working directory, files.
+
+The supervisor calls `prepare_attempt` and spawns what it returns. Everything a command run's
+attempt needs is decided here: the newest complete checkpoint as `{resume_from}`, the attempt's
+copy of the user's config file with the knobs' keys changed (the user's file is only read),
+variables bound to knobs, and the record (`attempts/<n>/prepared.json`) that the run detail
+shows as the attempt's diff.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpuwarden.core.command.checkpoints import FoundCheckpoint, newest_checkpoint
+from gpuwarden.core.command.config_file import load_config, unified_diff
+from gpuwarden.core.command.record import attempt_dir, read_record, write_record
+from gpuwarden.core.config.spec import RunSpec
+from gpuwarden.core.config.templating import render, render_argv, template_values
+
+# What a program (or the SDK inside it) reads to find its events file and its restart point.
+ENV_EVENTS_FILE = "GPUWARDEN_EVENTS_FILE"
+ENV_RUN_ID = "GPUWARDEN_RUN_ID"
+ENV_ATTEMPT = "GPUWARDEN_ATTEMPT"
+ENV_RESUME_FROM = "GPUWARDEN_RESUME_FROM"
+
+
+@dataclass(frozen=True)
+class PreparedAttempt:
+    argv: list[str]
+    env: dict[str, str]  # to add to the daemon's environment (placement variables go over it)
+    cwd: Path
+    record: dict[str, Any]
+    note: str  # one line for the run's events; "" when there is nothing to say
+
+
+def env_text(value: Any) -> str:
+    """A knob's value as an environment variable holds it (booleans lower-case, like YAML)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _first_started(run_dir: Path, attempt: int, now: float) -> float:
+    first = read_record(run_dir, 1) if attempt > 1 else None
+    started = (first or {}).get("prepared_at")
+    return float(started) if isinstance(started, int | float) else now
+
+
+def _find_resume(
+    spec: RunSpec, values: dict[str, Any], run_dir: Path, attempt: int, cwd: Path, since: float
+) -> FoundCheckpoint | None:
+    assert spec.command is not None
+    checkpoints = spec.command.checkpoints
+    pattern = render(checkpoints.glob, values, "command.checkpoints.glob") if checkpoints else None
+    return newest_checkpoint(
+        run_dir, attempt, cwd, pattern, checkpoints.complete_when if checkpoints else None, since
+    )
+
+
+def _resume_note(attempt: int, found: FoundCheckpoint | None) -> str:
+    if attempt <= 1:
+        return ""
+    if found is None:
+        return f"attempt {attempt} starts from scratch: no complete checkpoint from an earlier attempt"
+    step = f" (step {found.step})" if found.step is not None else ""
+    return f"attempt {attempt} resumes from {found.path}{step}"
+
+
+def _config_copy(spec: RunSpec, knobs: dict[str, Any], copy: Path, resume_from: str) -> dict[str, Any]:
+    """Write the attempt's copy of the user's config file; its record (changes and diff)."""
+    command = spec.command
+    assert command is not None and command.config_file is not None
+    doc = load_config(command.config_file)
+    changes: dict[str, list[Any]] = {}
+    for name, binding in command.bind.items():
+        if binding.config is None:
+            continue
+        try:
+            current: Any = doc.get(binding.config)
+        except KeyError:
+            current = binding.default
+        value = knobs[name]
+        if current != value or type(current) is not type(value):
+            doc.set(binding.config, value)
+            changes[binding.config] = [current, value]
+    if command.checkpoints and command.checkpoints.config_key and resume_from:
+        key = command.checkpoints.config_key
+        try:
+            old = doc.get(key)
+        except KeyError:
+            old = None
+        doc.set(key, resume_from)
+        changes[key] = [old, resume_from]
+    text = doc.dump() if changes else doc.text
+    copy.write_text(text, encoding="utf-8")
+    return {
+        "source": str(command.config_file),
+        "copy": str(copy),
+        "changes": changes,
+        "diff": unified_diff(doc.text, text, str(command.config_file), str(copy)),
+    }
+
+
+def prepare_attempt(spec: RunSpec, run_id: str, run_dir: Path, attempt: int) -> PreparedAttempt:
+    """Everything attempt `attempt` of a command run starts with; its record is written."""
+    command = spec.command
+    if command is None:
+        raise ValueError("prepare_attempt is for command runs")
+    now = time.time()
+    cwd = command.cwd or run_dir
+    folder = attempt_dir(run_dir, attempt)
+    folder.mkdir(parents=True, exist_ok=True)
+    events_file = folder / "events.jsonl"
+    copy = folder / command.config_file.name if command.config_file is not None else None
+    builtins: dict[str, Any] = {
+        "run_id": run_id,
+        "run_dir": str(run_dir),
+        "attempt": attempt,
+        "events_file": str(events_file),
+        "config_file": str(copy or ""),
+        "resume_from": "",
+        "python": sys.executable,
+    }
+    found = _find_resume(
+        spec, template_values(spec, builtins), run_dir, attempt, cwd, _first_started(run_dir, attempt, now)
+    )
+    builtins["resume_from"] = str(found.path) if found is not None else ""
+    values = template_values(spec, builtins)
+    knobs = {name: values[name] for name in spec.knobs}  # text values with built-ins filled in
+    resume_from = str(builtins["resume_from"])
+    config = _config_copy(spec, knobs, copy, resume_from) if copy is not None else None
+    argv = render_argv(command.argv, values)
+    env = {name: render(value, values, f"command.env.{name}") for name, value in command.env.items()}
+    bound = {b.env: env_text(knobs[n]) for n, b in command.bind.items() if b.env is not None}
+    env.update(bound)
+    env.update(
+        {
+            ENV_EVENTS_FILE: str(events_file),
+            ENV_RUN_ID: run_id,
+            ENV_ATTEMPT: str(attempt),
+            ENV_RESUME_FROM: resume_from,
+        }
+    )
+    note = _resume_note(attempt, found)
+    record = {
+        "prepared_at": now,
+        "argv": argv,
+        "cwd": str(cwd),
+        "knobs": knobs,
+        "env": bound,
+        "config": config,
+        "resume_from": resume_from or None,
+        "resume_note": note or None,
+    }
+    write_record(run_dir, attempt, record)
+    if config and config["changes"]:
+        changed = ", ".join(f"{k}: {old} → {new}" for k, (old, new) in config["changes"].items())
+        note = f"{note}; config copy: {changed}" if note else f"config copy: {changed}"
+    return PreparedAttempt(argv, env, cwd, record, note)

@@ -1,0 +1,238 @@
+"""Framework presets: what gpuwarden knows about Hugging Face Trainer and Lightning programs.
+
+A preset reads the program's argv (and its config file, for a program that takes its arguments
+from a JSON/YAML file) for the settings it knows by name, and turns each into a knob with its
+role: `--per_device_train_batch_size 8` becomes `--per_device_train_batch_size {per_device_train_batch_size}`
+with the knob's value 8 and the role micro_batch. It also adds what a restart needs: the
+accumulation flag when the program did not pass one (so the effective batch can be kept), the
+resume flag with an optional `{resume_from?}`, and where the framework writes its checkpoints.
+Nothing the user set in the spec is overridden.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuwarden.core.command.config_file import ConfigDocument
+from gpuwarden.core.config.spec import RunSpec
+from gpuwarden.core.config.spec_command import Checkpoints, CommandSpec, KnobBinding
+
+
+@dataclass(frozen=True)
+class Preset:
+    """One framework's names. `names` maps a flag or key name to (knob name, role)."""
+
+    names: dict[str, tuple[str, str]]
+    accum_flag: str  # added when the program passes a micro-batch but no accumulation
+    accum_knob: str
+    resume_flag: str  # added with {resume_from?} when argv has no resume placeholder
+    resume_key: str  # the config-file key that takes the checkpoint, for args files
+    checkpoint_glob: str  # relative to the working directory; {output} is the output_dir knob
+    checkpoint_glob_default: str  # when there is no output_dir knob
+    complete_when: str | None
+    bools: frozenset[str] = field(default_factory=frozenset)
+
+
+TRANSFORMERS = Preset(
+    names={
+        "per_device_train_batch_size": ("per_device_train_batch_size", "micro_batch"),
+        "gradient_accumulation_steps": ("gradient_accumulation_steps", "accum_steps"),
+        "gradient_checkpointing": ("gradient_checkpointing", "gradient_checkpointing"),
+        "max_steps": ("max_steps", "max_steps"),
+        "output_dir": ("output_dir", "output_dir"),
+    },
+    accum_flag="--gradient_accumulation_steps",
+    accum_knob="gradient_accumulation_steps",
+    resume_flag="--resume_from_checkpoint",
+    resume_key="resume_from_checkpoint",
+    checkpoint_glob="{output}/checkpoint-*",
+    checkpoint_glob_default="trainer_output/checkpoint-*",
+    # The Trainer writes trainer_state.json after the weights and the optimizer state.
+    complete_when="trainer_state.json",
+    bools=frozenset({"gradient_checkpointing"}),
+)
+
+LIGHTNING = Preset(
+    names={
+        "batch_size": ("batch_size", "micro_batch"),
+        "data.batch_size": ("batch_size", "micro_batch"),
+        "data.init_args.batch_size": ("batch_size", "micro_batch"),
+        "accumulate_grad_batches": ("accumulate_grad_batches", "accum_steps"),
+        "trainer.accumulate_grad_batches": ("accumulate_grad_batches", "accum_steps"),
+        "max_steps": ("max_steps", "max_steps"),
+        "trainer.max_steps": ("max_steps", "max_steps"),
+        "default_root_dir": ("default_root_dir", "output_dir"),
+        "trainer.default_root_dir": ("default_root_dir", "output_dir"),
+    },
+    accum_flag="--accumulate_grad_batches",
+    accum_knob="accumulate_grad_batches",
+    resume_flag="--ckpt_path",
+    resume_key="ckpt_path",
+    checkpoint_glob="{output}/**/*.ckpt",
+    checkpoint_glob_default="lightning_logs/**/*.ckpt",
+    complete_when=None,
+)
+
+PRESETS: dict[str, Preset] = {"transformers": TRANSFORMERS, "lightning": LIGHTNING}
+
+
+# A value that is one placeholder alone (`{bs}`) is a knob the user made; `{run_dir}/out` is text.
+_OWN_KNOB_RE = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*\??\}")
+
+
+def parse_value(text: str) -> int | float | bool | str:
+    """A flag's text as the value a knob keeps: 8 → 8, true → True, 1e-4 → 0.0001."""
+    lowered = text.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return text
+
+
+def _flag_name(item: str) -> tuple[str, str | None] | None:
+    """`--per_device_train_batch_size=8` → ("per_device_train_batch_size", "8"); `--x` → ("x", None)."""
+    if not item.startswith("--") or _OWN_KNOB_RE.search(item):
+        return None
+    name, sep, value = item[2:].partition("=")
+    if "." not in name:  # `--batch-size` and `--batch_size` are one setting; dotted names are exact
+        name = name.replace("-", "_")
+    return name, (value if sep else None)
+
+
+@dataclass
+class _Draft:
+    argv: list[str]
+    knobs: dict[str, Any]
+    bind: dict[str, KnobBinding]
+    roles: dict[str, Any]
+
+
+def _claim(draft: _Draft, preset: Preset, name: str, value: Any) -> str | None:
+    """Record a recognised setting as a knob with its role; the knob name, or None when the
+    user's spec already decides it."""
+    knob, role = preset.names[name]
+    if knob in draft.knobs or knob in draft.bind:
+        return None
+    draft.knobs[knob] = value
+    draft.roles.setdefault(role, knob)
+    return knob
+
+
+def _scan_argv(draft: _Draft, preset: Preset) -> None:
+    out: list[str] = []
+    items = draft.argv
+    i = 0
+    while i < len(items):
+        item = items[i]
+        parsed = _flag_name(item)
+        if parsed is None or parsed[0] not in preset.names:
+            out.append(item)
+            i += 1
+            continue
+        name, inline = parsed
+        knob_name = preset.names[name][0]
+        has_next = i + 1 < len(items) and not items[i + 1].startswith("--")
+        if has_next and _OWN_KNOB_RE.fullmatch(items[i + 1]):
+            out += [item, items[i + 1]]  # the user's own knob: theirs to keep
+            i += 2
+        elif inline is not None:
+            knob = _claim(draft, preset, name, parse_value(inline))
+            out.append(f"--{item[2:].partition('=')[0]}={{{knob}}}" if knob else item)
+            i += 1
+        elif has_next:
+            knob = _claim(draft, preset, name, parse_value(items[i + 1]))
+            out += [item, f"{{{knob}}}" if knob else items[i + 1]]
+            i += 2
+        elif knob_name in preset.bools:
+            # `--gradient_checkpointing` alone means true; HfArgumentParser also takes a value.
+            knob = _claim(draft, preset, name, True)
+            out += [item, f"{{{knob}}}"] if knob else [item]
+            i += 1
+        else:
+            out.append(item)
+            i += 1
+    draft.argv = out
+
+
+def _scan_config(draft: _Draft, preset: Preset, config: ConfigDocument) -> None:
+    for name, (knob, _) in preset.names.items():
+        if knob in draft.knobs or knob in draft.bind:
+            continue
+        try:
+            value = config.get(name)
+        except KeyError:
+            continue
+        if isinstance(value, bool | int | float | str) and _claim(draft, preset, name, value):
+            draft.bind[knob] = KnobBinding(config=name)
+
+
+def _add_accumulation(draft: _Draft, preset: Preset, from_config: bool, user_roles: set[str]) -> None:
+    """Only where the preset found the micro-batch itself: a user who named the role knows
+    whether the program takes an accumulation setting."""
+    if "micro_batch" not in draft.roles or "micro_batch" in user_roles or "accum_steps" in draft.roles:
+        return
+    knob = preset.accum_knob
+    if knob in draft.knobs or knob in draft.bind:
+        return
+    draft.knobs[knob] = 1
+    draft.roles["accum_steps"] = knob
+    if from_config:
+        key = "trainer.accumulate_grad_batches" if preset is LIGHTNING else knob
+        draft.bind[knob] = KnobBinding(config=key, default=1)
+    else:
+        flag = preset.accum_flag
+        if preset is LIGHTNING and any(a.startswith("--trainer.") for a in draft.argv):
+            flag = "--trainer.accumulate_grad_batches"
+        draft.argv += [flag, f"{{{knob}}}"]
+
+
+def apply_preset(spec: RunSpec, config: ConfigDocument | None) -> RunSpec:
+    """The spec with the framework's settings turned into knobs and roles (no-op for `none`)."""
+    command = spec.command
+    if command is None or command.framework not in PRESETS:
+        return spec
+    preset = PRESETS[command.framework]
+    draft = _Draft(
+        list(command.argv),
+        dict(spec.knobs),
+        dict(command.bind),
+        {k: v for k, v in command.roles.model_dump().items() if v is not None},
+    )
+    user_roles = set(draft.roles)
+    _scan_argv(draft, preset)
+    from_config = config is not None and "micro_batch" not in draft.roles
+    if config is not None:
+        _scan_config(draft, preset, config)
+    _add_accumulation(draft, preset, from_config and "micro_batch" in draft.roles, user_roles)
+    checkpoints = command.checkpoints
+    resumable = any("{resume_from" in a for a in draft.argv)
+    if checkpoints is None:
+        out_knob = draft.roles.get("output_dir")
+        pattern = (
+            preset.checkpoint_glob.replace("{output}", f"{{{out_knob}}}")
+            if isinstance(out_knob, str)
+            else preset.checkpoint_glob_default
+        )
+        checkpoints = Checkpoints(glob=pattern, complete_when=preset.complete_when)
+    if not resumable:
+        if config is not None and from_config:
+            if checkpoints.config_key is None:
+                checkpoints = checkpoints.model_copy(update={"config_key": preset.resume_key})
+        else:
+            draft.argv += [preset.resume_flag, "{resume_from?}"]
+    new_command = CommandSpec.model_validate(
+        {
+            **command.model_dump(),
+            "argv": draft.argv,
+            "bind": {k: b.model_dump(exclude_none=True) for k, b in draft.bind.items()},
+            "roles": draft.roles,
+            "checkpoints": checkpoints.model_dump(exclude_none=True),
+        }
+    )
+    return spec.model_copy(update={"command": new_command, "knobs": draft.knobs})

@@ -1,0 +1,182 @@
+"""The `command:` section of a run spec: a user's own program and what gpuwarden may change in it.
+
+A knob (`knobs:` at the top of the spec) reaches the program through `{name}` in argv, and also,
+when `bind` says so, through a key of the program's own config file or an environment variable.
+`roles` say which knobs make the effective batch (micro-batch × accumulation × world size) and
+which other ones the retune ladder may change; `checkpoints` say where the program's own
+checkpoints are, so a restart can pass the newest one as `{resume_from}`.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from gpuwarden.core.config.validation import StrictModel
+
+KnobValue = int | float | str | bool
+Framework = Literal["none", "transformers", "lightning"]
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# A key path inside a config file: names separated by dots; digits index a list.
+KEY_PATH_RE = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
+
+
+def check_env_names(env: dict[str, str]) -> dict[str, str]:
+    for name in env:
+        if not ENV_NAME_RE.fullmatch(name):
+            raise ValueError(f"{name!r} is not a valid environment variable name — use letters, digits, _")
+    return env
+
+
+class KnobBinding(StrictModel):
+    """Where a knob lives besides `{name}` in argv: a key of the config file, or a variable."""
+
+    config: str | None = Field(
+        None, description="key path in command.config_file, e.g. training.batch_size (digits index lists)"
+    )
+    env: str | None = Field(None, description="environment variable that carries the value")
+    default: KnobValue | None = Field(
+        None, description="the value the program uses when the config file lacks the key"
+    )
+
+    @field_validator("config")
+    @classmethod
+    def _key_path(cls, v: str | None) -> str | None:
+        if v is not None and not KEY_PATH_RE.match(v):
+            raise ValueError(f"{v!r} is not a key path — write it like training.batch_size")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env_name(cls, v: str | None) -> str | None:
+        if v is not None and not ENV_NAME_RE.fullmatch(v):
+            raise ValueError(f"{v!r} is not a valid environment variable name — use letters, digits, _")
+        return v
+
+    @model_validator(mode="after")
+    def _one_place(self) -> KnobBinding:
+        if (self.config is None) == (self.env is None):
+            raise ValueError("give exactly one of `config: key.path` or `env: VARIABLE`")
+        if self.default is not None and self.config is None:
+            raise ValueError("`default` is for config keys (the value used when the file lacks the key)")
+        return self
+
+
+# Role → the name the retune maths uses for it (the built-in training runner's knob names).
+ROLE_NAMES: dict[str, str] = {
+    "micro_batch": "batch_size",
+    "accum_steps": "grad_accum_steps",
+    "world_size": "world_size",
+    "max_length": "max_length",
+    "max_pixels": "max_pixels",
+    "max_new_tokens": "max_new_tokens",
+    "gradient_checkpointing": "gradient_checkpointing",
+    "precision": "precision",
+}
+
+
+class Roles(StrictModel):
+    """Which knob plays which part. Each value names a knob (`world_size` may be a number)."""
+
+    micro_batch: str | None = Field(None, description="the knob that is the per-device micro-batch")
+    accum_steps: str | None = Field(None, description="gradient accumulation steps")
+    world_size: str | int | None = Field(None, description="processes (a knob, or a number; default 1)")
+    max_length: str | None = Field(None, description="sequence length (lowered only when allowed)")
+    max_pixels: str | None = None
+    max_new_tokens: str | None = None
+    gradient_checkpointing: str | None = Field(None, description="a true/false knob")
+    precision: str | None = Field(None, description="a knob whose values are fp32, bf16 or fp16")
+    max_steps: str | None = Field(None, description="optimizer steps: probes set it small")
+    output_dir: str | None = Field(None, description="where the program writes: probes point it elsewhere")
+
+    @field_validator("world_size")
+    @classmethod
+    def _world(cls, v: str | int | None) -> str | int | None:
+        if isinstance(v, int) and v < 1:
+            raise ValueError("must be ≥ 1")
+        return v
+
+    def knob_names(self) -> dict[str, str]:
+        """Role → knob name, for the roles that name a knob."""
+        return {role: v for role, v in self.model_dump().items() if isinstance(v, str)}
+
+
+class Checkpoints(StrictModel):
+    """Where the program's own checkpoints are, when it does not report them as events."""
+
+    glob: str = Field(description="pattern relative to the working directory, e.g. outputs/checkpoint-*")
+    complete_when: str | None = Field(
+        None, description="a file inside a checkpoint folder that exists only once it is complete"
+    )
+    config_key: str | None = Field(
+        None, description="key of the config file that receives the checkpoint to resume from"
+    )
+
+    @field_validator("glob")
+    @classmethod
+    def _relative(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("an empty pattern matches nothing — e.g. outputs/checkpoint-*")
+        return v
+
+    @field_validator("config_key")
+    @classmethod
+    def _key_path(cls, v: str | None) -> str | None:
+        if v is not None and not KEY_PATH_RE.match(v):
+            raise ValueError(f"{v!r} is not a key path — write it like training.resume_from")
+        return v
+
+
+class CommandSpec(StrictModel):
+    """A program to run as-is: an argv list (no shell), extra environment, working directory."""
+
+    argv: list[str] = Field(min_length=1)
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: Path | None = None
+    config_file: Path | None = Field(
+        None,
+        description="the program's own YAML, JSON or TOML config: each attempt gets a copy with the "
+        "knobs' keys changed, named by {config_file} in argv; the file itself is never modified",
+    )
+    framework: Framework = Field(
+        "none", description="transformers or lightning: their flag and key names are known"
+    )
+    bind: dict[str, KnobBinding] = Field(
+        default_factory=dict, description="knob → config key or environment variable"
+    )
+    roles: Roles = Field(default_factory=Roles)
+    checkpoints: Checkpoints | None = None
+
+    @field_validator("argv")
+    @classmethod
+    def _argv_not_blank(cls, v: list[str]) -> list[str]:
+        if not v[0].strip():
+            raise ValueError("the program (argv[0]) is empty — name the program to run")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
+        return check_env_names(v)
+
+    @field_validator("config_file")
+    @classmethod
+    def _config_suffix(cls, v: Path | None) -> Path | None:
+        if v is not None and v.suffix.lower() not in CONFIG_SUFFIXES:
+            raise ValueError(f"{v.name}: config files are .yaml, .yml, .json or .toml")
+        return v
+
+    @model_validator(mode="after")
+    def _bindings_need_a_file(self) -> CommandSpec:
+        keyed = [name for name, b in self.bind.items() if b.config is not None]
+        if keyed and self.config_file is None:
+            raise ValueError(f"bind.{keyed[0]} names a config key, but command.config_file is not set")
+        if self.checkpoints and self.checkpoints.config_key and self.config_file is None:
+            raise ValueError("checkpoints.config_key needs command.config_file")
+        return self
+
+
+CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".toml")

@@ -1,0 +1,150 @@
+"""Events from a user's script to the daemon: one JSON line each in the attempt's events.jsonl.
+
+The daemon puts the file's path in `GPUWARDEN_EVENTS_FILE`; without it (the script runs on its
+own) every call does nothing. Lines follow docs/events.md; they are written here with `json`
+alone, so a script pays no import cost beyond the standard library for reporting.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import time
+from typing import IO, Any
+
+ENV_EVENTS_FILE = "GPUWARDEN_EVENTS_FILE"
+ENV_RESUME_FROM = "GPUWARDEN_RESUME_FROM"
+PROTOCOL_VERSION = 1
+
+
+def _vm_peak() -> int | None:
+    """Peak address space (VmPeak, Linux): what an address-space limit counts."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmPeak:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def memory() -> dict[str, int]:
+    """Memory figures for a progress event: from torch's CUDA allocator when the script uses
+    CUDA (read only if torch is already imported: never imported here), else the process's
+    peak resident set and address space."""
+    out: dict[str, int] = {}
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    if cuda is not None and cuda.is_available() and cuda.is_initialized():
+        stats = cuda.memory_stats()
+        out["mem_allocated"] = int(stats.get("allocated_bytes.all.current", 0))
+        out["mem_reserved"] = int(stats.get("reserved_bytes.all.current", 0))
+        out["mem_peak"] = int(stats.get("allocated_bytes.all.peak", 0))
+        out["num_alloc_retries"] = int(stats.get("num_alloc_retries", 0))
+        return out
+    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    out["mem_peak"] = int(peak_rss if sys.platform == "darwin" else peak_rss * 1024)
+    vm = _vm_peak()
+    if vm is not None:
+        out["vm_peak"] = vm
+    return out
+
+
+class Reporter:
+    """Writes protocol events to the attempt's events file, or nowhere outside gpuwarden."""
+
+    def __init__(self, path: str | None = None) -> None:
+        self.path = path if path is not None else os.environ.get(ENV_EVENTS_FILE) or None
+        self._fh: IO[str] | None = None
+        self._warned = False
+
+    @property
+    def active(self) -> bool:
+        """Whether the script runs under gpuwarden (events go somewhere)."""
+        return self.path is not None
+
+    def emit(self, type_: str, **fields: Any) -> None:
+        """One event line, flushed at once; I/O errors are reported once and never raised."""
+        if self.path is None:
+            return
+        event = {"v": PROTOCOL_VERSION, "type": type_, "ts": time.time()}
+        event.update({k: v for k, v in fields.items() if v is not None})
+        try:
+            if self._fh is None:
+                # Append: lines of the attempt written before (by another reporter) stay.
+                self._fh = open(self.path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
+            self._fh.write(json.dumps(event, separators=(",", ":"), default=str) + "\n")
+            self._fh.flush()
+        except OSError as exc:
+            if not self._warned:
+                self._warned = True
+                print(f"gpuwarden: cannot write events to {self.path}: {exc}", file=sys.stderr, flush=True)
+
+    def sync(self) -> None:
+        """Force written events to disk (before exiting with a status the daemon acts on)."""
+        if self._fh is not None:
+            try:
+                self._fh.flush()
+                os.fsync(self._fh.fileno())
+            except OSError:
+                pass
+
+    # -- the events a training script sends -----------------------------------------------------
+
+    def progress(
+        self,
+        step: int,
+        samples_seen: int,
+        *,
+        loss: float | None = None,
+        batch_size: int | None = None,
+        tokens_seen: int | None = None,
+        lr: float | None = None,
+        samples_per_s: float | None = None,
+        total: int | None = None,
+    ) -> None:
+        """Optimizer steps done, samples seen; memory is read here. `batch_size` is the
+        micro-batch (with it the daemon's memory model learns what fits)."""
+        if not self.active:
+            return
+        self.emit(
+            "progress",
+            step=step,
+            samples_seen=samples_seen,
+            loss=loss,
+            batch_size=batch_size,
+            tokens_seen=tokens_seen,
+            lr=lr,
+            samples_per_s=samples_per_s,
+            total=total,
+            **memory(),
+        )
+
+    def checkpoint(self, path: str, step: int, samples_seen: int, reason: str = "interval") -> None:
+        """A checkpoint is complete: the next attempt may resume from `path`."""
+        self.emit(
+            "checkpoint", path=os.path.abspath(path), step=step, samples_seen=samples_seen, reason=reason
+        )
+
+    def finished(self, **report: Any) -> None:
+        self.emit("finished", report=report)
+
+
+_default: Reporter | None = None
+
+
+def default_reporter() -> Reporter:
+    """The process's reporter (created on first use, from the environment)."""
+    global _default
+    if _default is None:
+        _default = Reporter()
+    return _default
+
+
+def resume_from() -> str | None:
+    """The checkpoint this attempt should resume from, or None (a first attempt, or outside
+    gpuwarden). The same path `{resume_from}` puts in argv."""
+    return os.environ.get(ENV_RESUME_FROM) or None

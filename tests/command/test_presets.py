@@ -1,0 +1,141 @@
+"""Framework presets: Trainer and Lightning settings become knobs with roles, nothing else moves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from gpuwarden.core.command.complete import complete_command
+from gpuwarden.core.command.prepare import prepare_attempt
+from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
+from gpuwarden.core.oom.recovery import apply_decision, current_knobs
+from gpuwarden.core.oom.retune import RetuneDecision
+from gpuwarden.core.oom.roles import effective_batch_of
+
+
+def _command(argv: list[str], framework: str, knobs: dict[str, Any] | None = None, **extra: Any) -> RunSpec:
+    command = {"argv": argv, "framework": framework, **extra}
+    return complete_command(
+        spec_from_mapping({"name": "p", "kind": "command", "command": command, "knobs": knobs or {}})
+    )
+
+
+def test_transformers_flags_become_knobs_and_the_restart_flags_are_added() -> None:
+    spec = _command(
+        [
+            "python",
+            "ft.py",
+            "--output_dir",
+            "out",
+            "--per_device_train_batch_size=8",
+            "--gradient_checkpointing",
+        ],
+        "transformers",
+    )
+    assert spec.command is not None
+    assert spec.command.argv == [
+        "python",
+        "ft.py",
+        "--output_dir",
+        "{output_dir}",
+        "--per_device_train_batch_size={per_device_train_batch_size}",
+        "--gradient_checkpointing",
+        "{gradient_checkpointing}",
+        "--gradient_accumulation_steps",
+        "{gradient_accumulation_steps}",
+        "--resume_from_checkpoint",
+        "{resume_from?}",
+    ]
+    assert spec.knobs == {
+        "output_dir": "out",
+        "per_device_train_batch_size": 8,
+        "gradient_checkpointing": True,
+        "gradient_accumulation_steps": 1,
+    }
+    assert spec.command.roles.micro_batch == "per_device_train_batch_size"
+    assert spec.command.checkpoints is not None
+    assert spec.command.checkpoints.glob == "{output_dir}/checkpoint-*"
+    assert spec.command.checkpoints.complete_when == "trainer_state.json"
+    assert complete_command(spec) == spec
+
+
+def test_a_retune_of_a_trainer_run_keeps_its_effective_batch() -> None:
+    spec = _command(
+        ["python", "ft.py", "--per_device_train_batch_size", "16", "--gradient_accumulation_steps", "2"],
+        "transformers",
+    )
+    assert current_knobs(spec) == {"batch_size": 16, "grad_accum_steps": 2}
+    decision = RetuneDecision("reduce_micro_batch", {"batch_size": (16, 4), "grad_accum_steps": (2, 8)})
+    doc, before, after = apply_decision(spec, decision)
+    assert after == {"knobs.per_device_train_batch_size": 4, "knobs.gradient_accumulation_steps": 8}
+    assert before == {"knobs.per_device_train_batch_size": 16, "knobs.gradient_accumulation_steps": 2}
+    assert effective_batch_of(doc) == effective_batch_of(spec.model_dump(mode="json")) == 32
+
+
+def test_transformers_args_file_gets_its_keys_changed_in_the_copy(tmp_path: Path) -> None:
+    args = tmp_path / "args.json"
+    args.write_text('{\n  "output_dir": "out",\n  "per_device_train_batch_size": 8\n}\n')
+    spec = _command(["python", "ft.py", str(args)], "transformers", config_file=str(args), cwd=str(tmp_path))
+    assert spec.command is not None
+    assert spec.command.argv == ["python", "ft.py", "{config_file}"]
+    assert spec.command.bind["per_device_train_batch_size"].config == "per_device_train_batch_size"
+    assert (
+        spec.command.checkpoints is not None
+        and spec.command.checkpoints.config_key == "resume_from_checkpoint"
+    )
+    retuned = spec.model_copy(
+        update={"knobs": {**spec.knobs, "per_device_train_batch_size": 4, "gradient_accumulation_steps": 2}}
+    )
+    (tmp_path / "out" / "checkpoint-3").mkdir(parents=True)
+    (tmp_path / "out" / "checkpoint-3" / "trainer_state.json").write_text("{}")
+    run_dir = tmp_path / "run"
+    prepare_attempt(spec, "r", run_dir, 1)
+    second = prepare_attempt(retuned, "r", run_dir, 2)
+    assert second.record["config"]["changes"] == {
+        "per_device_train_batch_size": [8, 4],
+        "gradient_accumulation_steps": [1, 2],
+        "resume_from_checkpoint": [None, str(tmp_path / "out" / "checkpoint-3")],
+    }
+
+
+def test_lightning_flags_and_ckpt_path() -> None:
+    spec = _command(
+        ["python", "fit.py", "--batch-size", "16", "--default_root_dir", "runs", "--max_steps", "8"],
+        "lightning",
+    )
+    assert spec.command is not None
+    assert spec.command.argv[-4:] == [
+        "--accumulate_grad_batches",
+        "{accumulate_grad_batches}",
+        "--ckpt_path",
+        "{resume_from?}",
+    ]
+    assert spec.knobs == {
+        "batch_size": 16,
+        "default_root_dir": "runs",
+        "max_steps": 8,
+        "accumulate_grad_batches": 1,
+    }
+    assert spec.command.roles.max_steps == "max_steps"
+    assert (
+        spec.command.checkpoints is not None
+        and spec.command.checkpoints.glob == "{default_root_dir}/**/*.ckpt"
+    )
+
+
+def test_nothing_the_user_set_is_overridden() -> None:
+    spec = _command(
+        ["python", "ft.py", "--per_device_train_batch_size", "{bs}", "--resume", "{resume_from?}"],
+        "transformers",
+        roles={"micro_batch": "bs"},
+        knobs={"bs": 8},
+    )
+    assert spec.command is not None
+    assert spec.command.argv == [
+        "python",
+        "ft.py",
+        "--per_device_train_batch_size",
+        "{bs}",
+        "--resume",
+        "{resume_from?}",
+    ]

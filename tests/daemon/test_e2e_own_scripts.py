@@ -1,0 +1,228 @@
+"""Users' own training scripts recovered end to end: a real daemon, the shipped example specs,
+real allocation failures under an address-space limit, and the final weights compared with an
+uninterrupted run at the original micro-batch."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.daemon.conftest import DaemonHandle
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "configs" / "examples"
+PINNED = {"OMP_NUM_THREADS": "2", "MALLOC_ARENA_MAX": "2"}
+PLAIN_CONFIG = REPO / "examples" / "plain_pytorch" / "config.yaml"
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _reference(tmp: Path, argv: list[str]) -> None:
+    """Run a script as a user would, without gpuwarden and without a memory limit."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUWARDEN_")}
+    done = subprocess.run(argv, cwd=REPO, env={**env, **PINNED}, capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def _assert_same_weights(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> None:
+    assert got.keys() == want.keys()
+    for name, tensor in want.items():
+        torch.testing.assert_close(got[name], tensor, rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.fixture(scope="module")
+def plain_reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, torch.Tensor]:
+    """The plain script's weights after an uninterrupted run at micro-batch 16 × 1."""
+    tmp = tmp_path_factory.mktemp("plain-reference")
+    config = tmp / "config.yaml"
+    config.write_text(PLAIN_CONFIG.read_text().replace("output_dir: outputs", f"output_dir: {tmp / 'out'}"))
+    _reference(tmp, [sys.executable, "examples/plain_pytorch/train.py", "--config", str(config)])
+    state = torch.load(tmp / "out" / "final.pt", weights_only=True)
+    assert isinstance(state, dict)
+    return state
+
+
+def _progress_steps(gw: DaemonHandle, run_id: str, attempt: int) -> list[int]:
+    events = gw.cli_json("events", run_id)["events"]
+    return [e["step"] for e in events if e["type"] == "progress" and e["attempt"] == attempt]
+
+
+def _check_recovered_plain(gw: DaemonHandle, name: str, resumed_step: int) -> dict[str, Any]:
+    detail = gw.cli_json("show", name)
+    assert detail["state"] == "succeeded", detail["message"]
+    assert [a["classification"] for a in detail["attempts"]] == ["oom", "succeeded"]
+    assert detail["effective_batch"] == 16
+    (retune,) = detail["retunes"]
+    assert retune["verdict"] == "host_oom"
+    assert retune["from"] == {"knobs.batch_size": 16, "knobs.grad_accum": 1}
+    assert retune["to"] == {"knobs.batch_size": 8, "knobs.grad_accum": 2}
+    first, second = (a["prepared"] for a in detail["attempts"])
+    outputs = ["outputs", str(Path(detail["run_dir"]) / "outputs")]  # the run's own folder, every attempt
+    assert first["config"]["changes"] == {"training.output_dir": outputs}
+    assert first["resume_from"] is None
+    assert second["config"]["changes"] == {
+        "training.batch_size": [16, 8],
+        "training.gradient_accumulation_steps": [1, 2],
+        "training.output_dir": outputs,
+    }
+    assert second["resume_from"].endswith(f"checkpoint-{resumed_step}")
+    assert "-  batch_size: 16                    # micro-batch" in second["config"]["diff"]
+    assert "+  batch_size: 8                     # micro-batch" in second["config"]["diff"]
+    return detail
+
+
+@pytest.mark.slow
+def test_plain_script_with_the_sdk_is_recovered_from_its_own_checkpoint(
+    gw: DaemonHandle, plain_reference: dict[str, torch.Tensor]
+) -> None:
+    before = _sha(PLAIN_CONFIG)
+    result = gw.cli("run", str(EXAMPLES / "own-script-plain-cpu.yaml"), "--follow", timeout=500)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    detail = _check_recovered_plain(gw, "own-script-plain-cpu", resumed_step=3)
+    # The guard saved step 3 at the OOM (the script itself checkpoints every 2 steps).
+    assert "attempt 2 resumes from" in result.stderr and "checkpoint-3 (step 3)" in result.stderr
+    # No optimizer step redone: attempt 2 starts after the checkpoint and ends at max_steps.
+    assert _progress_steps(gw, detail["id"], 1) == [1, 2, 3]
+    assert _progress_steps(gw, detail["id"], 2) == [4, 5]
+    logs = gw.cli("logs", detail["id"], "--attempt", "2").stdout
+    assert "resumed from" in logs and "at step 3 (48 samples)" in logs
+    assert "micro-batch 8 × accumulation 2 = effective batch 16" in logs
+    human = gw.cli("show", detail["id"]).stdout
+    assert "training.batch_size 16 → 8" in human and "+  batch_size: 8" in human
+    recovered = torch.load(Path(detail["run_dir"]) / "outputs" / "final.pt", weights_only=True)
+    _assert_same_weights(recovered, plain_reference)
+    assert _sha(PLAIN_CONFIG) == before  # the user's file, byte for byte
+
+
+@pytest.mark.slow
+def test_a_script_that_reports_nothing_is_recovered_from_stderr_exit_status_and_its_files(
+    gw: DaemonHandle, plain_reference: dict[str, torch.Tensor], tmp_path: Path
+) -> None:
+    # The same script with its SDK silenced: no events at all, only stderr, the exit status and
+    # the checkpoint folders it writes (found by the spec's glob).
+    text = (EXAMPLES / "own-script-plain-cpu.yaml").read_text()
+    spec = tmp_path / "configs" / "examples" / "silent.yaml"
+    spec.parent.mkdir(parents=True)
+    spec.write_text(
+        text.replace("name: own-script-plain-cpu", "name: silent-script")
+        .replace('  MALLOC_ARENA_MAX: "2"\n', '  MALLOC_ARENA_MAX: "2"\n  GPUWARDEN_EVENTS_FILE: ""\n')
+        .replace("cwd: ../..", f"cwd: {REPO}")
+        .replace("config_file: ../../examples", f"config_file: {REPO}/examples")
+    )
+    result = gw.cli("run", str(spec), "--follow", timeout=500)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    detail = _check_recovered_plain(gw, "silent-script", resumed_step=2)
+    assert gw.cli_json("events", detail["id"])["events"]  # the daemon's own events only
+    assert not [e for e in gw.cli_json("events", detail["id"])["events"] if e["source"] == "runner"]
+    assert "DefaultCPUAllocator" in detail["retunes"][0]["evidence"]["message"]
+    recovered = torch.load(Path(detail["run_dir"]) / "outputs" / "final.pt", weights_only=True)
+    _assert_same_weights(recovered, plain_reference)
+
+
+HF_SCRIPT = REPO / "examples" / "hf_trainer" / "finetune.py"
+
+
+def _hf_args(assets: Path, output_dir: str, micro: int) -> list[str]:
+    return [
+        str(HF_SCRIPT),
+        "--model", str(assets / "train-lm"),
+        "--data", str(assets / "ramp-texts.jsonl"),
+        "--output_dir", output_dir,
+        "--per_device_train_batch_size", str(micro),
+        "--max_steps", "4",
+        "--save_steps", "2",
+        "--logging_steps", "1",
+        "--train_sampling_strategy", "sequential",
+        "--learning_rate", "1e-3",
+        "--use_cpu", "true",
+        "--report_to", "none",
+        "--disable_tqdm", "true",
+    ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from gpuwarden.runners.testing_models import build_example_assets
+
+    root = tmp_path_factory.mktemp("assets")
+    build_example_assets(root)
+    return root
+
+
+def _safetensors(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return dict(load_file(str(path)))
+
+
+@pytest.mark.slow
+def test_trainer_script_with_the_preset_alone_recovers_through_run_dash_dash(
+    gw: DaemonHandle, assets: Path, tmp_path: Path
+) -> None:
+    # No callback, no spec file: `gpuwarden run --framework transformers -- python finetune.py …`.
+    result = gw.cli(
+        "run", "--framework", "transformers", "--gpus", "0", "--memory-limit", "1.8GiB",
+        "--env", "OMP_NUM_THREADS=2", "--env", "MALLOC_ARENA_MAX=2", "--name", "hf-plain", "--follow",
+        "--", sys.executable, *_hf_args(assets, "out", 16),
+        timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    detail = gw.cli_json("show", "hf-plain")
+    assert [a["classification"] for a in detail["attempts"]] == ["oom", "succeeded"]
+    (retune,) = detail["retunes"]
+    assert retune["verdict"] == "host_oom"  # read from stderr: the script reports nothing
+    assert retune["from"] == {
+        "knobs.per_device_train_batch_size": 16,
+        "knobs.gradient_accumulation_steps": 1,
+    }
+    assert retune["to"] == {"knobs.per_device_train_batch_size": 8, "knobs.gradient_accumulation_steps": 2}
+    assert detail["effective_batch"] == 16
+    second = detail["attempts"][1]["prepared"]
+    out = gw.root / "out"
+    assert second["resume_from"] == str(out / "checkpoint-2")  # output_dir/checkpoint-*, complete
+    assert second["argv"][-2:] == ["--resume_from_checkpoint", str(out / "checkpoint-2")]
+    assert "--resume_from_checkpoint" not in detail["attempts"][0]["prepared"]["argv"]
+
+    reference = tmp_path / "reference"
+    _reference(tmp_path, [sys.executable, *_hf_args(assets, str(reference), 16)])
+    _assert_same_weights(
+        _safetensors(out / "model.safetensors"), _safetensors(reference / "model.safetensors")
+    )
+
+
+@pytest.mark.slow
+def test_lightning_script_with_its_callback_is_recovered_from_its_own_checkpoint(
+    gw: DaemonHandle, tmp_path: Path
+) -> None:
+    result = gw.cli("run", str(EXAMPLES / "own-script-lightning-cpu.yaml"), "--follow", timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    detail = gw.cli_json("show", "own-script-lightning-cpu")
+    assert [a["classification"] for a in detail["attempts"]] == ["oom", "succeeded"]
+    (retune,) = detail["retunes"]
+    assert retune["verdict"] == "host_oom"
+    assert retune["from"] == {"knobs.batch_size": 16, "knobs.accumulate_grad_batches": 1}
+    assert retune["to"] == {"knobs.batch_size": 8, "knobs.accumulate_grad_batches": 2}
+    assert detail["effective_batch"] == 16
+    second = detail["attempts"][1]["prepared"]
+    assert second["resume_from"].endswith("step=3.ckpt")
+    assert second["argv"][-4:] == ["--accumulate_grad_batches", "2", "--ckpt_path", second["resume_from"]]
+    events = gw.cli_json("events", detail["id"])["events"]
+    oom = [e for e in events if e["type"] == "oom" and e["source"] == "runner"]
+    assert oom and oom[0]["verdict"] == "host_oom" and oom[0]["checkpoint"] == second["resume_from"]
+    assert _progress_steps(gw, detail["id"], 2) == [4]  # only the step after the checkpoint
+
+    reference = tmp_path / "reference"
+    _reference(
+        tmp_path, [sys.executable, "examples/lightning/train.py", "--default_root_dir", str(reference)]
+    )
+    recovered = torch.load(Path(detail["run_dir"]) / "outputs" / "final.pt", weights_only=True)
+    _assert_same_weights(recovered, torch.load(reference / "final.pt", weights_only=True))
