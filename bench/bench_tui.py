@@ -30,7 +30,7 @@ _FIRST_PAINT = textwrap.dedent(
     t0 = time.perf_counter()
     import asyncio, json
     from gpuwarden.tui.app import GpuwardenApp
-    from gpuwarden.tui.fake_backend import FakeBackend
+    from tests.tui.fake_backend import FakeBackend
 
     async def main():
         app = GpuwardenApp(FakeBackend(2))
@@ -72,7 +72,7 @@ def first_paint() -> dict[str, Any]:
 
 async def _cpu() -> tuple[float, int, int]:
     from gpuwarden.tui.app import GpuwardenApp
-    from gpuwarden.tui.fake_backend import FakeBackend
+    from tests.tui.fake_backend import FakeBackend
 
     fake = FakeBackend(8, clock=time.time, interval=1.0)
     app = GpuwardenApp(fake, clock=time.time)
@@ -101,8 +101,8 @@ def cpu_at_1hz() -> dict[str, Any]:
 
 async def _window() -> list[float]:
     from gpuwarden.tui.app import GpuwardenApp
-    from gpuwarden.tui.fake_backend import FakeBackend
     from gpuwarden.tui.screens.history import HistoryPane
+    from tests.tui.fake_backend import FakeBackend
 
     app = GpuwardenApp(FakeBackend(8))
     timings: list[float] = []

@@ -4,8 +4,6 @@ out-of-memory card: "find and close other GPU processes"). Runs are never touche
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
 from gpuwarden.cli.format import gib, print_json
@@ -25,13 +23,10 @@ def clean(gpu_filter: str | None, grace: float, yes: bool, as_json: bool) -> Non
 
     me = pwd.getpwuid(os.getuid()).pw_name
     with ApiClient() as client:
-        gpus: dict[str, dict[str, Any]] = {g["uuid"]: g for g in client.gpus()["gpus"]}
-        rows = [p for p in client.processes() if p.get("run_id") is None and p.get("user") == me]
+        index = {g.uuid: g.index for g in client.gpus().gpus}
+        rows = [p for p in client.processes() if p.run_id is None and p.user == me]
         if gpu_filter is not None:
-            rows = [
-                p for p in rows
-                if str(gpus.get(p["uuid"], {}).get("index")) == gpu_filter or p["uuid"].startswith(gpu_filter)
-            ]  # fmt: skip
+            rows = [p for p in rows if str(index.get(p.uuid)) == gpu_filter or p.uuid.startswith(gpu_filter)]
         if not rows:
             if as_json:
                 print_json({"terminated": []})
@@ -40,16 +35,15 @@ def clean(gpu_filter: str | None, grace: float, yes: bool, as_json: bool) -> Non
             return
         if not as_json:
             for p in rows:
-                index = gpus.get(p["uuid"], {}).get("index", "?")
-                command = p.get("cmdline") or p.get("name")
-                click.echo(f"GPU {index}  pid {p['pid']}  {gib(p.get('used_memory'))} GiB  {command}")
+                command = p.cmdline or p.name
+                click.echo(f"GPU {index.get(p.uuid, '?')}  pid {p.pid}  {gib(p.used_memory)} GiB  {command}")
             if not yes and not click.confirm(f"terminate these {len(rows)} process(es)?", default=False):
                 click.echo("nothing terminated")
                 return
-        done = [client.terminate_process(int(p["pid"]), grace) for p in rows]
+        done = [client.terminate_process(p.pid, grace) for p in rows]
     if as_json:
         print_json({"terminated": done})
         return
     for d in done:
-        after = f"SIGKILL after {d['sigkill_after_s']:g} s"
-        click.echo(f"terminated pid {d['pid']} ({d['name'] or '?'}): SIGTERM, {after} if it stays")
+        after = f"SIGKILL after {d.sigkill_after_s:g} s"
+        click.echo(f"terminated pid {d.pid} ({d.name or '?'}): SIGTERM, {after} if it stays")

@@ -13,13 +13,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from gpuwarden.cli.format import print_json
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.paths import Paths
+
+if TYPE_CHECKING:
+    from gpuwarden.core.api import Health
 
 UP_TIMEOUT_S = 15.0
 DOWN_TIMEOUT_S = 20.0
@@ -60,7 +63,7 @@ def daemon(sample_interval: float | None, log_level: str | None) -> None:
         sys.exit(1)
 
 
-def _health(paths: Paths) -> dict[str, Any] | None:
+def _health(paths: Paths) -> Health | None:
     from gpuwarden.client import ApiClient
 
     if not paths.socket.exists():
@@ -126,12 +129,12 @@ def up(as_json: bool) -> None:
     raise UserError(f"the daemon did not answer within {UP_TIMEOUT_S:.0f} s — see {paths.daemon_log}")
 
 
-def _report_up(health: dict[str, Any], paths: Paths, as_json: bool, started: bool) -> None:
+def _report_up(health: Health, paths: Paths, as_json: bool, started: bool) -> None:
     if as_json:
-        print_json({"started": started, "pid": health["pid"], "log": str(paths.daemon_log), "health": health})
+        print_json({"started": started, "pid": health.pid, "log": str(paths.daemon_log), "health": health})
         return
     verb = "started" if started else "already running"
-    click.echo(f"gpuwarden daemon {verb} (pid {health['pid']}), logging to {paths.daemon_log}")
+    click.echo(f"gpuwarden daemon {verb} (pid {health.pid}), logging to {paths.daemon_log}")
 
 
 @click.command()
@@ -152,7 +155,7 @@ def down(as_json: bool) -> None:
         from gpuwarden.client import ApiClient
 
         with ApiClient(paths.socket, timeout=5.0) as client:
-            pid = client.shutdown().get("pid", pid)
+            pid = client.shutdown().pid
     except UserError:
         if pid is None:
             raise UserError(
@@ -195,17 +198,17 @@ def status(as_json: bool, socket_only: bool) -> None:
         runs = client.runs()
     counts: dict[str, int] = {}
     for run in runs:
-        counts[run["state"]] = counts.get(run["state"], 0) + 1
+        counts[str(run.state)] = counts.get(str(run.state), 0) + 1
     if as_json:
         print_json({"daemon": health, "runs": counts})
         return
     click.echo(
-        f"gpuwarden daemon {health['version']} (API {health['api_version']}), pid {health['pid']},"
-        f" up {_duration(health['uptime_s'])}"
+        f"gpuwarden daemon {health.version} (API {health.api_version}), pid {health.pid},"
+        f" up {_duration(health.uptime_s)}"
     )
-    click.echo(f"gpus: {health['gpu_status']}")
-    click.echo(f"db: {health['db']}")
-    click.echo(f"socket: {health['socket']}")
+    click.echo(f"gpus: {health.gpu_status}")
+    click.echo(f"db: {health.db}")
+    click.echo(f"socket: {health.socket}")
     summary = ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) or "none"
     click.echo(f"runs: {summary}")
 

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 import click
+from pydantic import BaseModel
 
 from gpuwarden.core.telemetry.types import (
     THROTTLE_ACTIVE_MASK,
@@ -59,9 +60,15 @@ def host_line(h: HostSample) -> str:
 
 
 def print_json(obj: Any) -> None:
-    """Exactly one JSON document on stdout."""
-    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+    """Exactly one JSON document on stdout (an API model as the API sends it)."""
+    sys.stdout.write(json.dumps(obj, indent=2, default=_jsonable) + "\n")
     sys.stdout.flush()
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, BaseModel):
+        return obj.model_dump(mode="json")
+    return str(obj)
 
 
 def note(message: str) -> None:

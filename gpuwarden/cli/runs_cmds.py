@@ -18,6 +18,7 @@ import click
 from gpuwarden.cli.command_spec import command_document, command_options, flags_given, printable_spec
 from gpuwarden.cli.format import print_json
 from gpuwarden.client import ApiClient
+from gpuwarden.core.api import LogChunk, RunDetail, RunEvent
 from gpuwarden.core.command.record import summary_lines
 from gpuwarden.core.config.yamlsource import read_yaml_text
 from gpuwarden.core.errors import UserError
@@ -62,15 +63,16 @@ def _compact(value: Any) -> str:
     return str(value)
 
 
-def _event_line(event: dict[str, Any]) -> str:
+def _event_line(event: RunEvent) -> str:
+    extra = event.model_extra or {}
     fields = " ".join(
-        f"{k}={_compact(v)}" for k, v in event.items() if k not in _EVENT_SKIP and v is not None
+        f"{k}={_compact(v)}" for k, v in extra.items() if k not in _EVENT_SKIP and v is not None
     )
-    if event.get("type") == "finished" and isinstance(event.get("report"), dict):
-        report = event["report"]
+    report = extra.get("report")
+    if event.type == "finished" and isinstance(report, dict):
         fields = " ".join(f"{k}={_compact(report[k])}" for k in _REPORT_KEYS if report.get(k) is not None)
-    when = dt.datetime.fromtimestamp(float(event.get("ts", 0))).strftime("%H:%M:%S")
-    return f"{when} #{event.get('id', '')} [{event.get('attempt') or '-'}] {event['type']}: {fields}"
+    when = dt.datetime.fromtimestamp(event.ts).strftime("%H:%M:%S")
+    return f"{when} #{event.id} [{event.attempt or '-'}] {event.type}: {fields}"
 
 
 @click.command()
@@ -81,8 +83,8 @@ def ps(show_all: bool, as_json: bool) -> None:
     with ApiClient() as client:
         runs = client.runs()
     if not show_all:
-        active = [r for r in runs if r["state"] not in FINAL_STATES]
-        done = [r for r in runs if r["state"] in FINAL_STATES][:20]
+        active = [r for r in runs if r.state not in FINAL_STATES]
+        done = [r for r in runs if r.state in FINAL_STATES][:20]
         runs = active + done
     if as_json:
         print_json({"runs": runs})
@@ -93,8 +95,8 @@ def ps(show_all: bool, as_json: bool) -> None:
     click.echo(f"{'ID':<12} {'NAME':<24} {'STATE':<12} {'ATT':>3}  {'CREATED':<19}  MESSAGE")
     for r in runs:
         click.echo(
-            f"{r['id']:<12} {r['name'][:24]:<24} {r['state']:<12} {r['attempt']:>3}  {_when(r['created_at'])}"
-            f"  {(r['message'] or '')[:80]}"
+            f"{r.id:<12} {r.name[:24]:<24} {r.state:<12} {r.attempt:>3}  {_when(r.created_at)}"
+            f"  {(r.message or '')[:80]}"
         )
 
 
@@ -139,54 +141,54 @@ def run_cmd(words: tuple[str, ...], follow: bool, no_check_inputs: bool, as_json
             if as_json:
                 print_json(run)
             else:
-                click.echo(f"{run['id']}  {run['name']}  {run['state']}  (run dir {run['run_dir']})")
+                click.echo(f"{run.id}  {run.name}  {run.state}  (run dir {run.run_dir})")
             return
         if not as_json:
-            click.echo(f"{run['id']}  {run['name']}  submitted", err=True)
-        final = _follow(client, run["id"], as_json)
+            click.echo(f"{run.id}  {run.name}  submitted", err=True)
+        final = _follow(client, run.id, as_json)
     if as_json:
         print_json(final)
-    sys.exit(0 if final["state"] == "succeeded" else 1)
+    sys.exit(0 if final.state == "succeeded" else 1)
 
 
-def _follow(client: ApiClient, run_id: str, as_json: bool) -> dict[str, Any]:
+def _follow(client: ApiClient, run_id: str, as_json: bool) -> RunDetail:
     """Print events and stdout/stderr as they come (long-polls); the run's final detail."""
     since = 0
     offsets: dict[tuple[int, str], int] = {}
     while True:
         batch = client.events(run_id, since=since, wait=1.0)
-        for event in batch["events"]:
+        for event in batch.events:
             if not as_json:
                 click.echo(_event_line(event), err=True)
-        since = batch["next_since"]
+        since = batch.next_since
         detail = client.run(run_id)
         _print_new_output(client, run_id, detail, offsets, as_json)
-        if detail["state"] in FINAL_STATES:
+        if detail.state in FINAL_STATES:
             more = client.events(run_id, since=since)
-            for event in more["events"]:
+            for event in more.events:
                 if not as_json:
                     click.echo(_event_line(event), err=True)
             _print_new_output(client, run_id, detail, offsets, as_json)
             if not as_json:
-                click.echo(f"{run_id}: {detail['state']} — {detail['message'] or ''}", err=True)
+                click.echo(f"{run_id}: {detail.state} — {detail.message or ''}", err=True)
             return detail
 
 
 def _print_new_output(
-    client: ApiClient, run_id: str, detail: dict[str, Any], offsets: dict[tuple[int, str], int], as_json: bool
+    client: ApiClient, run_id: str, detail: RunDetail, offsets: dict[tuple[int, str], int], as_json: bool
 ) -> None:
-    for attempt in detail["attempts"]:
+    for attempt in detail.attempts:
         for stream in ("stdout", "stderr"):
-            key = (attempt["attempt"], stream)
+            key = (attempt.attempt, stream)
             offset = offsets.get(key, 0)
             while True:
-                chunk = client.logs(run_id, stream=stream, attempt=attempt["attempt"], offset=offset)
-                if chunk["data"] and not as_json:
+                chunk = client.logs(run_id, stream=stream, attempt=attempt.attempt, offset=offset)
+                if chunk.data and not as_json:
                     out = sys.stdout if stream == "stdout" else sys.stderr
-                    out.write(chunk["data"])
+                    out.write(chunk.data)
                     out.flush()
-                offset = chunk["next_offset"]
-                if not chunk["data"] or chunk["next_offset"] >= chunk["size"]:
+                offset = chunk.next_offset
+                if not chunk.data or chunk.next_offset >= chunk.size:
                     break
             offsets[key] = offset
 
@@ -201,30 +203,30 @@ def show(run: str, as_json: bool) -> None:
     if as_json:
         print_json(detail)
         return
-    click.echo(f"{detail['id']}  {detail['name']}  ({detail['kind']})")
-    click.echo(f"state:    {detail['state']} — {detail['message'] or ''}")
-    click.echo(f"created:  {_when(detail['created_at'])}   ended: {_when(detail['ended_at'])}")
-    click.echo(f"run dir:  {detail['run_dir']}")
-    if detail["effective_batch"] is not None:
-        click.echo(f"effective batch: {detail['effective_batch']}")
-    for a in detail["attempts"]:
-        gpus = ",".join(g[:12] for g in a["gpus"]) or "cpu"
+    click.echo(f"{detail.id}  {detail.name}  ({detail.kind})")
+    click.echo(f"state:    {detail.state} — {detail.message or ''}")
+    click.echo(f"created:  {_when(detail.created_at)}   ended: {_when(detail.ended_at)}")
+    click.echo(f"run dir:  {detail.run_dir}")
+    if detail.effective_batch is not None:
+        click.echo(f"effective batch: {detail.effective_batch}")
+    for a in detail.attempts:
+        gpus = ",".join(g[:12] for g in a.gpus) or "cpu"
         click.echo(
-            f"attempt {a['attempt']}: {a['classification'] or a['state']}  pid {a['pid']}  gpus {gpus}"
-            f"  {_when(a['started_at'])} → {_when(a['ended_at'])}  {a['reason'] or ''}"
+            f"attempt {a.attempt}: {a.classification or a.state}  pid {a.pid}  gpus {gpus}"
+            f"  {_when(a.started_at)} → {_when(a.ended_at)}  {a.reason or ''}"
         )
-        for line in summary_lines(a.get("prepared") or {}):
+        for line in summary_lines(a.prepared) if a.prepared is not None else []:
             click.echo(f"    {line}")
-    for r in detail["retunes"]:
-        changes = ", ".join(f"{k} {r['from'].get(k)} → {v}" for k, v in (r["to"] or {}).items())
-        outcome = f", then {r['outcome']}" if r.get("outcome") else ""
-        click.echo(f"retune after attempt {r['attempt']} ({r['verdict'] or '?'}{outcome}): {changes}")
-        decision = (r.get("evidence") or {}).get("decision") or {}
+    for r in detail.retunes:
+        changes = ", ".join(f"{k} {r.before.get(k)} → {v}" for k, v in r.after.items())
+        outcome = f", then {r.outcome}" if r.outcome else ""
+        click.echo(f"retune after attempt {r.attempt} ({r.verdict or '?'}{outcome}): {changes}")
+        decision = (r.evidence or {}).get("decision") or {}
         if decision.get("reason"):
             click.echo(f"    why: {decision['reason']}")
-    report = detail["report"]
-    if isinstance(report, dict):
-        click.echo(f"report:   {Path(detail['run_dir']) / 'report.json'}")
+    report = detail.report
+    if report is not None:
+        click.echo(f"report:   {Path(detail.run_dir) / 'report.json'}")
         for key in (*_REPORT_KEYS, "mem_peak", "loss_first", "loss_last", "device", "dtype", "batch_size"):
             if report.get(key) is not None:
                 click.echo(f"    {key}: {_compact(report[key])}")
@@ -241,13 +243,13 @@ def stop(run: str, grace: float | None, wait: bool, as_json: bool) -> None:
     """Stop a run: SIGTERM to its process group, SIGKILL after the grace period."""
     with ApiClient() as client:
         detail = client.stop(run, grace)
-        while wait and detail["state"] not in FINAL_STATES:
+        while wait and detail.state not in FINAL_STATES:
             time.sleep(0.2)
-            detail = client.run(detail["id"])
+            detail = client.run(detail.id)
     if as_json:
         print_json(detail)
     else:
-        click.echo(f"{detail['id']}  {detail['state']} — {detail['message'] or ''}")
+        click.echo(f"{detail.id}  {detail.state} — {detail.message or ''}")
 
 
 @click.command()
@@ -260,7 +262,7 @@ def resume(run: str, as_json: bool) -> None:
     if as_json:
         print_json(detail)
     else:
-        click.echo(f"{detail['id']}  {detail['state']} — {detail['message'] or ''}")
+        click.echo(f"{detail.id}  {detail.state} — {detail.message or ''}")
 
 
 @click.command()
@@ -282,25 +284,23 @@ def logs(
         if as_json and not follow:
             print_json(chunk)
             return
-        collected = [chunk]
+        collected: list[LogChunk] = [chunk]
         if not as_json:
-            click.echo(chunk["data"], nl=False)
-        while follow and not chunk["eof"]:
-            chunk = client.logs(
-                run, stream=stream, attempt=chunk["attempt"], offset=chunk["next_offset"], wait=5.0
-            )
+            click.echo(chunk.data, nl=False)
+        while follow and not chunk.eof:
+            chunk = client.logs(run, stream=stream, attempt=chunk.attempt, offset=chunk.next_offset, wait=5.0)
             collected.append(chunk)
             if not as_json:
-                click.echo(chunk["data"], nl=False)
+                click.echo(chunk.data, nl=False)
     if as_json:
         print_json(
             {
-                "data": "".join(c["data"] for c in collected),
-                "offset": collected[0]["offset"],
-                "next_offset": collected[-1]["next_offset"],
-                "eof": collected[-1]["eof"],
-                "overflow": collected[0]["overflow"],
-                "attempt": collected[0]["attempt"],
+                "data": "".join(c.data for c in collected),
+                "offset": collected[0].offset,
+                "next_offset": collected[-1].next_offset,
+                "eof": collected[-1].eof,
+                "overflow": collected[0].overflow,
+                "attempt": collected[0].attempt,
                 "stream": stream,
             }
         )
@@ -312,14 +312,14 @@ def logs(
 @json_option
 def events(run: str, since: int, as_json: bool) -> None:
     """A run's events: state changes, runner events, daemon notes."""
-    rows: list[dict[str, Any]] = []
+    rows: list[RunEvent] = []
     with ApiClient() as client:
         while True:
             batch = client.events(run, since=since, limit=1000)
-            rows.extend(batch["events"])
-            if len(batch["events"]) < 1000:
+            rows.extend(batch.events)
+            if len(batch.events) < 1000:
                 break
-            since = batch["next_since"]
+            since = batch.next_since
     if as_json:
         print_json({"events": rows})
         return
@@ -335,7 +335,7 @@ def rm(runs: tuple[str, ...], as_json: bool) -> None:
     deleted = []
     with ApiClient() as client:
         for ref in runs:
-            deleted.append(client.delete(ref)["deleted"])
+            deleted.append(client.delete(ref).deleted)
     if as_json:
         print_json({"deleted": deleted})
     else:
@@ -367,22 +367,22 @@ def history(
             if wrong:
                 raise UserError(f"{wrong[0]} is a host metric: add --host")
         result = client.history(window=window, metrics=metrics, gpus=gpus, points=points, host=host)
-        statics = {} if host else {g["uuid"]: g for g in client.gpus().get("gpus", [])}
-        gpu_status = None if host else client.health().get("gpu_status")
+        statics = {} if host else {g.uuid: g for g in client.gpus().gpus}
+        gpu_status = None if host else client.health().gpu_status
     if as_json:
         print_json(result)
         return
-    series = result.get("series", {})
+    series = result.series
     if not series:
         if not host and gpu_status:
             click.echo(f"no GPU history: {gpu_status} (add --host for the host's CPU and memory)")
         else:
             click.echo("no samples in that window")
         return
-    click.echo(f"{window} window, {result.get('tier')} tier, {result.get('step')} s per point")
+    click.echo(f"{window} window, {result.tier} tier, {result.step} s per point")
     for key, by_metric in series.items():
         static = statics.get(key)
-        name = "host" if key == "host" else f"GPU {static['index']}" if static else key[:16]
+        name = "host" if key == "host" else f"GPU {static.index}" if static else key[:16]
         for metric, values in by_metric.items():
             if not values:
                 click.echo(f"{name:<8} {metric:<14} no data")

@@ -1,19 +1,48 @@
-"""`ApiClient`: typed calls to the daemon over its Unix socket (httpx), errors as UserError."""
+"""`ApiClient`: typed calls to the daemon over its Unix socket (httpx), errors as UserError.
+
+Every answer is parsed into the API's own models (`gpuwarden.core.api`), the ones the daemon
+serves, so a field the daemon renames breaks here, loudly, not in a caller's dict lookup.
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
+from pydantic import BaseModel, ValidationError
 
 from gpuwarden.client.sse import StreamFrame, parse_sse
+from gpuwarden.core.api import (
+    Attempt,
+    AttemptList,
+    Deleted,
+    EventsPage,
+    GpuList,
+    Health,
+    HistoryAnswer,
+    HostReading,
+    LiveProcess,
+    LiveProcesses,
+    LogChunk,
+    MetricList,
+    ProcessReads,
+    Retune,
+    RetuneList,
+    RunDetail,
+    RunList,
+    RunMetric,
+    RunSummary,
+    ShutdownResult,
+    TerminateResult,
+)
 from gpuwarden.core.errors import UserError
 
 API_MAJOR = 1
 NOT_RUNNING = "gpuwarden daemon is not running — start it with `gpuwarden up`"
+Model = TypeVar("Model", bound=BaseModel)
 
 
 def default_socket() -> Path:
@@ -27,7 +56,7 @@ def default_socket() -> Path:
 
 
 class ApiClient:
-    """One connection pool to one daemon. `check_version` runs on first use."""
+    """One connection pool to one daemon. The API version is checked on first use."""
 
     def __init__(self, socket_path: Path | None = None, timeout: float = 10.0) -> None:
         self.socket_path = socket_path or default_socket()
@@ -36,7 +65,7 @@ class ApiClient:
             base_url="http://gpuwarden",
             timeout=httpx.Timeout(timeout, connect=2.0),
         )
-        self._checked: dict[str, Any] | None = None
+        self._checked = False
 
     def close(self) -> None:
         self._client.close()
@@ -50,7 +79,8 @@ class ApiClient:
     # -- plumbing -----------------------------------------------------------------------------------
 
     def _request(self, method: str, path: str, *, check: bool = True, **kwargs: Any) -> Any:
-        if check and self._checked is None:
+        """The decoded JSON answer; UserError for any failure."""
+        if check and not self._checked:
             self.check_version()
         try:
             response = self._client.request(method, path, **kwargs)
@@ -64,41 +94,47 @@ class ApiClient:
             raise UserError(f"lost the connection to the gpuwarden daemon: {exc}", code="transport") from None
         return _decode(response)
 
-    def check_version(self) -> dict[str, Any]:
-        """/v1/health; refuses a daemon speaking another major API version."""
-        health = self._request("GET", "/v1/health", check=False)
-        version = str(health.get("api_version", "0"))
-        major = version.split(".")[0]
-        if major != str(API_MAJOR):
+    def _call(self, model: type[Model], method: str, path: str, **kwargs: Any) -> Model:
+        """The answer parsed into `model`."""
+        return _parse(model, self._request(method, path, **kwargs), f"{method} {path}")
+
+    def check_version(self) -> None:
+        """Refuse a daemon speaking another major API version."""
+        self._version_of(self._request("GET", "/v1/health", check=False))
+
+    def _version_of(self, health: Any) -> None:
+        version = str(health.get("api_version", "0")) if isinstance(health, dict) else "0"
+        if version.split(".")[0] != str(API_MAJOR):
             raise UserError(
                 f"the running daemon speaks API v{version}, this client v{API_MAJOR} — restart it"
                 " (`gpuwarden down && gpuwarden up`) or use the matching gpuwarden",
                 code="api_version",
             )
-        self._checked = health
-        assert isinstance(health, dict)
-        return health
+        self._checked = True
 
     # -- daemon and telemetry ----------------------------------------------------------------------------
 
-    def health(self) -> dict[str, Any]:
-        return self.check_version()
+    def health(self) -> Health:
+        answer = self._request("GET", "/v1/health", check=False)
+        self._version_of(answer)
+        return _parse(Health, answer, "GET /v1/health")
 
-    def gpus(self) -> dict[str, Any]:
-        return dict(self._request("GET", "/v1/gpus"))
+    def gpus(self) -> GpuList:
+        return self._call(GpuList, "GET", "/v1/gpus")
 
-    def host(self) -> dict[str, Any]:
-        return dict(self._request("GET", "/v1/host"))
+    def host(self) -> HostReading:
+        return self._call(HostReading, "GET", "/v1/host")
 
-    def processes(self) -> list[dict[str, Any]]:
-        return list(self._request("GET", "/v1/processes")["processes"])
+    def processes(self) -> list[LiveProcess]:
+        """The latest process scan, each process with its run (None: not a run's)."""
+        return self._call(LiveProcesses, "GET", "/v1/processes").processes
 
-    def process_history(self, since: float, until: float, gpu: str | None = None) -> dict[str, Any]:
-        """Every stored process read in [since, until): {"processes": [...], "truncated": bool}."""
+    def process_history(self, since: float, until: float, gpu: str | None = None) -> ProcessReads:
+        """Every stored process read in [since, until)."""
         params: dict[str, Any] = {"since": since, "until": until}
         if gpu is not None:
             params["gpu"] = gpu
-        return dict(self._request("GET", "/v1/processes", params=params))
+        return self._call(ProcessReads, "GET", "/v1/processes", params=params)
 
     def history(
         self,
@@ -108,7 +144,7 @@ class ApiClient:
         points: int = 300,
         end: float | None = None,
         host: bool = False,
-    ) -> dict[str, Any]:
+    ) -> HistoryAnswer:
         params: dict[str, Any] = {"window": window, "points": points, "host": host}
         if metrics:
             params["metric"] = list(metrics)
@@ -116,18 +152,18 @@ class ApiClient:
             params["gpu"] = list(gpus)
         if end is not None:
             params["end"] = end
-        return dict(self._request("GET", "/v1/history", params=params))
+        return self._call(HistoryAnswer, "GET", "/v1/history", params=params)
 
-    def shutdown(self) -> dict[str, Any]:
-        return dict(self._request("POST", "/v1/shutdown"))
+    def shutdown(self) -> ShutdownResult:
+        return self._call(ShutdownResult, "POST", "/v1/shutdown")
 
     # -- runs --------------------------------------------------------------------------------------------
 
-    def runs(self, states: Sequence[str] = ()) -> list[dict[str, Any]]:
+    def runs(self, states: Sequence[str] = ()) -> list[RunSummary]:
         params = {"state": list(states)} if states else None
-        return list(self._request("GET", "/v1/runs", params=params)["runs"])
+        return self._call(RunList, "GET", "/v1/runs", params=params).runs
 
-    def submit_yaml(self, text: str, base_dir: Path, label: str, check_inputs: bool = True) -> dict[str, Any]:
+    def submit_yaml(self, text: str, base_dir: Path, label: str, check_inputs: bool = True) -> RunDetail:
         """Submit a spec file's text; relative paths in it start from `base_dir`."""
         body = {
             "spec_yaml": text,
@@ -135,49 +171,49 @@ class ApiClient:
             "label": label,
             "check_inputs": check_inputs,
         }
-        return dict(self._request("POST", "/v1/runs", json=body))
+        return self._call(RunDetail, "POST", "/v1/runs", json=body)
 
-    def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
-        return dict(self._request("POST", "/v1/runs", json={"spec": spec}))
+    def submit(self, spec: dict[str, Any]) -> RunDetail:
+        return self._call(RunDetail, "POST", "/v1/runs", json={"spec": spec})
 
-    def run(self, ref: str) -> dict[str, Any]:
-        return dict(self._request("GET", f"/v1/runs/{_q(ref)}"))
+    def run(self, ref: str) -> RunDetail:
+        return self._call(RunDetail, "GET", f"/v1/runs/{_q(ref)}")
 
-    def edit(self, ref: str, **changes: Any) -> dict[str, Any]:
-        return dict(self._request("PATCH", f"/v1/runs/{_q(ref)}", json=changes))
+    def edit(self, ref: str, **changes: Any) -> RunDetail:
+        return self._call(RunDetail, "PATCH", f"/v1/runs/{_q(ref)}", json=changes)
 
-    def stop(self, ref: str, grace_seconds: float | None = None) -> dict[str, Any]:
+    def stop(self, ref: str, grace_seconds: float | None = None) -> RunDetail:
         body = {"grace_seconds": grace_seconds} if grace_seconds is not None else None
-        return dict(self._request("POST", f"/v1/runs/{_q(ref)}/stop", json=body))
+        return self._call(RunDetail, "POST", f"/v1/runs/{_q(ref)}/stop", json=body)
 
-    def resume(self, ref: str) -> dict[str, Any]:
-        return dict(self._request("POST", f"/v1/runs/{_q(ref)}/resume"))
+    def resume(self, ref: str) -> RunDetail:
+        return self._call(RunDetail, "POST", f"/v1/runs/{_q(ref)}/resume")
 
-    def tune(self, ref: str) -> dict[str, Any]:
+    def tune(self, ref: str) -> RunDetail:
         """Tune the run (probe micro-batch sizes) before its next attempt."""
-        return dict(self._request("POST", f"/v1/runs/{_q(ref)}/tune"))
+        return self._call(RunDetail, "POST", f"/v1/runs/{_q(ref)}/tune")
 
-    def terminate_process(self, pid: int, grace_seconds: float | None = None) -> dict[str, Any]:
+    def terminate_process(self, pid: int, grace_seconds: float | None = None) -> TerminateResult:
         """SIGTERM a stray GPU process of yours, SIGKILL after the grace period."""
         body = {"grace_seconds": grace_seconds} if grace_seconds is not None else None
-        return dict(self._request("POST", f"/v1/processes/{int(pid)}/terminate", json=body))
+        return self._call(TerminateResult, "POST", f"/v1/processes/{int(pid)}/terminate", json=body)
 
-    def delete(self, ref: str) -> dict[str, Any]:
-        return dict(self._request("DELETE", f"/v1/runs/{_q(ref)}"))
+    def delete(self, ref: str) -> Deleted:
+        return self._call(Deleted, "DELETE", f"/v1/runs/{_q(ref)}")
 
-    def attempts(self, ref: str) -> list[dict[str, Any]]:
-        return list(self._request("GET", f"/v1/runs/{_q(ref)}/attempts")["attempts"])
+    def attempts(self, ref: str) -> list[Attempt]:
+        return self._call(AttemptList, "GET", f"/v1/runs/{_q(ref)}/attempts").attempts
 
-    def retunes(self, ref: str) -> list[dict[str, Any]]:
-        return list(self._request("GET", f"/v1/runs/{_q(ref)}/retunes")["retunes"])
+    def retunes(self, ref: str) -> list[Retune]:
+        return self._call(RetuneList, "GET", f"/v1/runs/{_q(ref)}/retunes").retunes
 
-    def metrics(self, ref: str) -> list[dict[str, Any]]:
-        return list(self._request("GET", f"/v1/runs/{_q(ref)}/metrics")["metrics"])
+    def metrics(self, ref: str) -> list[RunMetric]:
+        return self._call(MetricList, "GET", f"/v1/runs/{_q(ref)}/metrics").metrics
 
-    def events(self, ref: str, since: int = 0, limit: int = 1000, wait: float = 0.0) -> dict[str, Any]:
-        """{events, next_since, state}; `wait` long-polls up to that many seconds for new events."""
+    def events(self, ref: str, since: int = 0, limit: int = 1000, wait: float = 0.0) -> EventsPage:
+        """Events after `since`; `wait` long-polls up to that many seconds for new ones."""
         params = {"since": since, "limit": limit, "wait": wait}
-        return dict(self._request("GET", f"/v1/runs/{_q(ref)}/events", params=params, timeout=wait + 10))
+        return self._call(EventsPage, "GET", f"/v1/runs/{_q(ref)}/events", params=params, timeout=wait + 10)
 
     def logs(
         self,
@@ -187,20 +223,20 @@ class ApiClient:
         offset: int | None = None,
         limit: int = 65536,
         wait: float = 0.0,
-    ) -> dict[str, Any]:
-        """{data, offset, next_offset, eof, overflow, size, attempt, stream}."""
+    ) -> LogChunk:
+        """A slice of an attempt's output by byte offset (negative: from the end)."""
         params: dict[str, Any] = {"stream": stream, "limit": limit, "wait": wait}
         if attempt is not None:
             params["attempt"] = attempt
         if offset is not None:
             params["offset"] = offset
-        return dict(self._request("GET", f"/v1/runs/{_q(ref)}/logs", params=params, timeout=wait + 10))
+        return self._call(LogChunk, "GET", f"/v1/runs/{_q(ref)}/logs", params=params, timeout=wait + 10)
 
     def stream(
         self, kinds: Sequence[str] = ("sample", "run", "event"), run: str | None = None
     ) -> Iterator[StreamFrame]:
         """Live frames until the daemon ends the stream (or the caller stops iterating)."""
-        if self._checked is None:
+        if not self._checked:
             self.check_version()
         params: dict[str, Any] = {"kinds": ",".join(kinds)}
         if run is not None:
@@ -223,6 +259,19 @@ def _q(ref: str) -> str:
     from urllib.parse import quote
 
     return quote(ref, safe="")
+
+
+def _parse(model: type[Model], answer: Any, what: str) -> Model:
+    try:
+        return model.model_validate(answer)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "answer"
+        raise UserError(
+            f"the daemon's answer to {what} does not fit this client ({where}: {first['msg']})"
+            " — restart the daemon (`gpuwarden down && gpuwarden up`) or use the matching gpuwarden",
+            code="api_mismatch",
+        ) from None
 
 
 def _decode(response: httpx.Response) -> Any:

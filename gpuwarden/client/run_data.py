@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 from gpuwarden.client import ApiClient
+from gpuwarden.core.api import HistoryAnswer, RunDetail
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.report.data import Point, RunData, Series
 from gpuwarden.core.report.db_data import DbRunData
@@ -14,8 +16,8 @@ NOT_RUNNING = "gpuwarden daemon is not running — start it with `gpuwarden up`,
 EVENT_PAGE = 10_000  # the API's largest page
 
 
-def _series(raw: dict[str, Any], key: str, metrics: list[str]) -> Series:
-    found = (raw.get("series") or {}).get(key) or {}
+def _series(answer: HistoryAnswer | None, key: str, metrics: list[str]) -> Series:
+    found = answer.series.get(key, {}) if answer is not None else {}
     out: Series = {}
     for metric in metrics:
         points: list[Point] = [
@@ -26,11 +28,14 @@ def _series(raw: dict[str, Any], key: str, metrics: list[str]) -> Series:
 
 
 class ApiRunData:
-    """`RunData` over the daemon's HTTP API (the same answers as the database, tested so)."""
+    """`RunData` over the daemon's HTTP API (the same answers as the database, tested so).
+
+    The analysis above `RunData` reads plain records, as the database gives them: the API's
+    models are handed over as their JSON documents."""
 
     def __init__(self, client: ApiClient) -> None:
         self.client = client
-        self._details: dict[str, dict[str, Any]] = {}
+        self._details: dict[str, RunDetail] = {}
 
     @property
     def source(self) -> str:
@@ -38,35 +43,36 @@ class ApiRunData:
 
     def resolve_run(self, ref: str) -> dict[str, Any]:
         detail = self.client.run(ref)
-        self._details[str(detail["id"])] = detail
-        return detail
+        self._details[detail.id] = detail
+        return detail.model_dump(mode="json")
 
-    def _detail(self, run_id: str) -> dict[str, Any]:
-        return self._details.get(run_id) or self.resolve_run(run_id)
+    def _detail(self, run_id: str) -> RunDetail:
+        if run_id not in self._details:
+            self.resolve_run(run_id)
+        return self._details[run_id]
 
     def attempts(self, run_id: str) -> list[dict[str, Any]]:
-        return list(self._detail(run_id).get("attempts") or [])
+        return [a.model_dump(mode="json") for a in self._detail(run_id).attempts]
 
     def retunes(self, run_id: str) -> list[dict[str, Any]]:
-        return list(self._detail(run_id).get("retunes") or [])
+        return [r.model_dump(mode="json") for r in self._detail(run_id).retunes]
 
     def events(self, run_id: str) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         since = 0
         while True:
             page = self.client.events(run_id, since=since, limit=EVENT_PAGE)
-            rows = list(page.get("events") or [])
-            out += rows
-            if len(rows) < EVENT_PAGE:
+            out += [e.model_dump(mode="json") for e in page.events]
+            if len(page.events) < EVENT_PAGE:
                 return out
-            since = int(page["next_since"])
+            since = page.next_since
 
     def gpu_info(self) -> list[dict[str, Any]]:
-        return [dict(g) for g in self.client.gpus().get("gpus") or []]
+        return [dataclasses.asdict(g) for g in self.client.gpus().gpus]
 
     def _history(
         self, metrics: list[str], start: float, end: float, points: int, **kw: Any
-    ) -> dict[str, Any]:
+    ) -> HistoryAnswer | None:
         try:
             # microsecond precision: the daemon rebuilds start = end - window, and a rounded window
             # would shift every bucket edge against what the database path computes
@@ -75,7 +81,7 @@ class ApiRunData:
             )
         except UserError as exc:
             if exc.code == "not_found":  # a GPU the daemon's store never recorded
-                return {}
+                return None
             raise
 
     def gpu_series(self, uuid: str, metrics: list[str], start: float, end: float, points: int) -> Series:
@@ -102,19 +108,19 @@ class ApiRunData:
         since = start
         while True:
             answer = self.client.process_history(since, end, gpu=uuid)
-            kept = answer.get("kept_since")
-            if kept is None or end <= float(kept):
+            kept = answer.kept_since
+            if kept is None or end <= kept:
                 return None  # retention dropped the reads of this window (or none was ever stored)
-            page = answer.get("processes", [])
-            for row in page:
-                key = (row.get("ts"), row.get("pid"), row.get("kind"))
+            page = answer.processes
+            for process in page:
+                key = (process.ts, process.pid, process.kind)
                 if key not in seen:
                     seen.add(key)
-                    rows.append(row)
+                    rows.append(process.to_dict())
             # A cut answer goes on from its newest read (rows of that read may repeat: skipped).
-            if not answer.get("truncated") or not page or float(page[-1]["ts"]) <= since:
+            if not answer.truncated or not page or page[-1].ts <= since:
                 return rows
-            since = float(page[-1]["ts"])
+            since = page[-1].ts
 
     def close(self) -> None:
         self.client.close()

@@ -282,7 +282,7 @@ class Daemon:
 
     def serve(self) -> None:
         """Bind the socket and serve the API until asked to stop (blocks)."""
-        from gpuwarden.daemon.api import create_app
+        from gpuwarden.daemon.http import create_app
         from gpuwarden.daemon.server import bind_socket, make_server
 
         sock = bind_socket(self.paths.socket)

@@ -9,10 +9,10 @@ import os
 import signal
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 import psutil
 
+from gpuwarden.core.api import TerminateResult
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.telemetry.types import GpuProcess
 from gpuwarden.daemon.supervisor import Conflict, owner_of
@@ -24,7 +24,7 @@ def terminate_gpu_process(
     run_groups: Mapping[int, str],
     grace: float,
     clock: Callable[[], float],
-) -> dict[str, Any]:
+) -> TerminateResult:
     """SIGTERM `pid` now and SIGKILL it after `grace` seconds if it is still there."""
     listed = [p for p in processes if p.pid == pid]
     if not listed:
@@ -57,4 +57,4 @@ def terminate_gpu_process(
     timer.name = f"terminate-{pid}"
     timer.daemon = True
     timer.start()
-    return {"pid": pid, "signal": "SIGTERM", "sigkill_after_s": grace, "name": listed[0].name, "at": clock()}
+    return TerminateResult(pid=pid, signal="SIGTERM", sigkill_after_s=grace, name=listed[0].name, at=clock())

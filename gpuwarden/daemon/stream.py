@@ -82,19 +82,26 @@ class StreamClient:
         """SSE text: frames as they come, a comment line when idle (detects dead peers)."""
         yield ": gpuwarden stream\nretry: 2000\n\n"
         while not self.closed:
-            try:
-                await asyncio.wait_for(self._ready.wait(), keepalive)
-            except TimeoutError:
+            batch = await self.next_batch(keepalive)
+            if batch is None:
                 yield ": keepalive\n\n"
                 continue
-            with self._lock:
-                batch = list(self._frames)
-                self._frames.clear()
-                self._ready.clear()
-                self._signalled = False
-                dropped = self.dropped
             for frame in batch:
-                yield encode_sse(frame, dropped)
+                yield encode_sse(frame, self.dropped)
+
+    async def next_batch(self, timeout: float) -> list[Frame] | None:
+        """Every frame queued so far, waiting up to `timeout` seconds for the first; None when
+        none came in time (an empty list when the client was closed meanwhile)."""
+        try:
+            await asyncio.wait_for(self._ready.wait(), timeout)
+        except TimeoutError:
+            return None
+        with self._lock:
+            batch = list(self._frames)
+            self._frames.clear()
+            self._ready.clear()
+            self._signalled = False
+        return batch
 
 
 def encode_sse(frame: Frame, dropped: int) -> str:
@@ -105,11 +112,14 @@ def encode_sse(frame: Frame, dropped: int) -> str:
 
 
 class Broadcaster:
-    """Fan-out to every connected StreamClient."""
+    """Fan-out to every connected StreamClient, and to the watchers of waiting requests."""
 
     def __init__(self, queue_size: int = DEFAULT_QUEUE) -> None:
         self.queue_size = queue_size
         self._clients: set[StreamClient] = set()
+        # Long-polling requests waiting for a run to change: fed like clients, but not counted
+        # as stream clients (samples are encoded only for those).
+        self._watchers: set[StreamClient] = set()
         self._lock = threading.Lock()
         self._seq = itertools.count(1)
 
@@ -124,19 +134,28 @@ class Broadcaster:
             self._clients.add(client)
         return client
 
+    def watch(self, loop: asyncio.AbstractEventLoop, run_id: str) -> StreamClient:
+        """A watcher woken by the run's `run` and `event` frames (what a long poll waits for)."""
+        watcher = StreamClient(loop, self.queue_size, ("run", "event"), run_id)
+        with self._lock:
+            self._watchers.add(watcher)
+        return watcher
+
     def unsubscribe(self, client: StreamClient) -> None:
         with self._lock:
             self._clients.discard(client)
+            self._watchers.discard(client)
 
     @property
     def client_count(self) -> int:
+        """Connected stream clients (watchers not included)."""
         with self._lock:
             return len(self._clients)
 
     def publish(self, kind: str, data: dict[str, Any], run_id: str | None = None) -> None:
         """Encode once, push to every interested client."""
         with self._lock:
-            clients = list(self._clients)
+            clients = [*self._clients, *self._watchers]
         if not clients:
             return
         frame = Frame(next(self._seq), kind, json.dumps(data, separators=(",", ":"), default=str), run_id)
@@ -147,7 +166,8 @@ class Broadcaster:
     def close_all(self) -> None:
         """End every stream (daemon shutdown), so the server is not held open by SSE clients."""
         with self._lock:
-            clients = list(self._clients)
+            clients = [*self._clients, *self._watchers]
             self._clients.clear()
+            self._watchers.clear()
         for client in clients:
             client.close()

@@ -1,9 +1,9 @@
 """`DashboardBackend` over the daemon's HTTP API (`gpuwarden.client.ApiClient`).
 
-The API speaks JSON dicts; this adapter turns them into the dashboard's records and fills in
-what the list endpoints do not carry: run progress and throughput come from the runs' `progress`
-events (read once per active run, then followed on the stream), and the processes table is
-refreshed every few sample frames because the stream's sample frames do not include processes.
+The client answers with the API's models; this adapter adds what the dashboard shows beyond
+them: run progress and throughput come from the runs' `progress` events (read once per active
+run, then followed on the stream), and the processes table is refreshed every few sample frames
+because the stream's sample frames do not include processes.
 """
 
 from __future__ import annotations
@@ -12,61 +12,44 @@ import dataclasses
 import getpass
 import math
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from gpuwarden.client import ApiClient
+from pydantic import ValidationError
+
+from gpuwarden.client import ApiClient, StreamFrame
+from gpuwarden.core.api import HistoryAnswer, LogChunk, RunDetail, RunEvent, RunSummary, SampleBody
+from gpuwarden.core.api.telemetry import Bucket
 from gpuwarden.core.config.yamlsource import read_yaml_text
 from gpuwarden.core.errors import UserError
-from gpuwarden.core.run_state import ACTIVE_STATES
-from gpuwarden.core.telemetry.types import GpuSample, GpuStatic, HostSample
+from gpuwarden.core.run_state import ACTIVE_STATES, RunState
+from gpuwarden.core.telemetry.types import GpuStatic
 from gpuwarden.tui.backend import (
-    AttemptInfo,
     DoctorFinding,
     EventFrame,
     Frame,
     HistorySeries,
-    LogChunk,
     ProcessInfo,
-    RetuneInfo,
-    RunDetail,
-    RunEvent,
+    RunDetailView,
     RunFrame,
-    RunMetric,
-    RunSummary,
+    RunRow,
     SampleFrame,
     Snapshot,
     SourceStatus,
+    TimelineEvent,
     doctor_findings,
+    reported_number,
+    run_row,
 )
 
 PROCESS_EVERY = 5  # sample frames between two process reads
 EVENT_PAGE = 1000
 
 
-def _fields(cls: type[Any], data: dict[str, Any]) -> dict[str, Any]:
-    """The keys of `data` that `cls` (a dataclass) accepts: newer daemons may send more."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    return {k: v for k, v in data.items() if k in names}
-
-
-def gpu_static(d: dict[str, Any]) -> GpuStatic:
-    fields = _fields(GpuStatic, d)
-    fields["unsupported"] = tuple(d.get("unsupported") or ())
-    return GpuStatic(**fields)
-
-
-def gpu_sample(d: dict[str, Any]) -> GpuSample:
-    return GpuSample(**_fields(GpuSample, d))
-
-
-def host_sample(d: dict[str, Any] | None) -> HostSample | None:
-    return HostSample(**_fields(HostSample, d)) if d else None
-
-
 def series_from_buckets(
-    buckets: list[list[float]], start: float, step: float, points: int
+    buckets: Sequence[Bucket], start: float, step: float, points: int
 ) -> list[tuple[float, float | None]]:
     """Evenly spaced (ts, avg) points from the store's (bucket start, avg, min, max) rows; a
     bucket the store left out (no reading) becomes None, so gaps show as gaps."""
@@ -78,22 +61,23 @@ def series_from_buckets(
     return slots
 
 
-def buckets_to_series(answer: dict[str, Any], start: float, end: float, points: int) -> HistorySeries:
-    """A history answer (the store's `History.to_dict()`, over the API or not) as evenly spaced
-    points per series key (a GPU UUID or "host") and metric."""
-    step = float(answer.get("step") or (end - start) / points)
-    first = float(answer.get("start", start))
+def buckets_to_series(answer: HistoryAnswer, start: float, end: float, points: int) -> HistorySeries:
+    """A history answer (over the API or from the store) as evenly spaced points per series key
+    (a GPU UUID or "host") and metric."""
+    step = answer.step or (end - start) / points
+    first = answer.start
     # The store's last bucket may be partial (it ends at `end`): it still counts.
-    count = max(1, min(points, math.ceil((float(answer.get("end", end)) - first) / step - 1e-9)))
+    count = max(1, min(points, math.ceil((answer.end - first) / step - 1e-9)))
     return {
         key: {m: series_from_buckets(rows, first, step, count) for m, rows in by_metric.items()}
-        for key, by_metric in answer.get("series", {}).items()
+        for key, by_metric in answer.series.items()
     }
 
 
-def event_text(e: dict[str, Any]) -> str:
+def event_text(event: RunEvent) -> str:
     """One line for the timeline from a stored or streamed event."""
-    kind = str(e.get("type", "?"))
+    e = event.model_dump()
+    kind = event.type
     if kind == "state":
         return f"{e.get('state')}" + (f": {e['message']}" if e.get("message") else "")
     if kind == "oom":
@@ -113,15 +97,15 @@ def event_text(e: dict[str, Any]) -> str:
     return str(e.get("message") or e.get("reason") or "")
 
 
-def run_event(e: dict[str, Any], run_id: str | None = None) -> RunEvent:
-    return RunEvent(
-        id=int(e.get("id") or 0),
-        run_id=str(e.get("run_id") or run_id or ""),
-        attempt=e.get("attempt"),
-        ts=float(e.get("ts") or 0.0),
-        type=str(e.get("type", "?")),
-        text=event_text(e),
-        source=str(e.get("source", "runner")),
+def timeline_event(event: RunEvent, run_id: str) -> TimelineEvent:
+    return TimelineEvent(
+        id=event.id,
+        run_id=run_id,
+        attempt=event.attempt,
+        ts=event.ts,
+        type=event.type,
+        text=event_text(event),
+        source=event.source,
     )
 
 
@@ -130,8 +114,8 @@ class _Progress:
     """The newest progress event of a run and how many retunes it has had."""
 
     since: int = 0
-    samples_seen: int | None = None
-    total: int | None = None
+    samples_seen: float | None = None
+    total: float | None = None
     samples_per_s: float | None = None
     retunes: int = 0
 
@@ -155,13 +139,13 @@ class ApiBackend:
         gpus = self.gpus()
         return SourceStatus(
             "daemon",
-            str(health.get("socket") or self.client.socket_path),
-            sampling=None if gpus else str(health.get("gpu_status") or "no GPU"),
-            version=str(health.get("version")),
+            health.socket or str(self.client.socket_path),
+            sampling=None if gpus else health.gpu_status or "no GPU",
+            version=health.version,
         )
 
     def gpus(self) -> list[GpuStatic]:
-        statics = [gpu_static(g) for g in self.client.gpus().get("gpus", [])]
+        statics: list[GpuStatic] = list(self.client.gpus().gpus)
         with self._lock:
             self._statics = {g.uuid: g for g in statics}
         return statics
@@ -170,30 +154,29 @@ class ApiBackend:
         static = self._statics.get(uuid)
         return static.index if static else None
 
+    def _indices(self, uuids: Sequence[str]) -> tuple[int, ...]:
+        return tuple(i for i in (self._index(u) for u in uuids) if i is not None)
+
     def _processes(self) -> list[ProcessInfo]:
-        out = []
-        for p in self.client.processes():
-            uuid = str(p.get("uuid", ""))
-            command = str(p.get("cmdline") or p.get("name") or "?")
-            out.append(
-                ProcessInfo(
-                    pid=int(p["pid"]),
-                    uuid=uuid,
-                    gpu_index=self._index(uuid),
-                    user=p.get("user"),
-                    used_memory=p.get("used_memory"),
-                    command=command,
-                    run_id=p.get("run_id"),
-                    owned=p.get("user") == self._user,
-                )
+        return [
+            ProcessInfo(
+                pid=p.pid,
+                uuid=p.uuid,
+                gpu_index=self._index(p.uuid),
+                user=p.user,
+                used_memory=p.used_memory,
+                command=p.cmdline or p.name or "?",
+                run_id=p.run_id,
+                owned=p.user == self._user,
             )
-        return out
+            for p in self.client.processes()
+        ]
 
     def snapshot(self) -> Snapshot:
         data = self.client.gpus()
-        samples = [gpu_sample(g["sample"]) for g in data.get("gpus", []) if g.get("sample")]
-        host = host_sample(self.client.host().get("host"))
-        ts = float(data.get("ts") or (host.ts if host else 0.0))
+        samples = [g.sample for g in data.gpus if g.sample is not None]
+        host = self.client.host().host
+        ts = data.ts or (host.ts if host else 0.0)
         return Snapshot(ts, samples, host, self._processes())
 
     def history(
@@ -214,45 +197,45 @@ class ApiBackend:
 
     # -- runs --------------------------------------------------------------------------------
 
-    def _summary(self, d: dict[str, Any]) -> RunSummary:
-        progress = self._progress.get(str(d["id"]), _Progress())
-        gpus: tuple[int, ...] = ()
-        attempts = d.get("attempts")
-        placed = attempts[-1].get("gpus") if attempts else self._placed.get(str(d["id"]), (0, []))[1]
+    def _placement(self, run: RunSummary) -> tuple[int, ...]:
+        """The GPUs the latest attempt runs on; else the GPUs the spec names by index."""
+        if isinstance(run, RunDetail):
+            placed = run.attempts[-1].gpus if run.attempts else []
+        else:
+            placed = self._placed.get(run.id, (0, []))[1]
         if placed:
-            gpus = tuple(i for i in (self._index(u) for u in placed) if i is not None)
-        elif isinstance(d.get("gpus"), list):
-            gpus = tuple(int(g) for g in d["gpus"] if isinstance(g, int) or str(g).isdigit())
-        retunes = d.get("retunes")
-        retune_count = progress.retunes
-        if d.get("state") not in ACTIVE_STATES and str(d["id"]) in self._final_retunes:
-            retune_count = self._final_retunes[str(d["id"])]
-        return RunSummary(
-            id=str(d["id"]),
-            name=str(d.get("name", "")),
-            kind=str(d.get("kind", "")),
-            state=str(d.get("state", "")),
-            gpus=gpus,
-            attempt=int(d.get("attempt") or 0),
+            return self._indices(placed)
+        if isinstance(run.gpus, list):
+            return tuple(int(g) for g in run.gpus if g.isdigit())
+        return ()
+
+    def _summary(self, run: RunSummary) -> RunRow:
+        progress = self._progress.get(run.id, _Progress())
+        active = run.state in ACTIVE_STATES
+        retunes = progress.retunes
+        if isinstance(run, RunDetail):
+            retunes = len(run.retunes)
+        elif not active and run.id in self._final_retunes:
+            retunes = self._final_retunes[run.id]
+        return run_row(
+            run,
+            placed=self._placement(run),
             samples_seen=progress.samples_seen,
             total=progress.total,
-            samples_per_s=progress.samples_per_s if d.get("state") in ACTIVE_STATES else None,
-            retunes=len(retunes) if isinstance(retunes, list) else retune_count,
-            message=d.get("message"),
-            created_at=float(d.get("created_at") or 0.0),
-            started_at=d.get("started_at"),
-            ended_at=d.get("ended_at"),
+            samples_per_s=progress.samples_per_s if active else None,
+            retunes=retunes,
         )
 
-    def _note_event(self, run_id: str, e: dict[str, Any]) -> None:
+    def _note_event(self, run_id: str, event: RunEvent) -> None:
+        extra = event.model_extra or {}
         with self._lock:
             p = self._progress.setdefault(run_id, _Progress())
-            p.since = max(p.since, int(e.get("id") or 0))
-            if e.get("type") == "progress":
-                p.samples_seen = e.get("samples_seen", p.samples_seen)
-                p.total = e.get("total", p.total)
-                p.samples_per_s = e.get("samples_per_s", p.samples_per_s)
-            elif e.get("type") == "state" and e.get("state") == "retuning":
+            p.since = max(p.since, event.id)
+            if event.type == "progress":
+                p.samples_seen = reported_number(extra.get("samples_seen", p.samples_seen))
+                p.total = reported_number(extra.get("total", p.total))
+                p.samples_per_s = reported_number(extra.get("samples_per_s", p.samples_per_s))
+            elif event.type == "state" and extra.get("state") == RunState.RETUNING:
                 p.retunes += 1  # the daemon records each retune as a move to `retuning`
 
     def _catch_up(self, run_id: str) -> None:
@@ -260,26 +243,23 @@ class ApiBackend:
         while True:
             since = self._progress.get(run_id, _Progress()).since
             page = self.client.events(run_id, since=since, limit=EVENT_PAGE)
-            events = page.get("events", [])
-            for e in events:
-                self._note_event(run_id, e)
-            if len(events) < EVENT_PAGE:
+            for event in page.events:
+                self._note_event(run_id, event)
+            if len(page.events) < EVENT_PAGE:
                 return
 
-    def runs(self) -> list[RunSummary]:
+    def runs(self) -> list[RunRow]:
         rows = self.client.runs()
         for r in rows:
-            run_id = str(r["id"])
-            attempt = int(r.get("attempt") or 0)
-            if attempt and self._placed.get(run_id, (0, []))[0] != attempt:
+            if r.attempt and self._placed.get(r.id, (0, []))[0] != r.attempt:
                 # The list has no placement: read it once per attempt (it cannot change within one).
-                attempts = self.client.attempts(run_id)
-                self._placed[run_id] = (attempt, list(attempts[-1].get("gpus") or []) if attempts else [])
-            if r.get("state") in ACTIVE_STATES:
-                self._catch_up(run_id)
-            elif run_id not in self._final_retunes:
+                attempts = self.client.attempts(r.id)
+                self._placed[r.id] = (r.attempt, list(attempts[-1].gpus) if attempts else [])
+            if r.state in ACTIVE_STATES:
+                self._catch_up(r.id)
+            elif r.id not in self._final_retunes:
                 # A run that is not active no longer changes: count its retunes once.
-                self._final_retunes[run_id] = len(self.client.retunes(run_id))
+                self._final_retunes[r.id] = len(self.client.retunes(r.id))
         return [self._summary(r) for r in rows]
 
     def doctor(self, run_id: str) -> list[DoctorFinding]:
@@ -288,68 +268,36 @@ class ApiBackend:
 
         return doctor_findings(diagnose_run(ApiRunData(self.client), run_id).to_dict())
 
-    def run_detail(self, run_id: str) -> RunDetail:
-        d = self.client.run(run_id)
-        run_id = str(d["id"])
-        self._catch_up(run_id)
-        events: list[RunEvent] = []
+    def _timeline(self, run_id: str) -> list[TimelineEvent]:
+        """Every event but progress: those are many and become the charts."""
+        events: list[TimelineEvent] = []
         since = 0
         while True:
             page = self.client.events(run_id, since=since, limit=EVENT_PAGE)
-            rows = page.get("events", [])
-            # Progress events are many and become the charts; the timeline keeps the rest.
-            events += [run_event(e, run_id) for e in rows if e.get("type") != "progress"]
-            if len(rows) < EVENT_PAGE:
-                break
-            since = int(page.get("next_since", since))
-        metrics = [
-            RunMetric(
-                ts=float(m["ts"]),
-                attempt=int(m.get("attempt") or 0),
-                step=m.get("step"),
-                loss=m.get("loss"),
-                samples_per_s=m.get("samples_per_s"),
-                mem_peak=m.get("mem_peak"),
-            )
-            for m in self.client.metrics(run_id)
-        ]
-        attempts = [
-            AttemptInfo(
-                attempt=int(a["attempt"]),
-                state=str(a.get("state", "")),
-                started_at=a.get("started_at"),
-                ended_at=a.get("ended_at"),
-                exit_code=a.get("exit_code"),
-                classification=a.get("classification"),
-                reason=a.get("reason"),
-                gpus=tuple(i for i in (self._index(u) for u in a.get("gpus") or []) if i is not None),
-            )
-            for a in d.get("attempts", [])
-        ]
-        retunes = [
-            RetuneInfo(
-                attempt=int(r.get("attempt") or 0),
-                ts=float(r.get("ts") or 0.0),
-                before=dict(r.get("from") or {}),
-                after=dict(r.get("to") or {}),
-                verdict=r.get("verdict"),
-                evidence=dict(r.get("evidence") or {}),
-                outcome=r.get("outcome"),
-            )
-            for r in d.get("retunes", [])
-        ]
-        used = [u for a in d.get("attempts", [])[-1:] for u in a.get("gpus") or []]
+            events += [timeline_event(e, run_id) for e in page.events if e.type != "progress"]
+            if len(page.events) < EVENT_PAGE:
+                return events
+            since = page.next_since
+
+    def run_detail(self, run_id: str) -> RunDetailView:
+        detail = self.client.run(run_id)
+        self._catch_up(detail.id)
+        events = self._timeline(detail.id)
+        used = detail.attempts[-1].gpus if detail.attempts else []
         capacities = [self._statics[u].memory_total for u in used if u in self._statics]
-        capacity = min((c for c in capacities if c), default=None)
-        return RunDetail(
-            self._summary(d), dict(d.get("spec") or {}), attempts, retunes, events, metrics, capacity
+        return RunDetailView(
+            self._summary(detail),
+            detail.spec,
+            detail.attempts,
+            detail.retunes,
+            events,
+            self.client.metrics(detail.id),
+            min((c for c in capacities if c), default=None),
+            {uuid: static.index for uuid, static in self._statics.items()},
         )
 
-    def logs(self, run_id: str, offset: int, stream: str = "stdout") -> LogChunk:
-        chunk = self.client.logs(run_id, stream=stream, offset=offset)
-        return LogChunk(
-            str(chunk.get("data", "")), int(chunk.get("next_offset", 0)), bool(chunk.get("overflow"))
-        )
+    def logs(self, run_id: str, offset: int, stream: Literal["stdout", "stderr"] = "stdout") -> LogChunk:
+        return self.client.logs(run_id, stream=stream, offset=offset)
 
     def frames(self, stop: threading.Event) -> Iterator[Frame]:
         ticks = 0
@@ -358,28 +306,34 @@ class ApiBackend:
             for frame in stream:
                 if stop.is_set():
                     return
-                data = frame.data
                 if frame.event == "sample":
                     ticks += 1
-                    snapshot = Snapshot(
-                        float(data.get("ts") or 0.0),
-                        [gpu_sample(g) for g in data.get("gpus", [])],
-                        host_sample(data.get("host")),
-                        self._processes() if ticks % PROCESS_EVERY == 0 else None,
-                    )
-                    yield SampleFrame(snapshot)
-                elif frame.event == "run":
-                    yield RunFrame(self._summary(data))
-                elif frame.event == "event":
-                    run_id = str(data.get("run_id", ""))
-                    self._note_event(run_id, data)
-                    if data.get("type") == "progress":
-                        continue  # folded into the run's progress; the runs poll shows it
-                    yield EventFrame(run_event(data, run_id))
+                try:
+                    out = self._frame(frame, ticks)
+                except ValidationError:
+                    continue  # a frame this dashboard cannot read: the next poll brings the state
+                if out is not None:
+                    yield out
         finally:
             close = getattr(stream, "close", None)
             if close is not None:
                 close()
+
+    def _frame(self, frame: StreamFrame, ticks: int) -> Frame | None:
+        if frame.event == "sample":
+            body = SampleBody.model_validate(frame.data)
+            processes = self._processes() if ticks % PROCESS_EVERY == 0 else None
+            return SampleFrame(Snapshot(body.ts, body.gpus, body.host, processes))
+        if frame.event == "run":
+            return RunFrame(self._summary(RunSummary.model_validate(frame.data)))
+        if frame.event == "event":
+            run_id = str(frame.data.get("run_id", ""))
+            # Notes the daemon makes about a run are streamed without their time: it is now.
+            event = RunEvent.model_validate({"ts": time.time(), **frame.data})
+            self._note_event(run_id, event)
+            if event.type != "progress":  # progress is folded into the run's row
+                return EventFrame(timeline_event(event, run_id))
+        return None
 
     # -- controls ----------------------------------------------------------------------------
 
@@ -392,25 +346,24 @@ class ApiBackend:
     def submit(self, spec_path: str) -> str:
         path = Path(spec_path).expanduser()
         text = read_yaml_text(path)
-        return str(self.client.submit_yaml(text, path.parent, str(path))["id"])
+        return self.client.submit_yaml(text, path.parent, str(path)).id
 
     def restart_with(self, run_id: str, changes: dict[str, Any]) -> None:
         """Edit the run (dotted keys such as `train.batch_size` change the spec itself, plain
         names the command run's `knobs`), then start it again. An active run must be stopped
         first; the edit lands before the resume, so the next attempt always has it."""
         run = self.client.run(run_id)
-        state = run.get("state")
-        if state in ACTIVE_STATES:
-            raise UserError(f"run {run.get('name')} is {state}: stop it first (s), then change it")
+        if run.state in ACTIVE_STATES:
+            raise UserError(f"run {run.name} is {run.state}: stop it first (s), then change it")
         dotted = {k: v for k, v in changes.items() if "." in k}
         plain = {k: v for k, v in changes.items() if "." not in k}
         edit: dict[str, Any] = {}
         if dotted:
             edit["set"] = dotted
         if plain:
-            edit["knobs"] = {**dict((run.get("spec") or {}).get("knobs") or {}), **plain}
+            edit["knobs"] = {**dict(run.spec.get("knobs") or {}), **plain}
         self.client.edit(run_id, **edit)
-        if state != "queued":
+        if run.state != RunState.QUEUED:
             self.client.resume(run_id)
 
     def tune(self, run_id: str) -> None:

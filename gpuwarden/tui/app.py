@@ -27,7 +27,7 @@ from gpuwarden.core.errors import UserError
 from gpuwarden.tui.backend import (
     DashboardBackend,
     ProcessInfo,
-    RunSummary,
+    RunRow,
     SampleFrame,
     SourceStatus,
 )
@@ -276,7 +276,7 @@ class GpuwardenApp(App[None]):
             return
         self.run_worker(partial(call, *args), name=label, group="control", thread=True, exit_on_error=False)
 
-    def ask_stop(self, run: RunSummary) -> None:
+    def ask_stop(self, run: RunRow) -> None:
         if self.readonly:
             return
         if run.state not in ("running", "starting", "retuning", "queued"):
@@ -292,17 +292,17 @@ class GpuwardenApp(App[None]):
         )
         self.push_screen(ConfirmScreen(f"Stop run {run.name} ({run.id[:8]})?", detail), answered)
 
-    def ask_resume(self, run: RunSummary) -> None:
+    def ask_resume(self, run: RunRow) -> None:
         if self.readonly:
             return
         self.control(f"resume {run.name}", self.backend.resume_run, run.id)
 
-    def ask_tune(self, run: RunSummary) -> None:
+    def ask_tune(self, run: RunRow) -> None:
         if self.readonly:
             return
         self.control(f"tune {run.name}", self.backend.tune, run.id)
 
-    def ask_edit(self, run: RunSummary, spec: dict[str, Any] | None) -> None:
+    def ask_edit(self, run: RunRow, spec: dict[str, Any] | None) -> None:
         if self.readonly:
             return
 

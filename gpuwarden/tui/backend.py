@@ -1,8 +1,10 @@
-"""What the dashboard needs from its data source, as a Protocol over plain records.
+"""What the dashboard needs from its data source, as a Protocol over the API's own models.
 
 The dashboard is a client of the daemon's API only; this module names exactly the calls it makes,
 so the app can be driven by the real API (`ApiBackend`), by an existing database opened read-only
-(`DbBackend`) or by a deterministic fake in tests (`FakeBackend`) without patching anything.
+(`DbBackend`) or by a deterministic fake in tests (`tests/tui/fake_backend.py`) without patching
+anything. Runs, attempts, retunes, metrics and log chunks are the API's models
+(`gpuwarden.core.api`) whichever backend answers; the types here are the dashboard's own views.
 
 Every call may block (network, disk): the app only makes them from thread workers. Failures a user
 can act on are raised as `UserError` whose message is shown as one line.
@@ -13,8 +15,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
+from pydantic import ConfigDict
+
+from gpuwarden.core.api import Attempt, LogChunk, Retune, RunMetric, RunSummary
 from gpuwarden.core.telemetry.types import GpuSample, GpuStatic, HostSample
 
 # gpu uuid → metric → [(ts, value)], oldest first; value None where the GPU reported nothing.
@@ -60,82 +65,61 @@ class Snapshot:
     processes: list[ProcessInfo] | None = None
 
 
-@dataclass(frozen=True)
-class RunSummary:
-    """One row of the runs table."""
+class RunRow(RunSummary):
+    """One row of the runs table: the API's run summary, plus where the current attempt runs and
+    how far it has come (read from the run's progress events)."""
 
-    id: str
-    name: str
-    kind: str  # "train", "infer", "command"
-    state: str
-    gpus: tuple[int, ...] = ()
-    attempt: int = 0
-    samples_seen: int | None = None
-    total: int | None = None
+    model_config = ConfigDict(frozen=True)
+
+    placed: tuple[int, ...] = ()  # indices of the GPUs the latest attempt runs on
+    samples_seen: float | None = None
+    total: float | None = None
     samples_per_s: float | None = None
     retunes: int = 0
-    message: str | None = None
-    created_at: float = 0.0
-    started_at: float | None = None
-    ended_at: float | None = None
+
+
+def reported_number(value: Any) -> float | None:
+    """A number a run reported (a script may send anything: what is not a number is unknown)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return value
+
+
+def run_row(summary: RunSummary, **view: Any) -> RunRow:
+    """The row for `summary` (a RunDetail's summary part too) with the view's own fields."""
+    return RunRow.model_validate(
+        {**{name: getattr(summary, name) for name in RunSummary.model_fields}, **view}
+    )
 
 
 @dataclass(frozen=True)
-class AttemptInfo:
-    attempt: int
-    state: str
-    started_at: float | None
-    ended_at: float | None
-    exit_code: int | None = None
-    classification: str | None = None  # succeeded | failed | oom | stopped | terminated | interrupted
-    reason: str | None = None
-    gpus: tuple[int, ...] = ()
+class TimelineEvent:
+    """A run event as one line of the run's timeline."""
 
-
-@dataclass(frozen=True)
-class RetuneInfo:
-    """A retune decision: the settings before and after, why, and how it turned out."""
-
-    attempt: int  # the attempt that failed
-    ts: float
-    before: dict[str, Any]
-    after: dict[str, Any]
-    verdict: str | None = None
-    evidence: dict[str, Any] = field(default_factory=dict)
-    outcome: str | None = None
-
-
-@dataclass(frozen=True)
-class RunEvent:
     id: int
     run_id: str
     attempt: int | None
     ts: float
     type: str
-    text: str  # one line for the timeline
+    text: str
     source: str = "runner"
 
 
 @dataclass(frozen=True)
-class RunMetric:
-    ts: float
-    attempt: int
-    step: int | None = None
-    loss: float | None = None
-    samples_per_s: float | None = None
-    mem_peak: int | None = None
+class RunDetailView:
+    """What the run screen shows: the run, its attempts and retunes as the API gives them, the
+    timeline and the progress metrics."""
 
-
-@dataclass(frozen=True)
-class RunDetail:
-    run: RunSummary
+    run: RunRow
     spec: dict[str, Any]
-    attempts: list[AttemptInfo]
-    retunes: list[RetuneInfo]
-    events: list[RunEvent]
+    attempts: list[Attempt]
+    retunes: list[Retune]
+    events: list[TimelineEvent]
     metrics: list[RunMetric]
     # Memory of the smallest card the run uses, for the peak-memory chart's ceiling.
     mem_capacity: int | None = None
+    # GPU UUID → index, to name the GPUs of each attempt as the rest of the dashboard does.
+    gpu_index: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -160,27 +144,18 @@ def doctor_findings(diagnosis_dict: dict[str, Any]) -> list[DoctorFinding]:
 
 
 @dataclass(frozen=True)
-class LogChunk:
-    """Bytes of a log from an offset on, decoded; `offset` is where the next read starts."""
-
-    text: str
-    offset: int
-    truncated: bool = False  # the log grew faster than we read; the start of `text` is not `offset`
-
-
-@dataclass(frozen=True)
 class SampleFrame:
     snapshot: Snapshot
 
 
 @dataclass(frozen=True)
 class RunFrame:
-    run: RunSummary
+    run: RunRow
 
 
 @dataclass(frozen=True)
 class EventFrame:
-    event: RunEvent
+    event: TimelineEvent
 
 
 Frame = SampleFrame | RunFrame | EventFrame
@@ -208,16 +183,17 @@ class DashboardBackend(Protocol):
         """The host's series (HOST_METRICS names), like `history`; {} where none was recorded."""
         ...
 
-    def runs(self) -> list[RunSummary]: ...
+    def runs(self) -> list[RunRow]: ...
 
-    def run_detail(self, run_id: str) -> RunDetail: ...
+    def run_detail(self, run_id: str) -> RunDetailView: ...
 
     def doctor(self, run_id: str) -> list[DoctorFinding]:
         """Doctor's findings on the run (its spec and its recorded telemetry)."""
         ...
 
-    def logs(self, run_id: str, offset: int, stream: str = "stdout") -> LogChunk:
-        """The current attempt's log from `offset`; a negative offset means "the last -offset bytes"."""
+    def logs(self, run_id: str, offset: int, stream: Literal["stdout", "stderr"] = "stdout") -> LogChunk:
+        """The current attempt's log from `offset`; a negative offset means "the last -offset bytes"
+        (`next_offset` is where the next read starts, `overflow` says the start was skipped)."""
         ...
 
     def frames(self, stop: threading.Event) -> Iterator[Frame]:

@@ -8,38 +8,51 @@ app hides them because `status().controls` is False. If a daemon is writing the 
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from gpuwarden.core.api import Attempt, HistoryAnswer, LogChunk, Retune, RunEvent, RunMetric, RunSummary
 from gpuwarden.core.errors import UserError
-from gpuwarden.core.run_state import ACTIVE_STATES
+from gpuwarden.core.logtail import NO_LOG, log_chunk, read_log
+from gpuwarden.core.run_state import ACTIVE_STATES, FINAL_STATES
 from gpuwarden.core.store.db import open_db
 from gpuwarden.core.store.runs import RunStore
-from gpuwarden.core.store.telemetry import TelemetryStore
+from gpuwarden.core.store.telemetry import History, TelemetryStore
 from gpuwarden.core.telemetry.types import GpuStatic
-from gpuwarden.tui.api_backend import buckets_to_series, gpu_static, run_event
+from gpuwarden.tui.api_backend import buckets_to_series, timeline_event
 from gpuwarden.tui.backend import (
-    AttemptInfo,
     DoctorFinding,
     Frame,
     HistorySeries,
-    LogChunk,
     ProcessInfo,
-    RetuneInfo,
-    RunDetail,
-    RunMetric,
-    RunSummary,
+    RunDetailView,
+    RunRow,
     SampleFrame,
     Snapshot,
     SourceStatus,
     doctor_findings,
+    reported_number,
+    run_row,
 )
 
 POLL_S = 1.0
 LOG_CHUNK = 65_536
+
+
+def gpu_static(row: dict[str, Any]) -> GpuStatic:
+    """A GPU as the store lists it (its static facts plus when it was seen)."""
+    names = {f.name for f in dataclasses.fields(GpuStatic)}
+    fields = {k: v for k, v in row.items() if k in names}
+    fields["unsupported"] = tuple(row.get("unsupported") or ())
+    return GpuStatic(**fields)
+
+
+def _answer(history: History) -> HistoryAnswer:
+    return HistoryAnswer.model_validate(history, from_attributes=True)
 
 
 class DbBackend:
@@ -106,43 +119,40 @@ class DbBackend:
         if not known:
             return {}
         with self._lock:
-            answer = self.telemetry.history(known, list(metrics), start, end, points).to_dict()
+            answer = _answer(self.telemetry.history(known, list(metrics), start, end, points))
         return buckets_to_series(answer, start, end, points)
 
     def host_history(
         self, metrics: Sequence[str], start: float, end: float, points: int
     ) -> dict[str, list[tuple[float, float | None]]]:
         with self._lock:
-            answer = self.telemetry.host_history(list(metrics), start, end, points).to_dict()
+            answer = _answer(self.telemetry.host_history(list(metrics), start, end, points))
         return buckets_to_series(answer, start, end, points).get("host", {})
 
     # -- runs --------------------------------------------------------------------------------
 
-    def _summary(self, run: dict[str, Any]) -> RunSummary:
+    def _indices(self, uuids: list[str]) -> tuple[int, ...]:
+        return tuple(self._statics[u].index for u in uuids if u in self._statics)
+
+    def _summary(self, run: dict[str, Any]) -> RunRow:
         attempt = self.store.attempt(run["id"], run["attempt"]) if run["attempt"] else None
-        gpus = tuple(self._statics[u].index for u in (attempt or {}).get("gpus", []) if u in self._statics)
         progress = self.store.last_event(run["id"], run["attempt"], ["progress"]) if run["attempt"] else None
         retunes = self.db.conn.execute(
             "SELECT count(*) FROM retunes WHERE run_id = ?", (run["id"],)
         ).fetchone()[0]
-        return RunSummary(
-            id=run["id"],
-            name=run["name"],
-            kind=run["kind"],
-            state=run["state"],
-            gpus=gpus,
-            attempt=run["attempt"],
-            samples_seen=(progress or {}).get("samples_seen"),
-            total=(progress or {}).get("total"),
-            samples_per_s=(progress or {}).get("samples_per_s") if run["state"] in ACTIVE_STATES else None,
+        progress = progress or {}
+        return run_row(
+            RunSummary.from_row(run),
+            placed=self._indices(attempt["gpus"] if attempt else []),
+            samples_seen=reported_number(progress.get("samples_seen")),
+            total=reported_number(progress.get("total")),
+            samples_per_s=reported_number(progress.get("samples_per_s"))
+            if run["state"] in ACTIVE_STATES
+            else None,
             retunes=int(retunes),
-            message=run["message"],
-            created_at=run["created_at"],
-            started_at=run["started_at"],
-            ended_at=run["ended_at"],
         )
 
-    def runs(self) -> list[RunSummary]:
+    def runs(self) -> list[RunRow]:
         with self._lock:
             return [self._summary(r) for r in self.store.list_runs()]
 
@@ -152,73 +162,38 @@ class DbBackend:
 
         return doctor_findings(diagnose_run(DbRunData(self.path), run_id).to_dict())
 
-    def run_detail(self, run_id: str) -> RunDetail:
+    def run_detail(self, run_id: str) -> RunDetailView:
         with self._lock:
             run = self.store.resolve(run_id)
             summary = self._summary(run)
-            attempts = self.store.attempts(run["id"])
-            retunes = self.store.retunes(run["id"])
-            events = [e for e in self.store.events(run["id"], limit=100_000) if e.get("type") != "progress"]
-            metrics = self.store.metrics(run["id"])
-        used = attempts[-1]["gpus"] if attempts else []
+            attempts = [Attempt.model_validate(a) for a in self.store.attempts(run["id"])]
+            retunes = [Retune.model_validate(r) for r in self.store.retunes(run["id"])]
+            events = [RunEvent.model_validate(e) for e in self.store.events(run["id"], limit=100_000)]
+            metrics = [RunMetric.model_validate(m) for m in self.store.metrics(run["id"])]
+        used = attempts[-1].gpus if attempts else []
         capacity = (
             min((self._statics[u].memory_total or 0 for u in used if u in self._statics), default=0) or None
         )
-        return RunDetail(
+        return RunDetailView(
             summary,
             run["spec"],
-            [
-                AttemptInfo(
-                    a["attempt"],
-                    a["state"],
-                    a["started_at"],
-                    a["ended_at"],
-                    a["exit_code"],
-                    a["classification"],
-                    a["reason"],
-                    tuple(self._statics[u].index for u in a["gpus"] if u in self._statics),
-                )
-                for a in attempts
-            ],
-            [
-                RetuneInfo(
-                    r["attempt"],
-                    r["ts"],
-                    r["from"] or {},
-                    r["to"] or {},
-                    r["verdict"],
-                    r["evidence"] or {},
-                    r["outcome"],
-                )
-                for r in retunes
-            ],
-            [run_event(e, run["id"]) for e in events],
-            [
-                RunMetric(m["ts"], m["attempt"], m["step"], m["loss"], m["samples_per_s"], m["mem_peak"])
-                for m in metrics
-            ],
+            attempts,
+            retunes,
+            [timeline_event(e, run["id"]) for e in events if e.type != "progress"],
+            metrics,
             capacity,
+            {uuid: static.index for uuid, static in self._statics.items()},
         )
 
-    def logs(self, run_id: str, offset: int, stream: str = "stdout") -> LogChunk:
+    def logs(self, run_id: str, offset: int, stream: Literal["stdout", "stderr"] = "stdout") -> LogChunk:
         """The log file named in the store (the dashboard runs where the daemon wrote it)."""
         with self._lock:
             run = self.store.resolve(run_id)
             attempt = self.store.attempt(run["id"], run["attempt"]) if run["attempt"] else None
         if attempt is None:
-            return LogChunk("", 0)
-        path = Path(attempt[f"{stream}_path"])
-        try:
-            size = path.stat().st_size
-            start = max(0, size + offset) if offset < 0 else min(offset, size)
-            with path.open("rb") as fh:
-                fh.seek(start)
-                data = fh.read(LOG_CHUNK)
-        except OSError:
-            return LogChunk("", max(offset, 0))
-        return LogChunk(
-            data.decode("utf-8", "replace"), start + len(data), truncated=offset < 0 and start > 0
-        )
+            return log_chunk(NO_LOG, ended=run["state"] in FINAL_STATES, attempt=0, stream=stream)
+        piece = read_log(Path(attempt[f"{stream}_path"]), offset, LOG_CHUNK)
+        return log_chunk(piece, ended=attempt["state"] == "ended", attempt=attempt["attempt"], stream=stream)
 
     def frames(self, stop: threading.Event) -> Iterator[Frame]:
         """New samples written by a daemon (if one is writing the file), checked once a second.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from gpuwarden.tui.backend import RunSummary
+from gpuwarden.tui.backend import RunRow
 
 GIB = 1024**3
 MIB = 1024**2
@@ -55,13 +55,13 @@ def energy(joules: float) -> str:
     return f"{wh:.1f} Wh" if wh < 1000 else f"{wh / 1000:.2f} kWh"
 
 
-def progress_fraction(run: RunSummary) -> float | None:
+def progress_fraction(run: RunRow) -> float | None:
     if run.samples_seen is None or not run.total:
         return None
     return max(0.0, min(1.0, run.samples_seen / run.total))
 
 
-def eta_seconds(run: RunSummary) -> float | None:
+def eta_seconds(run: RunRow) -> float | None:
     """Time left at the current throughput; None when unknown or not running."""
     if run.state != "running" or run.samples_seen is None or not run.total or not run.samples_per_s:
         return None

@@ -17,11 +17,11 @@ from gpuwarden.tui.backend import (
     EventFrame,
     Frame,
     ProcessInfo,
-    RunEvent,
     RunFrame,
-    RunSummary,
+    RunRow,
     SampleFrame,
     Snapshot,
+    TimelineEvent,
 )
 from gpuwarden.tui.metrics import CHART_METRICS
 
@@ -122,7 +122,7 @@ class Changes:
     samples: bool = False
     processes: bool = False
     runs: set[str] = field(default_factory=set)
-    events: list[RunEvent] = field(default_factory=list)
+    events: list[TimelineEvent] = field(default_factory=list)
 
 
 class LiveState:
@@ -132,7 +132,7 @@ class LiveState:
         self.gpus: dict[str, GpuState] = {}
         self.snapshot: Snapshot | None = None
         self.processes: list[ProcessInfo] = []
-        self.runs: dict[str, RunSummary] = {}
+        self.runs: dict[str, RunRow] = {}
 
     def set_gpus(self, statics: list[GpuStatic]) -> None:
         for s in sorted(statics, key=lambda g: g.index):
@@ -148,7 +148,7 @@ class LiveState:
             series.clear()
             series.extend(values)
 
-    def set_runs(self, runs: list[RunSummary]) -> None:
+    def set_runs(self, runs: list[RunRow]) -> None:
         self.runs = {r.id: r for r in runs}
 
     def apply(self, frames: list[Frame]) -> Changes:
@@ -174,7 +174,7 @@ class LiveState:
             self.processes = snap.processes
             changes.processes = True
 
-    def runs_sorted(self) -> list[RunSummary]:
+    def runs_sorted(self) -> list[RunRow]:
         """Active runs first, then queued, then finished; newest first within each."""
         order = {"running": 0, "starting": 0, "retuning": 0, "queued": 1}
         return sorted(self.runs.values(), key=lambda r: (order.get(r.state, 2), -r.created_at, r.id))

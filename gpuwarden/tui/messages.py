@@ -10,13 +10,13 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
+from gpuwarden.core.api import LogChunk
 from gpuwarden.core.telemetry.types import GpuStatic
 from gpuwarden.tui.backend import (
     DoctorFinding,
     HistorySeries,
-    LogChunk,
-    RunDetail,
-    RunSummary,
+    RunDetailView,
+    RunRow,
     Snapshot,
     SourceStatus,
 )
@@ -36,14 +36,14 @@ class Connected(Message, bubble=False):
     status: SourceStatus
     gpus: list[GpuStatic]
     snapshot: Snapshot
-    runs: list[RunSummary]
+    runs: list[RunRow]
     # uuid → metric → recent values, to seed the live charts.
     recent: dict[str, dict[str, list[float | None]]]
 
 
 @dataclass
 class RunsLoaded(Message, bubble=False):
-    runs: list[RunSummary]
+    runs: list[RunRow]
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, RunsLoaded)
@@ -69,7 +69,7 @@ class HistoryLoaded(Message, bubble=False):
 
 @dataclass
 class DetailLoaded(Message, bubble=False):
-    detail: RunDetail
+    detail: RunDetailView
 
 
 @dataclass

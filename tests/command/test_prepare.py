@@ -80,9 +80,10 @@ def test_first_attempt_copy_equals_the_file_and_later_ones_carry_the_retune(tmp_
     assert "attempt 2 resumes from" in second.note and "(step 2)" in second.note
     record = read_record(run_dir, 2)
     assert record is not None
-    assert record["config"]["changes"] == {
-        "training.batch_size": [16, 4],
-        "training.gradient_accumulation_steps": [1, 4],
+    assert record.config is not None
+    assert record.config.changes == {
+        "training.batch_size": (16, 4),
+        "training.gradient_accumulation_steps": (1, 4),
     }
     lines = summary_lines(record)
     assert lines[0].startswith("config ") and "training.batch_size 16 → 4" in lines[0]

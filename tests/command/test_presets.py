@@ -91,10 +91,11 @@ def test_transformers_args_file_gets_its_keys_changed_in_the_copy(tmp_path: Path
     run_dir = tmp_path / "run"
     prepare_attempt(spec, "r", run_dir, 1)
     second = prepare_attempt(retuned, "r", run_dir, 2)
-    assert second.record["config"]["changes"] == {
-        "per_device_train_batch_size": [8, 4],
-        "gradient_accumulation_steps": [1, 2],
-        "resume_from_checkpoint": [None, str(tmp_path / "out" / "checkpoint-3")],
+    assert second.record.config is not None
+    assert second.record.config.changes == {
+        "per_device_train_batch_size": (8, 4),
+        "gradient_accumulation_steps": (1, 2),
+        "resume_from_checkpoint": (None, str(tmp_path / "out" / "checkpoint-3")),
     }
 
 

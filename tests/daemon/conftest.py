@@ -144,21 +144,23 @@ class DaemonHandle:
         return path
 
     def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """Submit `spec`; the new run as its JSON document (what `gpuwarden run --json` prints)."""
         with self.client() as client:
-            return client.submit(spec)
+            return client.submit(spec).model_dump(mode="json")
 
     def wait_state(
         self, run_id: str, states: tuple[str, ...] = FINAL, timeout: float = 30.0
     ) -> dict[str, Any]:
+        """The run's JSON document once it is in one of `states`."""
         deadline = time.monotonic() + timeout
         with self.client() as client:
             while True:
                 run = client.run(run_id)
-                if run["state"] in states:
-                    return run
+                if run.state in states:
+                    return run.model_dump(mode="json")
                 if time.monotonic() > deadline:
                     raise AssertionError(
-                        f"run {run_id} stuck in {run['state']} (wanted {states}): {run['message']}"
+                        f"run {run_id} stuck in {run.state} (wanted {states}): {run.message}"
                     )
                 time.sleep(0.05)
 

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, settings
 
 from gpuwarden.client import StreamFrame
 from gpuwarden.core.errors import UserError
-from gpuwarden.daemon.api import create_app
+from gpuwarden.daemon.http import create_app
 from tests.daemon.conftest import DaemonHandle, command_spec
 
 
@@ -70,7 +70,7 @@ def test_connection_from_another_uid_is_refused(gw: DaemonHandle) -> None:
     assert body["error"]["code"] == "forbidden"
     assert "refused a connection from uid 65534" in gw.log.read_text()
     with gw.client() as client:  # the owner still gets in
-        assert client.health()["pid"] > 0
+        assert client.health().pid > 0
 
 
 def test_stale_socket_from_a_dead_daemon_is_replaced(daemon_factory: Any) -> None:
@@ -79,26 +79,80 @@ def test_stale_socket_from_a_dead_daemon_is_replaced(daemon_factory: Any) -> Non
     assert gw.socket.exists()
     gw.start()
     with gw.client() as client:
-        assert client.health()["pid"] == gw.proc.pid  # type: ignore[union-attr]
+        assert client.health().pid == gw.proc.pid  # type: ignore[union-attr]
 
 
 def test_health_and_telemetry_endpoints(gw: DaemonHandle) -> None:
     with gw.client() as client:
         health = client.health()
-        assert health["api_version"].startswith("1.")
-        assert health["gpu_status"].startswith("2 GPUs")
-        assert health["db"].endswith("gpuwarden.db")
-        gpus = client.gpus()["gpus"]
-        assert len(gpus) == 2 and all(g["sample"] is not None for g in gpus)
-        assert client.host()["host"]["mem_total"] > 0
+        assert health.api_version.startswith("1.")
+        assert health.gpu_status.startswith("2 GPUs")
+        assert health.db.endswith("gpuwarden.db")
+        gpus = client.gpus().gpus
+        assert len(gpus) == 2 and all(g.sample is not None for g in gpus)
+        host = client.host().host
+        assert host is not None and host.mem_total
         time.sleep(1.0)
         hist = client.history(window="5m", metrics=["util_gpu", "mem_used"], points=10)
-        assert set(hist["series"]) == {g["uuid"] for g in gpus}
-        assert client.history(window="5m", host=True, metrics=["cpu_percent"])["series"]
+        assert set(hist.series) == {g.uuid for g in gpus}
+        assert client.history(window="5m", host=True, metrics=["cpu_percent"]).series
         assert isinstance(client.processes(), list)
     with httpx.Client(transport=httpx.HTTPTransport(uds=str(gw.socket)), base_url="http://gw") as http:
         openapi = http.get("/v1/openapi.json").json()
     assert {"/v1/health", "/v1/runs", "/v1/runs/{ref}/logs", "/v1/stream"} <= set(openapi["paths"])
+
+
+def test_openapi_documents_every_answer() -> None:
+    doc = create_app(cast(Any, None)).openapi()
+    for path, operations in doc["paths"].items():
+        for method, op in operations.items():
+            ok = next(body for status, body in op["responses"].items() if status.startswith("2"))
+            content = ok.get("content", {})
+            if path == "/v1/stream":
+                continue
+            schema = content["application/json"]["schema"]
+            assert "$ref" in schema or "anyOf" in schema, (method, path, schema)
+
+
+def _send_get(path: str, sock_path: Path) -> socket.socket:
+    """A GET written whole to its own connection (so it reaches the daemon before what follows)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(30)
+    sock.connect(str(sock_path))
+    sock.sendall(f"GET {path} HTTP/1.1\r\nhost: gw\r\nconnection: close\r\n\r\n".encode())
+    return sock
+
+
+def _read_answer(sock: socket.socket) -> tuple[int, Any]:
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    sock.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body)
+
+
+def test_long_polls_wait_without_holding_a_worker(gw: DaemonHandle) -> None:
+    """More waiting requests than the server has worker threads (40): a plain request sent after
+    them is answered while they wait, and they all wake when the run changes."""
+    run = gw.submit(command_spec("quiet", "import time; time.sleep(120)"))
+    gw.wait_state(run["id"], ("running",))
+    with gw.client() as client:
+        since = client.events(run["id"]).next_since
+        size = client.logs(run["id"]).size
+    base = f"/v1/runs/{run['id']}"
+    polls = [_send_get(f"{base}/events?since={since}&wait=30", gw.socket) for _ in range(30)]
+    polls += [_send_get(f"{base}/logs?offset={size}&wait=30", gw.socket) for _ in range(30)]
+    with gw.client(timeout=60) as client:
+        started = time.monotonic()
+        client.health()
+        # Workers sleeping in the polls would hold this answer until their wait (30 s) ran out.
+        assert time.monotonic() - started < 20
+        client.stop(run["id"], grace_seconds=0)
+    answers = [_read_answer(sock) for sock in polls]
+    assert all(status == 200 for status, _ in answers)
+    assert all(page["events"] and page["events"][0]["id"] > since for _, page in answers[:30])
+    assert all(chunk["eof"] for _, chunk in answers[30:])
 
 
 ERROR_CASES = [

@@ -41,6 +41,25 @@ def test_errors_become_user_errors_with_code_and_problem_lines() -> None:
     assert str(err.value).splitlines() == ["s:1: a", "s:2: b"]
 
 
+def test_answers_are_models_and_a_foreign_shape_is_one_line() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/health":
+            return httpx.Response(200, json={"api_version": "1.0"})
+        if request.url.path == "/v1/runs/x/logs":
+            body = {"data": "hi", "offset": 0, "next_offset": 2, "overflow": False, "size": 2, "eof": True,
+                    "attempt": 1, "stream": "stdout"}  # fmt: skip
+            return httpx.Response(200, json=body)
+        return httpx.Response(200, json={"runs": [{"id": "r1", "state": "sleeping"}]})
+
+    with _client(httpx.MockTransport(handler)) as client:
+        chunk = client.logs("x")
+        assert (chunk.data, chunk.next_offset, chunk.eof) == ("hi", 2, True)
+        with pytest.raises(UserError) as err:
+            client.runs()
+    assert err.value.code == "api_mismatch"
+    assert "GET /v1/runs" in str(err.value) and "runs.0." in str(err.value) and "\n" not in str(err.value)
+
+
 def test_absent_daemon_is_one_line_with_the_fix(tmp_path: Path) -> None:
     with pytest.raises(UserError) as err, ApiClient(tmp_path / "api.sock") as client:
         client.health()

@@ -47,15 +47,15 @@ def test_kill9_midrun_then_restart_readopts_with_complete_log_and_events(daemon_
     gw.start()
     with gw.client() as client:
         adopted = client.run(run["id"])
-        assert adopted["state"] == "running", adopted["message"]
-        assert adopted["attempts"][0]["adopted"] is True
+        assert adopted.state == "running", adopted.message
+        assert adopted.attempts[0].adopted is True
     done = gw.wait_state(run["id"], timeout=30)
     assert done["state"] == "succeeded", done["message"]
     assert "re-adopted" in done["message"]
     out = (Path(done["run_dir"]) / "attempts" / "1" / "stdout.log").read_text().splitlines()
     assert out == [f"line {i}" for i in range(80)]
     with gw.client() as client:
-        events = client.events(run["id"], limit=10_000)["events"]
+        events = [e.model_dump() for e in client.events(run["id"], limit=10_000).events]
     steps = [e["step"] for e in events if e["type"] == "progress"]
     assert steps == list(range(80)), "every event exactly once, in order"
     assert [e["type"] for e in events if e["type"] == "finished"] == ["finished"]
@@ -74,8 +74,8 @@ def test_run_whose_process_died_with_the_daemon_is_interrupted_and_resumed(daemo
     gw.start()
     with gw.client() as client:
         stays = client.run(left["id"])
-        assert stays["state"] == "interrupted"
-        assert stays["attempts"][0]["classification"] == "interrupted"
+        assert stays.state == "interrupted"
+        assert stays.attempts[0].classification == "interrupted"
     again = gw.wait_state(resumable["id"], ("running",))
     assert again["attempt"] == 2
     states = [e["state"] for e in _events(gw, resumable["id"]) if e["type"] == "state"]
@@ -98,7 +98,7 @@ def test_run_that_finished_while_no_daemon_ran_is_succeeded_from_its_events(daem
 
 def _events(gw: DaemonHandle, run_id: str) -> list[dict[str, Any]]:
     with gw.client() as client:
-        return list(client.events(run_id, limit=10_000)["events"])
+        return [e.model_dump() for e in client.events(run_id, limit=10_000).events]
 
 
 def test_partial_event_line_waits_for_its_newline(gw: DaemonHandle) -> None:

@@ -46,11 +46,11 @@ def test_command_run_succeeds_with_output_events_and_placement(gw: DaemonHandle)
     assert (Path(done["run_dir"]) / "spec.yaml").exists()
     assert (Path(done["run_dir"]) / "attempts" / "1" / "resolved.yaml").exists()
     with gw.client() as client:
-        events = client.events(run["id"])["events"]
+        events = [e.model_dump() for e in client.events(run["id"]).events]
         metrics = client.metrics(run["id"])
     progress = [e for e in events if e["type"] == "progress"]
     assert len(progress) == 1 and progress[0]["loss"] == 0.5
-    assert [m["step"] for m in metrics] == [1]
+    assert [m.step for m in metrics] == [1]
     states = [e["state"] for e in events if e["type"] == "state"]
     assert states == ["queued", "starting", "running", "succeeded"]
 
@@ -126,7 +126,7 @@ def test_third_run_waits_for_a_gpu_and_starts_when_one_finishes(gw: DaemonHandle
     assert a["attempts"][0]["gpus"] != b["attempts"][0]["gpus"]
     time.sleep(1.0)  # several scheduler passes
     with gw.client() as client:
-        assert client.run(third["id"])["state"] == "queued"
+        assert client.run(third["id"]).state == "queued"
         client.stop(first["id"], grace_seconds=0)
     c = gw.wait_state(third["id"])
     assert c["state"] == "succeeded"
@@ -139,7 +139,7 @@ def test_cpu_run_and_named_gpu(gw: DaemonHandle) -> None:
     assert _log(cpu).strip() == "''"
     named = gw.wait_state(gw.submit(command_spec("named", code, resources={"gpus": ["1"]}))["id"])
     with gw.client() as client:
-        second_gpu = client.gpus()["gpus"][1]["uuid"]
+        second_gpu = client.gpus().gpus[1].uuid
     assert _log(named).strip() == repr(second_gpu)
 
 
@@ -154,37 +154,37 @@ def test_queued_run_can_be_edited_stopped_resumed_and_removed(gw: DaemonHandle) 
     with gw.client() as client:
         blockers = [client.submit(command_spec(f"hold{i}", "import time; time.sleep(60)")) for i in range(2)]
         for b in blockers:
-            gw.wait_state(b["id"], ("running",))
+            gw.wait_state(b.id, ("running",))
         spec = command_spec("queued", "import sys; print(sys.argv[1])", knobs={"x": 1})
         spec["command"]["argv"].append("{x}")
         run = client.submit(spec)
-        edited = client.edit(run["id"], knobs={"x": 42}, name="renamed")
-        assert edited["name"] == "renamed" and edited["spec"]["knobs"] == {"x": 42}
+        edited = client.edit(run.id, knobs={"x": 42}, name="renamed")
+        assert edited.name == "renamed" and edited.spec["knobs"] == {"x": 42}
         with pytest.raises(UserError) as bad:
-            client.edit(run["id"], knobs={"y": 1})
+            client.edit(run.id, knobs={"y": 1})
         assert "unknown placeholder {x}" in str(bad.value)
         with pytest.raises(UserError) as running_edit:
-            client.edit(blockers[0]["id"], name="zzz")
+            client.edit(blockers[0].id, name="zzz")
         assert running_edit.value.code == "conflict"
-        stopped = client.stop(run["id"])
-        assert stopped["state"] == "stopped" and stopped["attempts"] == []
+        stopped = client.stop(run.id)
+        assert stopped.state == "stopped" and stopped.attempts == []
         with pytest.raises(UserError) as again:
-            client.stop(run["id"])
+            client.stop(run.id)
         assert again.value.code == "conflict"
         with pytest.raises(UserError) as active_rm:
-            client.delete(blockers[0]["id"])
+            client.delete(blockers[0].id)
         assert active_rm.value.code == "conflict"
         for b in blockers:
-            client.stop(b["id"], grace_seconds=0)
+            client.stop(b.id, grace_seconds=0)
         resumed = client.resume("renamed")
-        assert resumed["state"] == "queued"
-        done = gw.wait_state(run["id"])
+        assert resumed.state == "queued"
+        done = gw.wait_state(run.id)
         assert done["state"] == "succeeded"
         assert _log(done).strip() == "42"
-        client.delete(run["id"])
+        client.delete(run.id)
         assert not Path(done["run_dir"]).exists()
         with pytest.raises(UserError) as gone:
-            client.run(run["id"])
+            client.run(run.id)
         assert gone.value.code == "not_found"
 
 
@@ -209,8 +209,8 @@ def _wait_for_output(gw: DaemonHandle, run_id: str, text: str, timeout: float = 
     with gw.client() as client:
         while time.monotonic() < deadline:
             chunk = client.logs(run_id, offset=0)
-            if text in chunk["data"]:
-                return str(chunk["data"])
+            if text in chunk.data:
+                return chunk.data
             time.sleep(0.05)
     raise AssertionError(f"{text!r} never appeared in {run_id}'s stdout")
 
@@ -245,13 +245,13 @@ def test_show_reports_effective_batch_of_a_train_run(gw: DaemonHandle) -> None:
 def test_without_gpus_runs_that_allow_it_go_to_the_cpu_with_a_warning(daemon_factory: Any) -> None:
     gw: DaemonHandle = daemon_factory({"GPUWARDEN_FAKE_NVML": ""})  # real NVML: none here
     with gw.client() as client:
-        status = client.health()["gpu_status"]
+        status = client.health().gpu_status
         if not status.startswith("no NVIDIA driver"):
             pytest.skip(f"this machine has GPUs ({status})")
         code = "import os; print(repr(os.environ['CUDA_VISIBLE_DEVICES']))"
-        run = gw.wait_state(client.submit(command_spec("cpu", code))["id"])
+        run = gw.wait_state(client.submit(command_spec("cpu", code)).id)
         assert run["state"] == "succeeded" and _log(run).strip() == "''"
-        warnings = [e for e in client.events(run["id"])["events"] if e["type"] == "warning"]
+        warnings = [e.model_dump() for e in client.events(run["id"]).events if e.type == "warning"]
         assert [w["code"] for w in warnings] == ["cpu_fallback"]
         with pytest.raises(UserError) as err:
             client.submit(command_spec("gpu-only", "pass", resources={"allow_cpu": False}))
@@ -267,15 +267,15 @@ def test_a_stopped_training_run_is_edited_by_dotted_keys_then_resumed(gw: Daemon
     }
     with gw.client() as client:
         run = client.submit(spec)
-        client.stop(run["id"], grace_seconds=0.5)
-        gw.wait_state(run["id"])
-        edited = client.edit(run["id"], set={"train.batch_size": 2, "train.grad_accum_steps": 4})
-        assert edited["state"] == "stopped"  # editing does not start it
-        assert (edited["spec"]["train"]["batch_size"], edited["spec"]["train"]["grad_accum_steps"]) == (2, 4)
+        client.stop(run.id, grace_seconds=0.5)
+        gw.wait_state(run.id)
+        edited = client.edit(run.id, set={"train.batch_size": 2, "train.grad_accum_steps": 4})
+        assert edited.state == "stopped"  # editing does not start it
+        assert (edited.spec["train"]["batch_size"], edited.spec["train"]["grad_accum_steps"]) == (2, 4)
         with pytest.raises(UserError) as bad:
-            client.edit(run["id"], set={"train.batchsize": 2})
+            client.edit(run.id, set={"train.batchsize": 2})
         assert "train.batchsize: unknown key — did you mean 'batch_size'?" in str(bad.value)
         with pytest.raises(UserError) as negative:
-            client.edit(run["id"], set={"train.batch_size": -1})
+            client.edit(run.id, set={"train.batch_size": -1})
         assert "train.batch_size" in str(negative.value)
-        assert client.run(run["id"])["spec"]["train"]["batch_size"] == 2  # a refused edit loses nothing
+        assert client.run(run.id).spec["train"]["batch_size"] == 2  # a refused edit loses nothing

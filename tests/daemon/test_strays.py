@@ -34,7 +34,7 @@ def _on_gpu(pid: int) -> list[GpuProcess]:
 
 def test_sigterm_ends_a_stray_process(child: subprocess.Popen[str]) -> None:
     out = terminate_gpu_process(child.pid, _on_gpu(child.pid), {}, 5.0, time.time)
-    assert out["signal"] == "SIGTERM" and out["pid"] == child.pid
+    assert out.signal == "SIGTERM" and out.pid == child.pid
     assert child.wait(timeout=5) == -15
 
 
@@ -128,7 +128,7 @@ def test_tune_a_stopped_training_run_resumes_it_tuned(daemon_factory: object) ->
         client.stop(run["id"], grace_seconds=1)
     gw.wait_state(run["id"], timeout=60)
     with gw.client() as client:
-        assert client.tune(run["id"])["state"] in ("queued", "starting")
+        assert client.tune(run["id"]).state in ("queued", "starting")
     final = gw.wait_state(run["id"], ("succeeded", "failed"), timeout=300)
     assert final["state"] == "succeeded", final["message"]
     events = gw.cli_json("events", run["id"])["events"]

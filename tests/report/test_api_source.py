@@ -81,16 +81,17 @@ def test_doctor_over_the_api_sees_other_processes_from_the_stored_reads(daemon: 
     done = daemon.wait_state(run["id"], timeout=30)
     assert done["state"] == "succeeded"
     with daemon.client() as client:
-        (attempt,) = client.run(run["id"])["attempts"]
-        uuid = attempt["gpus"][0]
-        middle = (float(attempt["started_at"]) + float(attempt["ended_at"])) / 2
+        (attempt,) = client.run(run["id"]).attempts
+        assert attempt.started_at is not None and attempt.ended_at is not None
+        uuid = attempt.gpus[0]
+        middle = (attempt.started_at + attempt.ended_at) / 2
         _put_foreign_process(daemon.db, uuid, middle, 999_999)
-        _put_foreign_process(daemon.db, uuid, float(attempt["ended_at"]) + 60, 888_888)  # after the run
+        _put_foreign_process(daemon.db, uuid, attempt.ended_at + 60, 888_888)  # after the run
 
         # The API's stored reads: the window is [since, until), one GPU, and a cut is flagged.
         answer = client.process_history(middle - 1, middle + 1, gpu=uuid)
-        assert [p["pid"] for p in answer["processes"]] == [999_999] and answer["truncated"] is False
-        assert answer["processes"][0]["user"] == "alice"
+        assert [p.pid for p in answer.processes] == [999_999] and answer.truncated is False
+        assert answer.processes[0].user == "alice"
 
         diagnosis = diagnose_run(ApiRunData(client), "shared")
     found = [f for f in diagnosis.findings if f.id == "other-processes"]
@@ -106,7 +107,7 @@ def test_doctor_over_the_api_sees_other_processes_from_the_stored_reads(daemon: 
     conn = sqlite3.connect(daemon.db, timeout=10)
     try:
         with conn:
-            cut = round((float(attempt["ended_at"]) + 1) * 1000)
+            cut = round((attempt.ended_at + 1) * 1000)
             conn.execute("DELETE FROM process_scans WHERE ts < ?", (cut,))
             conn.execute("DELETE FROM gpu_processes WHERE ts < ?", (cut,))
     finally:

@@ -13,7 +13,7 @@ from textual.widgets import DataTable
 
 from gpuwarden.tui.app import GpuwardenApp
 from gpuwarden.tui.backend import DashboardBackend
-from gpuwarden.tui.fake_backend import FROZEN_TS, FakeBackend
+from tests.tui.fake_backend import FROZEN_TS, FakeBackend
 
 # Snapshots print wall-clock times: render them in UTC whatever the machine's zone.
 os.environ["TZ"] = "UTC"

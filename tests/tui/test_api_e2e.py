@@ -83,4 +83,4 @@ def test_stop_a_real_run_from_the_dashboard(gw: DaemonHandle) -> None:  # noqa: 
                 await pilot.pause(0.1)
 
     run(body())
-    assert gw.client().run(run_id)["state"] == "stopped"
+    assert gw.client().run(run_id).state == "stopped"

@@ -10,7 +10,6 @@ from textual.widgets import DataTable, Footer, Input, Log, Static
 
 from gpuwarden.tui.app import GpuwardenApp
 from gpuwarden.tui.backend import RunFrame, SampleFrame
-from gpuwarden.tui.fake_backend import FROZEN_TS, FakeBackend
 from gpuwarden.tui.keys import ACTIONS
 from gpuwarden.tui.messages import FramesReady
 from gpuwarden.tui.screens.dialogs import ConfirmScreen, KnobScreen, MetricsScreen, SubmitScreen
@@ -20,6 +19,7 @@ from gpuwarden.tui.screens.main import MainScreen
 from gpuwarden.tui.screens.run_detail import RunDetailScreen
 from gpuwarden.tui.widgets.gpu_card import GpuCard
 from tests.tui.conftest import make_app, run, settle, wait_workers
+from tests.tui.fake_backend import FROZEN_TS, FakeBackend
 
 RUNNING = "a1b2c3d4"
 STOPPED = "4e5f6a7b"

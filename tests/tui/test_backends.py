@@ -10,6 +10,21 @@ from typing import Any
 
 import pytest
 
+from gpuwarden.core.api import (
+    Attempt,
+    EventsPage,
+    GpuInfo,
+    GpuList,
+    Health,
+    HistoryAnswer,
+    HostReading,
+    LiveProcess,
+    LogChunk,
+    Retune,
+    RunDetail,
+    RunMetric,
+    RunSummary,
+)
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.store.db import open_db
 from gpuwarden.core.store.runs import RunStore
@@ -18,7 +33,7 @@ from gpuwarden.core.telemetry.types import GpuProcess, HostSample, Tick
 from gpuwarden.tui.api_backend import ApiBackend, series_from_buckets
 from gpuwarden.tui.backend import EventFrame, RunFrame, SampleFrame
 from gpuwarden.tui.db_backend import DbBackend
-from gpuwarden.tui.fake_backend import FROZEN_TS, FakeBackend
+from tests.tui.fake_backend import FROZEN_TS, FakeBackend
 
 GIB = 1024**3
 
@@ -72,13 +87,13 @@ def test_db_backend_reads_everything_and_writes_nothing(db_file: Path) -> None:
     host = backend.host_history(["cpu_percent"], FROZEN_TS - 120, FROZEN_TS, 60)
     assert 12.0 in [v for _, v in host["cpu_percent"]]
     (run,) = backend.runs()
-    assert (run.state, run.samples_seen, run.total, run.retunes, run.gpus) == ("running", 40, 160, 1, (0,))
+    assert (run.state, run.samples_seen, run.total, run.retunes, run.placed) == ("running", 40, 160, 1, (0,))
     detail = backend.run_detail("r1")
     assert detail.retunes[0].before == {"batch_size": 8} and detail.retunes[0].verdict == "gpu_capacity"
     assert detail.metrics[0].loss == 1.5 and detail.mem_capacity == 24 * GIB
     assert {e.type for e in detail.events} == {"state"}  # progress events became the charts
     tail = backend.logs("r1", -64)
-    assert tail.text.endswith("line 999\n") and tail.truncated
+    assert tail.data.endswith("line 999\n") and tail.overflow and tail.attempt == 1 and not tail.eof
     for control in (
         lambda: backend.stop_run("r1"),
         lambda: backend.submit("x.yaml"),
@@ -123,8 +138,31 @@ def test_history_buckets_become_evenly_spaced_points_with_gaps() -> None:
     assert points == [(105.0, 5.0), (115.0, None), (125.0, None), (135.0, 7.0)]
 
 
+def _summary(run_id: str, name: str, kind: str, state: str, attempt: int, message: str | None,
+             created: float, started: float, ended: float | None) -> dict[str, Any]:  # fmt: skip
+    return {"id": run_id, "name": name, "kind": kind, "state": state, "attempt": attempt, "message": message,
+            "created_at": created, "updated_at": ended or started, "started_at": started, "ended_at": ended,
+            "gpus": 1}  # fmt: skip
+
+
+def _attempt(run_id: str, gpus: list[str], **kw: Any) -> Attempt:
+    fields: dict[str, Any] = {
+        "run_id": run_id, "attempt": 1, "state": "ended", "pid": 10, "create_time": 1.0, "started_at": 2.0,
+        "ended_at": 3.0, "exit_code": 3, "signal": None, "classification": None, "reason": None, "adopted": False,
+        "events_offset": 0, "events_skipped": 0, "stdout_path": "o", "stderr_path": "e", "events_path": "v",
+        "gpus": gpus, "oom_kill_before": None,
+    }  # fmt: skip
+    return Attempt.model_validate({**fields, **kw})
+
+
+def _retune(run_id: str, **kw: Any) -> Retune:
+    fields: dict[str, Any] = {"id": 1, "run_id": run_id, "attempt": 1, "ts": 3.0, "verdict": None, "outcome": None,
+                              "from": {}, "to": {}, "evidence": None, "prediction": None}  # fmt: skip
+    return Retune.model_validate({**fields, **kw})
+
+
 class StubClient:
-    """Answers shaped like the daemon's API (see gpuwarden/daemon/api.py), and records calls."""
+    """Answers shaped like the daemon's API (the models of gpuwarden.core.api), and records calls."""
 
     socket_path = Path("/run/user/1000/gpuwarden/api.sock")
 
@@ -134,77 +172,81 @@ class StubClient:
         self.statics = fake.gpus()
         self.snapshot = fake.snapshot()
 
-    def health(self) -> dict[str, Any]:
-        return {"version": "0.1.0", "socket": str(self.socket_path), "gpu_status": "2 GPUs: …"}
+    def health(self) -> Health:
+        return Health(name="gpuwarden", version="0.1.0", api_version="1.0", pid=1, uptime_s=1.0,
+                      gpu_status="2 GPUs: …", db="/x.db", socket=str(self.socket_path), active_runs=1,
+                      stream_clients=0)  # fmt: skip
 
-    def gpus(self) -> dict[str, Any]:
-        return {
-            "ts": FROZEN_TS,
-            "gpus": [
-                {**g.to_dict(), "first_seen": 0, "sample": s.to_dict()}
-                for g, s in zip(self.statics, self.snapshot.gpus, strict=True)
-            ],
-        }
+    def gpus(self) -> GpuList:
+        return GpuList(
+            status="2 GPUs",
+            ts=FROZEN_TS,
+            gpus=[GpuInfo.of(g, s) for g, s in zip(self.statics, self.snapshot.gpus, strict=True)],
+        )
 
-    def host(self) -> dict[str, Any]:
-        return {"host": {"ts": FROZEN_TS, "cpu_percent": 3.0}}
+    def host(self) -> HostReading:
+        return HostReading(host=HostSample(ts=FROZEN_TS, cpu_percent=3.0))
 
-    def processes(self) -> list[dict[str, Any]]:
+    def processes(self) -> list[LiveProcess]:
         import getpass
 
+        uuid = self.statics[1].uuid
         return [
-            {"pid": 7, "uuid": self.statics[1].uuid, "user": getpass.getuser(), "cmdline": "python x.py",
-             "used_memory": GIB, "run_id": None},
-            {"pid": 8, "uuid": self.statics[1].uuid, "user": "someone-else", "name": "ollama", "run_id": None},
+            LiveProcess(ts=FROZEN_TS, uuid=uuid, pid=7, used_memory=GIB, user=getpass.getuser(), cmdline="python x.py"),
+            LiveProcess(ts=FROZEN_TS, uuid=uuid, pid=8, user="someone-else", name="ollama"),
         ]  # fmt: skip
 
-    def history(self, **kw: Any) -> dict[str, Any]:
+    def history(self, **kw: Any) -> HistoryAnswer:
         self.calls.append(("history", kw))
-        if kw.get("host"):
-            return {"step": 60.0, "start": FROZEN_TS - 600, "end": FROZEN_TS,
-                    "series": {"host": {"cpu_percent": [[FROZEN_TS - 600, 30.0, 20.0, 40.0]]}}}  # fmt: skip
-        return {"step": 60.0, "start": FROZEN_TS - 600, "end": FROZEN_TS,
-                "series": {self.statics[0].uuid: {"util_gpu": [[FROZEN_TS - 600, 50.0, 40.0, 60.0]]}}}  # fmt: skip
+        key, metric = ("host", "cpu_percent") if kw.get("host") else (self.statics[0].uuid, "util_gpu")
+        value = 30.0 if kw.get("host") else 50.0
+        return HistoryAnswer(tier="1m", step=60.0, start=FROZEN_TS - 600, end=FROZEN_TS,
+                             series={key: {metric: [(FROZEN_TS - 600, value, value - 10, value + 10)]}})  # fmt: skip
 
-    def runs(self) -> list[dict[str, Any]]:
+    def runs(self) -> list[RunSummary]:
         return [
-            {"id": "r1", "name": "a", "kind": "train", "state": "running", "attempt": 2, "message": None,
-             "created_at": 1.0, "started_at": 2.0, "ended_at": None, "gpus": 1},
-            {"id": "r2", "name": "b", "kind": "infer", "state": "failed", "attempt": 1, "message": "x",
-             "created_at": 0.5, "started_at": 1.0, "ended_at": 3.0, "gpus": 1},
-        ]  # fmt: skip
+            RunSummary.model_validate(_summary("r1", "a", "train", "running", 2, None, 1.0, 2.0, None)),
+            RunSummary.model_validate(_summary("r2", "b", "infer", "failed", 1, "x", 0.5, 1.0, 3.0)),
+        ]
 
-    def events(self, ref: str, since: int = 0, limit: int = 1000, wait: float = 0.0) -> dict[str, Any]:
+    def events(self, ref: str, since: int = 0, limit: int = 1000, wait: float = 0.0) -> EventsPage:
         rows = [
-            {"id": 1, "type": "state", "state": "retuning", "ts": 1.0, "source": "daemon"},
-            {"id": 2, "type": "progress", "ts": 2.0, "samples_seen": 30, "total": 120, "samples_per_s": 3.0},
-            {"id": 3, "type": "oom", "ts": 2.5, "verdict": "gpu_capacity", "phase": "backward"},
-        ]
+            {"id": 1, "attempt": 1, "type": "state", "state": "retuning", "ts": 1.0, "source": "daemon"},
+            {"id": 2, "attempt": 1, "type": "progress", "ts": 2.0, "samples_seen": 30, "total": 120,
+             "samples_per_s": 3.0, "source": "runner"},
+            {"id": 3, "attempt": 1, "type": "oom", "ts": 2.5, "verdict": "gpu_capacity", "phase": "backward",
+             "source": "runner"},
+        ]  # fmt: skip
         rows = [r for r in rows if r["id"] > since]
-        return {"events": rows, "next_since": rows[-1]["id"] if rows else since, "state": "running"}
+        page = {"events": rows, "next_since": rows[-1]["id"] if rows else since, "state": "running"}
+        return EventsPage.model_validate(page)
 
-    def attempts(self, ref: str) -> list[dict[str, Any]]:
-        return [{"attempt": 1, "gpus": [self.statics[1].uuid]}]
+    def attempts(self, ref: str) -> list[Attempt]:
+        return [_attempt(ref, [self.statics[1].uuid])]
 
-    def retunes(self, ref: str) -> list[dict[str, Any]]:
-        return [{"attempt": 1}] * 2
+    def retunes(self, ref: str) -> list[Retune]:
+        return [_retune(ref), _retune(ref, id=2)]
 
-    def run(self, ref: str) -> dict[str, Any]:
-        base = next((r for r in self.runs() if r["id"] == ref), self.runs()[0])
-        run = {**base, "spec": {"name": "a", "knobs": {"bs": 8}}}
-        run["attempts"] = [
-            {"attempt": 1, "state": "ended", "gpus": [self.statics[0].uuid], "classification": "oom"}
-        ]
-        run["retunes"] = [{"attempt": 1, "ts": 3.0, "from": {"bs": 8}, "to": {"bs": 4}, "verdict": "gpu_capacity",
-                           "evidence": {"free_gib": 0.2}, "outcome": None}]  # fmt: skip
-        return run
+    def run(self, ref: str) -> RunDetail:
+        base = next((r for r in self.runs() if r.id == ref), self.runs()[0])
+        return RunDetail.model_validate(
+            {
+                **base.model_dump(),
+                "run_dir": "/runs/x", "stop_requested": False, "spec": {"name": "a", "knobs": {"bs": 8}},
+                "submitted_spec": {}, "effective_batch": None, "report": None,
+                "attempts": [_attempt(base.id, [self.statics[0].uuid], classification="oom")],
+                "retunes": [_retune(base.id, **{"from": {"bs": 8}, "to": {"bs": 4}}, verdict="gpu_capacity",
+                                    evidence={"free_gib": 0.2})],
+            }
+        )  # fmt: skip
 
-    def metrics(self, ref: str) -> list[dict[str, Any]]:
-        return [{"ts": 2.0, "attempt": 1, "step": 1, "loss": 2.0, "samples_per_s": 3.0, "mem_peak": GIB}]
+    def metrics(self, ref: str) -> list[RunMetric]:
+        return [RunMetric(run_id=ref, ts=2.0, attempt=1, step=1, loss=2.0, samples_per_s=3.0, mem_peak=GIB)]
 
-    def logs(self, ref: str, **kw: Any) -> dict[str, Any]:
+    def logs(self, ref: str, **kw: Any) -> LogChunk:
         self.calls.append(("logs", kw))
-        return {"data": "hello\n", "next_offset": 106, "overflow": True}
+        return LogChunk(data="hello\n", offset=100, next_offset=106, overflow=True, size=106, eof=False,
+                        attempt=2, stream="stdout")  # fmt: skip
 
     def stream(self) -> Any:
         from gpuwarden.client import StreamFrame
@@ -213,30 +255,31 @@ class StubClient:
             "sample", {"ts": FROZEN_TS, "gpus": [s.to_dict() for s in self.snapshot.gpus], "host": None}
         )
         yield StreamFrame(
-            "event", {"run_id": "r1", "id": 4, "type": "progress", "samples_seen": 60, "total": 120}
-        )
-        yield StreamFrame("run", {**self.runs()[0], "state": "stopped"})
-        yield StreamFrame("event", {"run_id": "r1", "id": 5, "type": "state", "state": "stopped", "ts": 9.0})
+            "event",
+            {"run_id": "r1", "id": 4, "attempt": 2, "type": "progress", "ts": 8.0, "source": "runner",
+             "samples_seen": 60, "total": 120},
+        )  # fmt: skip
+        yield StreamFrame("run", {**self.runs()[0].model_dump(mode="json"), "state": "stopped", "dropped": 0})
+        yield StreamFrame(
+            "event",
+            {"run_id": "r1", "id": 5, "attempt": 2, "type": "state", "state": "stopped", "ts": 9.0,
+             "source": "daemon"},
+        )  # fmt: skip
 
-    def stop(self, ref: str) -> dict[str, Any]:
+    def stop(self, ref: str) -> None:
         self.calls.append(("stop", ref))
-        return {}
 
-    def edit(self, ref: str, **changes: Any) -> dict[str, Any]:
+    def edit(self, ref: str, **changes: Any) -> None:
         self.calls.append(("edit", ref, changes))
-        return {}
 
-    def resume(self, ref: str) -> dict[str, Any]:
+    def resume(self, ref: str) -> None:
         self.calls.append(("resume", ref))
-        return {}
 
-    def tune(self, ref: str) -> dict[str, Any]:
+    def tune(self, ref: str) -> None:
         self.calls.append(("tune", ref))
-        return {}
 
-    def terminate_process(self, pid: int, grace_seconds: float | None = None) -> dict[str, Any]:
+    def terminate_process(self, pid: int, grace_seconds: float | None = None) -> None:
         self.calls.append(("terminate", pid))
-        return {"pid": pid}
 
     def close(self) -> None:
         self.calls.append(("close",))
@@ -259,9 +302,9 @@ def test_api_backend_maps_the_api_answers() -> None:
         1,
     )
     assert runs["r2"].retunes == 2 and runs["r2"].samples_per_s is None
-    assert runs["r1"].gpus == (1,)  # placement read from the run's latest attempt
+    assert runs["r1"].placed == (1,)  # placement read from the run's latest attempt
     detail = backend.run_detail("r1")
-    assert detail.attempts[0].gpus == (0,) and detail.mem_capacity == 24 * GIB
+    assert detail.gpu_index[detail.attempts[0].gpus[0]] == 0 and detail.mem_capacity == 24 * GIB
     assert detail.retunes[0].after == {"bs": 4} and detail.retunes[0].evidence == {"free_gib": 0.2}
     assert [e.type for e in detail.events] == ["state", "oom"]
     assert "gpu_capacity" in detail.events[1].text
@@ -271,7 +314,7 @@ def test_api_backend_maps_the_api_answers() -> None:
     host = backend.host_history(["cpu_percent"], FROZEN_TS - 600, FROZEN_TS, 10)
     assert host["cpu_percent"][0][1] == 30.0 and client.calls[-1][1]["host"] is True
     chunk = backend.logs("r1", -100)
-    assert (chunk.text, chunk.offset, chunk.truncated) == ("hello\n", 106, True)
+    assert (chunk.data, chunk.next_offset, chunk.overflow) == ("hello\n", 106, True)
 
 
 def test_api_backend_stream_frames() -> None:
@@ -282,6 +325,26 @@ def test_api_backend_stream_frames() -> None:
     run_frame = frames[1]
     assert isinstance(run_frame, RunFrame)
     assert run_frame.run.state == "stopped" and run_frame.run.samples_seen == 60
+
+
+def test_api_backend_reads_daemon_notes_and_skips_frames_it_cannot_read() -> None:
+    from gpuwarden.client import StreamFrame
+
+    client = StubClient()
+    client.stream = lambda: iter(  # type: ignore[method-assign]
+        [
+            # The daemon's own notes about a run are streamed without a time.
+            StreamFrame("event", {"run_id": "r1", "id": 6, "attempt": 2, "type": "stopping", "source": "daemon",
+                                  "grace_seconds": 5.0}),
+            StreamFrame("run", {"id": "r1", "state": "no-such-state"}),
+            StreamFrame("sample", {"ts": "soon"}),
+        ]
+    )  # fmt: skip
+    backend = ApiBackend(client)  # type: ignore[arg-type]
+    before = time.time()
+    frames = list(backend.frames(threading.Event()))
+    assert len(frames) == 1 and isinstance(frames[0], EventFrame)
+    assert frames[0].event.type == "stopping" and frames[0].event.ts >= before
 
 
 def test_api_backend_controls() -> None:

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from gpuwarden.cli.main import cli
 from gpuwarden.cli.tui import BROWSE, QUIT, START, choose_backend
 from gpuwarden.core.errors import UserError
-from gpuwarden.tui.fake_backend import FakeBackend
+from tests.tui.fake_backend import FakeBackend
 
 NOT_RUNNING = UserError("gpuwarden daemon is not running — start it with `gpuwarden up`", code="not_running")
 

@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpuwarden.core.telemetry.types import GpuSample
-from gpuwarden.tui.backend import EventFrame, RunEvent, RunFrame, RunSummary, SampleFrame, Snapshot
-from gpuwarden.tui.fake_backend import FROZEN_TS, FakeBackend
+from gpuwarden.tui.backend import EventFrame, RunFrame, RunRow, SampleFrame, Snapshot, TimelineEvent
 from gpuwarden.tui.formatting import bar, duration, eta_seconds, progress_fraction
 from gpuwarden.tui.live import EnergyMeter, FrameBuffer, LiveState
+from tests.tui.fake_backend import FROZEN_TS, FakeBackend
 
 
 def _sample(ts: float, **kw: float | int | None) -> GpuSample:
     return GpuSample(ts=ts, uuid="GPU-x", **kw)  # type: ignore[arg-type]
 
 
+def _row(state: str, **view: Any) -> RunRow:
+    return RunRow(id="r1", name="n", kind="train", state=state, attempt=1, message=None, created_at=0.0,
+                  updated_at=0.0, started_at=None, ended_at=None, gpus=1, **view)  # fmt: skip
+
+
 def test_buffer_drops_oldest_samples_first_and_keeps_run_frames() -> None:
     buf = FrameBuffer(max_samples=2)
-    run = RunSummary("r1", "n", "train", "running")
+    run = _row("running")
     buf.put(SampleFrame(Snapshot(1.0)))
     buf.put(RunFrame(run))
     buf.put(SampleFrame(Snapshot(2.0)))
@@ -48,7 +55,7 @@ def test_live_state_folds_frames_and_ignores_repeated_ticks() -> None:
     live = LiveState()
     live.set_gpus(fake.gpus())
     snap = fake.snapshot()
-    event = RunEvent(1, "a1b2c3d4", 1, FROZEN_TS, "state", "stopped")
+    event = TimelineEvent(1, "a1b2c3d4", 1, FROZEN_TS, "state", "stopped")
     changes = live.apply([SampleFrame(snap), SampleFrame(snap), EventFrame(event)])
     uuid = snap.gpus[0].uuid
     assert len(live.gpus[uuid].series["util_gpu"]) == 1  # the repeat was not counted twice
@@ -58,12 +65,9 @@ def test_live_state_folds_frames_and_ignores_repeated_ticks() -> None:
 
 
 def test_progress_eta_and_bars() -> None:
-    run = RunSummary("r", "n", "train", "running", samples_seen=250, total=1000, samples_per_s=5.0)
+    run = _row("running", samples_seen=250, total=1000, samples_per_s=5.0)
     assert progress_fraction(run) == 0.25
     assert eta_seconds(run) == 150.0
-    assert (
-        eta_seconds(RunSummary("r", "n", "train", "stopped", samples_seen=1, total=2, samples_per_s=1.0))
-        is None
-    )
+    assert eta_seconds(_row("stopped", samples_seen=1, total=2, samples_per_s=1.0)) is None
     assert duration(3725) == "1h02m" and duration(59) == "59s" and duration(None) == "–"
     assert bar(0.5, 4) == "██  " and bar(None, 3) == "   " and bar(1.0, 2) == "██"

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from textual.pilot import Pilot
 
-from gpuwarden.tui.fake_backend import FakeBackend
 from tests.tui.conftest import make_app, settle, wait_workers
+from tests.tui.fake_backend import FakeBackend
 
 SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((160, 48), id="160x48")]
 Compare = Callable[..., bool]

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuwarden.core.api.runs import AttemptRecord, ConfigCopy
 from gpuwarden.core.command.checkpoints import FoundCheckpoint, newest_checkpoint
 from gpuwarden.core.command.config_file import load_config, unified_diff
 from gpuwarden.core.command.record import attempt_dir, read_record, write_record
@@ -33,7 +34,7 @@ class PreparedAttempt:
     argv: list[str]
     env: dict[str, str]  # to add to the daemon's environment (placement variables go over it)
     cwd: Path
-    record: dict[str, Any]
+    record: AttemptRecord
     note: str  # one line for the run's events; "" when there is nothing to say
 
 
@@ -44,8 +45,7 @@ def env_text(value: Any) -> str:
 
 def _first_started(run_dir: Path, attempt: int, now: float) -> float:
     first = read_record(run_dir, 1) if attempt > 1 else None
-    started = (first or {}).get("prepared_at")
-    return float(started) if isinstance(started, int | float) else now
+    return first.prepared_at if first is not None else now
 
 
 def _find_resume(
@@ -68,12 +68,12 @@ def _resume_note(attempt: int, found: FoundCheckpoint | None) -> str:
     return f"attempt {attempt} resumes from {found.path}{step}"
 
 
-def _config_copy(spec: RunSpec, knobs: dict[str, Any], copy: Path, resume_from: str) -> dict[str, Any]:
+def _config_copy(spec: RunSpec, knobs: dict[str, Any], copy: Path, resume_from: str) -> ConfigCopy:
     """Write the attempt's copy of the user's config file; its record (changes and diff)."""
     command = spec.command
     assert command is not None and command.config_file is not None
     doc = load_config(command.config_file)
-    changes: dict[str, list[Any]] = {}
+    changes: dict[str, tuple[Any, Any]] = {}
     for name, binding in command.bind.items():
         if binding.config is None:
             continue
@@ -84,7 +84,7 @@ def _config_copy(spec: RunSpec, knobs: dict[str, Any], copy: Path, resume_from: 
         value = knobs[name]
         if current != value or type(current) is not type(value):
             doc.set(binding.config, value)
-            changes[binding.config] = [current, value]
+            changes[binding.config] = (current, value)
     if command.checkpoints and command.checkpoints.config_key and resume_from:
         key = command.checkpoints.config_key
         try:
@@ -92,15 +92,15 @@ def _config_copy(spec: RunSpec, knobs: dict[str, Any], copy: Path, resume_from: 
         except KeyError:
             old = None
         doc.set(key, resume_from)
-        changes[key] = [old, resume_from]
+        changes[key] = (old, resume_from)
     text = doc.dump() if changes else doc.text
     copy.write_text(text, encoding="utf-8")
-    return {
-        "source": str(command.config_file),
-        "copy": str(copy),
-        "changes": changes,
-        "diff": unified_diff(doc.text, text, str(command.config_file), str(copy)),
-    }
+    return ConfigCopy(
+        source=str(command.config_file),
+        path=str(copy),
+        changes=changes,
+        diff=unified_diff(doc.text, text, str(command.config_file), str(copy)),
+    )
 
 
 def prepare_attempt(spec: RunSpec, run_id: str, run_dir: Path, attempt: int) -> PreparedAttempt:
@@ -144,18 +144,18 @@ def prepare_attempt(spec: RunSpec, run_id: str, run_dir: Path, attempt: int) -> 
         }
     )
     note = _resume_note(attempt, found)
-    record = {
-        "prepared_at": now,
-        "argv": argv,
-        "cwd": str(cwd),
-        "knobs": knobs,
-        "env": bound,
-        "config": config,
-        "resume_from": resume_from or None,
-        "resume_note": note or None,
-    }
+    record = AttemptRecord(
+        prepared_at=now,
+        argv=argv,
+        cwd=str(cwd),
+        knobs=knobs,
+        env=bound,
+        config=config,
+        resume_from=resume_from or None,
+        resume_note=note or None,
+    )
     write_record(run_dir, attempt, record)
-    if config and config["changes"]:
-        changed = ", ".join(f"{k}: {old} → {new}" for k, (old, new) in config["changes"].items())
+    if config is not None and config.changes:
+        changed = ", ".join(f"{k}: {old} → {new}" for k, (old, new) in config.changes.items())
         note = f"{note}; config copy: {changed}" if note else f"config copy: {changed}"
     return PreparedAttempt(argv, env, cwd, record, note)

@@ -7,10 +7,13 @@ changed keys and its diff against the user's file, and the checkpoint it resumes
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
+
+from pydantic import ValidationError
+
+from gpuwarden.core.api.runs import AttemptRecord
 
 RECORD_NAME = "prepared.json"
 
@@ -19,23 +22,24 @@ def attempt_dir(run_dir: Path, number: int) -> Path:
     return run_dir / "attempts" / str(number)
 
 
-def write_record(run_dir: Path, number: int, record: dict[str, Any]) -> Path:
+def write_record(run_dir: Path, number: int, record: AttemptRecord) -> Path:
     """Write the record atomically (a reader never sees half of it)."""
     path = attempt_dir(run_dir, number) / RECORD_NAME
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
+    tmp.write_text(record.model_dump_json(indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, path)
     return path
 
 
-def read_record(run_dir: Path, number: int) -> dict[str, Any] | None:
-    """The attempt's record, or None (a train/infer run, or an attempt from before records)."""
+def read_record(run_dir: Path, number: int) -> AttemptRecord | None:
+    """The attempt's record, or None (a train/infer run, an attempt from before records, or a
+    file that is not a record: the run folder is the user's to edit)."""
     try:
-        data = json.loads((attempt_dir(run_dir, number) / RECORD_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        text = (attempt_dir(run_dir, number) / RECORD_NAME).read_text(encoding="utf-8")
+        return AttemptRecord.model_validate_json(text)
+    except (OSError, ValueError, ValidationError):
         return None
-    return data if isinstance(data, dict) else None
 
 
 def with_records(run_dir: Path, attempts: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -43,20 +47,18 @@ def with_records(run_dir: Path, attempts: list[dict[str, Any]]) -> list[dict[str
     return [{**a, "prepared": read_record(run_dir, int(a["attempt"]))} for a in attempts]
 
 
-def summary_lines(record: dict[str, Any]) -> list[str]:
+def summary_lines(record: AttemptRecord) -> list[str]:
     """What a person reads under an attempt: the changes against the user's own files."""
     lines: list[str] = []
-    config = record.get("config") or {}
-    changes = config.get("changes") or {}
-    if changes:
-        shown = ", ".join(f"{k} {old} → {new}" for k, (old, new) in changes.items())
-        lines.append(f"config {config.get('copy')}: {shown}")
-    elif config:
-        lines.append(f"config {config.get('copy')}: same as {config.get('source')}")
-    for name, value in (record.get("env") or {}).items():
-        lines.append(f"env {name}={value}")
-    if record.get("resume_note"):
-        lines.append(str(record["resume_note"]))
-    diff = config.get("diff") or ""
-    lines.extend(diff.rstrip("\n").splitlines())
+    config = record.config
+    if config is not None and config.changes:
+        shown = ", ".join(f"{k} {old} → {new}" for k, (old, new) in config.changes.items())
+        lines.append(f"config {config.path}: {shown}")
+    elif config is not None:
+        lines.append(f"config {config.path}: same as {config.source}")
+    lines.extend(f"env {name}={value}" for name, value in record.env.items())
+    if record.resume_note:
+        lines.append(record.resume_note)
+    if config is not None:
+        lines.extend(config.diff.rstrip("\n").splitlines())
     return lines

@@ -14,7 +14,8 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Log, Static, TabbedContent, TabPane
 
-from gpuwarden.tui.backend import DashboardBackend, DoctorFinding, RetuneInfo, RunDetail, RunSummary
+from gpuwarden.core.api import Retune
+from gpuwarden.tui.backend import DashboardBackend, DoctorFinding, RunDetailView, RunRow
 from gpuwarden.tui.formatting import GIB, clock, duration, gib, num
 from gpuwarden.tui.keys import CONTROL_ACTIONS
 from gpuwarden.tui.messages import DetailLoaded, DoctorLoaded, LogLoaded
@@ -32,7 +33,7 @@ def _value(v: Any) -> str:
     return "–" if v is None else str(v)
 
 
-def retune_text(rt: RetuneInfo) -> Text:
+def retune_text(rt: Retune) -> Text:
     """The settings that changed (before → after), the verdict, the evidence and the outcome."""
     text = Text()
     text.append("    retune ", style="bold magenta")
@@ -55,10 +56,10 @@ def retune_text(rt: RetuneInfo) -> Text:
     return text
 
 
-def timeline_text(detail: RunDetail) -> Text:
+def timeline_text(detail: RunDetailView) -> Text:
     """Attempts in order, each followed by the retune that ended it, then the latest events."""
     text = Text()
-    by_attempt: dict[int, list[RetuneInfo]] = {}
+    by_attempt: dict[int, list[Retune]] = {}
     for rt in detail.retunes:
         by_attempt.setdefault(rt.attempt, []).append(rt)
     if not detail.attempts:
@@ -73,8 +74,9 @@ def timeline_text(detail: RunDetail) -> Text:
             )
         outcome = a.classification or a.state
         text.append(outcome, style="bold red" if outcome in ("oom", "failed") else "bold green")
-        if a.gpus:
-            text.append(f"  GPU {','.join(map(str, a.gpus))}", style="dim")
+        gpus = [detail.gpu_index[u] for u in a.gpus if u in detail.gpu_index]
+        if gpus:
+            text.append(f"  GPU {','.join(map(str, gpus))}", style="dim")
         if a.exit_code is not None:
             text.append(f"  exit {a.exit_code}", style="dim")
         if a.reason:
@@ -115,11 +117,11 @@ class RunDetailScreen(Screen[None]):
     RunDetailScreen Log { height: 1fr; }
     """
 
-    def __init__(self, backend: DashboardBackend, run: RunSummary) -> None:
+    def __init__(self, backend: DashboardBackend, run: RunRow) -> None:
         super().__init__()
         self.backend = backend
         self.summary = run
-        self.detail: RunDetail | None = None
+        self.detail: RunDetailView | None = None
         self.follow = True
         self.log_offset = -LOG_TAIL_BYTES
         self._stop_log = threading.Event()
@@ -177,8 +179,8 @@ class RunDetailScreen(Screen[None]):
         offset = self.log_offset
         while not self._stop_log.is_set():
             chunk = self.backend.logs(self.summary.id, offset)
-            offset = chunk.offset
-            if chunk.text or chunk.truncated:
+            offset = chunk.next_offset
+            if chunk.data or chunk.overflow:
                 self.post_message(LogLoaded(self.summary.id, chunk))
             if not self.follow:
                 return
@@ -186,10 +188,10 @@ class RunDetailScreen(Screen[None]):
 
     def on_log_loaded(self, message: LogLoaded) -> None:
         log = self.query_one("#log-view", Log)
-        if message.chunk.truncated:
+        if message.chunk.overflow:
             log.write_line("… (log skipped ahead: it grew faster than it was read)")
-        log.write(message.chunk.text)
-        self.log_offset = message.chunk.offset
+        log.write(message.chunk.data)
+        self.log_offset = message.chunk.next_offset
 
     def on_detail_loaded(self, message: DetailLoaded) -> None:
         self.detail = message.detail
@@ -204,12 +206,12 @@ class RunDetailScreen(Screen[None]):
         head.append(r.name, style="bold")
         head.append(f" ({r.id}) {r.kind}  ", style="dim")
         head.append_text(state_text(r.state))
-        head.append(f"  attempt {r.attempt}  GPU {','.join(map(str, r.gpus)) or '–'}")
+        head.append(f"  attempt {r.attempt}  GPU {','.join(map(str, r.placed)) or '–'}")
         if r.message:
             head.append(f"\n{r.message}", style="italic")
         self.query_one("#run-head", Static).update(head)
 
-    def show_charts(self, detail: RunDetail) -> None:
+    def show_charts(self, detail: RunDetailView) -> None:
         metrics = detail.metrics
         loss = [m.loss for m in metrics]
         rate = [m.samples_per_s for m in metrics]
@@ -273,7 +275,7 @@ class RunDetailScreen(Screen[None]):
             self._tail_log()
         self.notify("following the log" if self.follow else "log paused", timeout=2)
 
-    def run_changed(self, run: RunSummary) -> None:
+    def run_changed(self, run: RunRow) -> None:
         """Called by the app when the stream says this run changed."""
         self.summary = run
         self.show_head()

@@ -8,7 +8,7 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import DataTable, Static
 
-from gpuwarden.tui.backend import RunSummary
+from gpuwarden.tui.backend import RunRow
 from gpuwarden.tui.formatting import bar, duration, eta_seconds, num, progress_fraction
 
 STATE_STYLES = {
@@ -45,7 +45,7 @@ class RunsPane(Vertical):
     def __init__(self, *, readonly: bool = False, id: str | None = None) -> None:
         super().__init__(id=id)
         self.readonly = readonly
-        self._runs: dict[str, RunSummary] = {}
+        self._runs: dict[str, RunRow] = {}
         self._order: list[str] = []
 
     def compose(self) -> ComposeResult:
@@ -62,7 +62,7 @@ class RunsPane(Vertical):
         yield Static(id="run-message")
 
     @staticmethod
-    def _cells(run: RunSummary) -> tuple[str | Text, ...]:
+    def _cells(run: RunRow) -> tuple[str | Text, ...]:
         fraction = progress_fraction(run)
         progress = Text(bar(fraction, 8), style="green")
         progress.append(f" {num(None if fraction is None else 100 * fraction, '>3.0f', '%')}")
@@ -70,7 +70,7 @@ class RunsPane(Vertical):
         return (
             state_text(run.state),
             run.name[:20],
-            ",".join(map(str, run.gpus)) or "–",
+            ",".join(map(str, run.placed)) or "–",
             progress,
             duration(eta_seconds(run)),
             num(run.samples_per_s, ".1f"),
@@ -78,7 +78,7 @@ class RunsPane(Vertical):
             run.id[:8],
         )
 
-    def show(self, runs: list[RunSummary]) -> None:
+    def show(self, runs: list[RunRow]) -> None:
         """Update in place when the rows are the same runs in the same order; rebuild otherwise,
         keeping the cursor on the same run."""
         table: DataTable[str | Text] = self.query_one("#runs-table", DataTable)
@@ -109,7 +109,7 @@ class RunsPane(Vertical):
             return None
         return table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
 
-    def selected(self) -> RunSummary | None:
+    def selected(self) -> RunRow | None:
         run_id = self.selected_id()
         return self._runs.get(run_id) if run_id else None
 

@@ -1,4 +1,5 @@
-"""A deterministic in-memory backend for tests, snapshots and benchmarks.
+"""A deterministic in-memory dashboard backend for tests, snapshots and benchmarks (`make bench`
+imports it from here: it is a test double, not part of the product).
 
 Every reading is a pure function of the time and the GPU's index, so a frozen clock gives the same
 screen every time. Controls are recorded in `actions` and change the runs the way the daemon
@@ -7,32 +8,31 @@ would, so a test can press keys and then assert what the dashboard asked for.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
+from gpuwarden.core.api import Attempt, LogChunk, Retune, RunMetric
 from gpuwarden.core.errors import UserError
+from gpuwarden.core.run_state import RunState
 from gpuwarden.core.telemetry.types import GpuSample, GpuStatic, HostSample
 from gpuwarden.tui.backend import (
-    AttemptInfo,
     DoctorFinding,
     EventFrame,
     Frame,
     HistorySeries,
-    LogChunk,
     ProcessInfo,
-    RetuneInfo,
-    RunDetail,
-    RunEvent,
+    RunDetailView,
     RunFrame,
-    RunMetric,
-    RunSummary,
+    RunRow,
     SampleFrame,
     Snapshot,
     SourceStatus,
+    TimelineEvent,
 )
 
 GIB = 1024**3
@@ -75,8 +75,8 @@ class FakeBackend:
         self._pending: deque[Frame] = deque()
         self._event_id = 100
         self._statics = [self._static(i) for i in range(gpu_count)]
-        self._runs: dict[str, RunSummary] = {}
-        self._details: dict[str, RunDetail] = {}
+        self._runs: dict[str, RunRow] = {}
+        self._details: dict[str, RunDetailView] = {}
         self._logs: dict[str, list[str]] = {}
         self._processes: list[ProcessInfo] = []
         if gpu_count and with_runs:
@@ -201,60 +201,70 @@ class FakeBackend:
     def _seed_runs(self) -> None:
         t = FROZEN_TS
         runs = [
-            RunSummary("a1b2c3d4", "llm-finetune", "train", "running", (0,), 2, 12_800, 50_000, 42.5, 1,
-                       "attempt 2 after OOM: batch 8 → 4", t - 3600, t - 3500),
-            RunSummary("e5f6a7b8", "doc-parse", "infer", "queued", (), 0, None, 1200, None, 0,
-                       "waiting for 15 GiB free on one GPU", t - 600),
-            RunSummary("c9d0e1f2", "captcha-bf16", "train", "succeeded", (1,), 1, 40_000, 40_000, 210.0, 0,
-                       "finished in 3h10m", t - 90_000, t - 89_000, t - 77_600),
-            RunSummary("0a1b2c3d", "restore-unet", "train", "failed", (0,), 3, 3_000, 100_000, None, 2,
-                       "OOM again at batch 1: the model does not fit", t - 7200, t - 7100, t - 5400),
-            RunSummary("4e5f6a7b", "vlm-batch", "infer", "stopped", (1,), 1, 300, 1200, 0.4, 0,
-                       "stopped by user", t - 20_000, t - 19_900, t - 19_000),
+            _row("a1b2c3d4", "llm-finetune", "train", "running", (0,), 2, 12_800, 50_000, 42.5, 1,
+                 "attempt 2 after OOM: batch 8 → 4", t - 3600, t - 3500),
+            _row("e5f6a7b8", "doc-parse", "infer", "queued", (), 0, None, 1200, None, 0,
+                 "waiting for 15 GiB free on one GPU", t - 600),
+            _row("c9d0e1f2", "captcha-bf16", "train", "succeeded", (1,), 1, 40_000, 40_000, 210.0, 0,
+                 "finished in 3h10m", t - 90_000, t - 89_000, t - 77_600),
+            _row("0a1b2c3d", "restore-unet", "train", "failed", (0,), 3, 3_000, 100_000, None, 2,
+                 "OOM again at batch 1: the model does not fit", t - 7200, t - 7100, t - 5400),
+            _row("4e5f6a7b", "vlm-batch", "infer", "stopped", (1,), 1, 300, 1200, 0.4, 0,
+                 "stopped by user", t - 20_000, t - 19_900, t - 19_000),
         ]  # fmt: skip
         for r in runs:
             self._runs[r.id] = r
             self._details[r.id] = self._detail_for(r)
             self._logs[r.id] = self._log_for(r)
 
-    def _detail_for(self, r: RunSummary) -> RunDetail:
+    def _uuid(self, index: int) -> str:
+        return self._statics[index % len(self._statics)].uuid
+
+    def _detail_for(self, r: RunRow) -> RunDetailView:
         t0 = r.started_at or r.created_at
         attempts = []
         for n in range(1, r.attempt + 1):
             last = n == r.attempt
             ended = None if last and r.state == "running" else t0 + 600 * n
-            classification = None if ended is None else ("oom" if not last else r.state)
+            classification = None if ended is None else ("oom" if not last else str(r.state))
+            folder = f"/fake/runs/{r.id}/attempts/{n}"
             attempts.append(
-                AttemptInfo(
-                    n, "running" if ended is None else "ended", t0 + 600 * (n - 1) + 5, ended,
-                    None if ended is None else (3 if classification == "oom" else 0),
-                    classification,
-                    "CUDA out of memory in backward" if classification == "oom" else None,
-                    r.gpus,
+                Attempt(
+                    run_id=r.id, attempt=n, state="running" if ended is None else "ended", pid=4242 + n,
+                    create_time=t0, started_at=t0 + 600 * (n - 1) + 5, ended_at=ended,
+                    exit_code=None if ended is None else (3 if classification == "oom" else 0), signal=None,
+                    classification=classification,
+                    reason="CUDA out of memory in backward" if classification == "oom" else None,
+                    adopted=False, events_offset=0, events_skipped=0, stdout_path=f"{folder}/stdout.log",
+                    stderr_path=f"{folder}/stderr.log", events_path=f"{folder}/events.jsonl",
+                    gpus=[self._uuid(i) for i in r.placed], oom_kill_before=None,
                 )
             )  # fmt: skip
         retunes = []
         batch = 8
         for n in range(1, r.retunes + 1):
             retunes.append(
-                RetuneInfo(
+                Retune(
+                    id=n,
+                    run_id=r.id,
                     attempt=n,
                     ts=t0 + 600 * n + 2,
                     before={"train.batch_size": batch, "train.grad_accum": 32 // batch},
                     after={"train.batch_size": batch // 2, "train.grad_accum": 64 // batch},
                     verdict="gpu_capacity",
                     evidence={"reserved_gib": 22.9, "capacity_gib": 24.0, "other_processes_gib": 0.9},
+                    prediction=None,
                     outcome="succeeded" if n < r.retunes or r.state == "running" else "oom again",
                 )
             )
             batch //= 2
         events = [
-            RunEvent(i + 1, r.id, a.attempt, (a.started_at or t0), "started", f"attempt {a.attempt} on GPU "
-                     + ",".join(map(str, a.gpus)), "runner")
+            TimelineEvent(i + 1, r.id, a.attempt, (a.started_at or t0), "started", f"attempt {a.attempt} on GPU "
+                          + ",".join(map(str, r.placed)), "runner")
             for i, a in enumerate(attempts)
         ]  # fmt: skip
         events += [
-            RunEvent(
+            TimelineEvent(
                 50 + i, r.id, rt.attempt, rt.ts, "oom", f"out of memory ({rt.verdict}): retuned", "daemon"
             )
             for i, rt in enumerate(retunes)
@@ -262,6 +272,7 @@ class FakeBackend:
         events.sort(key=lambda e: e.ts)
         metrics = [
             RunMetric(
+                run_id=r.id,
                 ts=t0 + 30 * k,
                 attempt=min(r.attempt, 1 + k // 20) if r.attempt else 1,
                 step=10 * k,
@@ -277,12 +288,13 @@ class FakeBackend:
             "train": {"batch_size": 4, "grad_accum": 8, "precision": "bf16"},
         }
         capacity = None
-        if r.gpus and self._statics:
-            capacity = min(self._statics[i % len(self._statics)].memory_total or 0 for i in r.gpus)
-        return RunDetail(r, spec, attempts, retunes, events, metrics, capacity)
+        if r.placed and self._statics:
+            capacity = min(self._statics[i % len(self._statics)].memory_total or 0 for i in r.placed)
+        gpu_index = {s.uuid: s.index for s in self._statics}
+        return RunDetailView(r, spec, attempts, retunes, events, metrics, capacity, gpu_index)
 
     @staticmethod
-    def _log_for(r: RunSummary) -> list[str]:
+    def _log_for(r: RunRow) -> list[str]:
         if not r.attempt:
             return []
         return [
@@ -342,7 +354,7 @@ class FakeBackend:
             m: [_bucket(partial(value, m), start + k * step, step) for k in range(points)] for m in metrics
         }
 
-    def runs(self) -> list[RunSummary]:
+    def runs(self) -> list[RunRow]:
         with self._lock:
             return list(self._runs.values())
 
@@ -358,27 +370,30 @@ class FakeBackend:
             DoctorFinding("info", "compile is off", "train.compile=False", "train.compile: True"),
         ]
 
-    def run_detail(self, run_id: str) -> RunDetail:
+    def run_detail(self, run_id: str) -> RunDetailView:
         with self._lock:
             if run_id not in self._details:
                 raise UserError(f"no run matches '{run_id}' — see `gpuwarden ps`", code="not_found")
             detail = self._details[run_id]
             run = self._runs[run_id]
         if detail.run is not run:
-            detail = RunDetail(run, *(getattr(detail, f) for f in (
-                "spec", "attempts", "retunes", "events", "metrics", "mem_capacity")))  # fmt: skip
+            detail = dataclasses.replace(detail, run=run)
         return detail
 
-    def logs(self, run_id: str, offset: int, stream: str = "stdout") -> LogChunk:
+    def logs(self, run_id: str, offset: int, stream: Literal["stdout", "stderr"] = "stdout") -> LogChunk:
         with self._lock:
             data = "".join(line + "\n" for line in self._logs.get(run_id, [])).encode()
+            attempt = self._runs[run_id].attempt if run_id in self._runs else 0
+        start = offset
         if offset < 0:
             start = max(0, len(data) + offset)
             # Start on a line boundary so the first line shown is whole.
             nl = data.find(b"\n", start - 1) if start else -1
             start = nl + 1 if start and nl >= 0 else start
-            return LogChunk(data[start:].decode(), len(data))
-        return LogChunk(data[offset:].decode(), len(data))
+        return LogChunk(
+            data=data[start:].decode(), offset=start, next_offset=len(data), overflow=False, size=len(data),
+            eof=False, attempt=attempt, stream=stream,
+        )  # fmt: skip
 
     def frames(self, stop: threading.Event) -> Iterator[Frame]:
         next_tick = self.clock()
@@ -406,20 +421,20 @@ class FakeBackend:
 
     # -- controls ----------------------------------------------------------------------------
 
-    def _require(self, run_id: str) -> RunSummary:
+    def _require(self, run_id: str) -> RunRow:
         with self._lock:
             run = self._runs.get(run_id)
         if run is None:
             raise UserError(f"no run matches '{run_id}' — see `gpuwarden ps`", code="not_found")
         return run
 
-    def _set_state(self, run: RunSummary, state: str, message: str) -> None:
-        changed = RunSummary(**{**run.__dict__, "state": state, "message": message})
+    def _set_state(self, run: RunRow, state: str, message: str) -> None:
+        changed = run.model_copy(update={"state": RunState(state), "message": message})
         with self._lock:
             self._runs[run.id] = changed
             self._event_id += 1
             text = f"{state}: {message}"
-            event = RunEvent(self._event_id, run.id, run.attempt, self.clock(), "state", text, "daemon")
+            event = TimelineEvent(self._event_id, run.id, run.attempt, self.clock(), "state", text, "daemon")
             self._pending.extend([RunFrame(changed), EventFrame(event)])
 
     def stop_run(self, run_id: str) -> None:
@@ -444,11 +459,10 @@ class FakeBackend:
             raise UserError(f"{spec_path}: not a YAML run spec", code="invalid_config")
         run_id = f"f{len(self._runs):07x}"
         name = spec_path.rsplit("/", 1)[-1].rsplit(".", 1)[0]
-        run = RunSummary(run_id, name, "train", "queued", (), 0, None, None, None, 0, "submitted",
-                         self.clock())  # fmt: skip
+        run = _row(run_id, name, "train", "queued", (), 0, None, None, None, 0, "submitted", self.clock())
         with self._lock:
             self._runs[run_id] = run
-            self._details[run_id] = RunDetail(run, {"name": name}, [], [], [], [], None)
+            self._details[run_id] = RunDetailView(run, {"name": name}, [], [], [], [], None)
             self._pending.append(RunFrame(run))
         return run_id
 
@@ -476,6 +490,22 @@ class FakeBackend:
 
     def close(self) -> None:
         self.actions.append(("close",))
+
+
+def _row(
+    run_id: str, name: str, kind: str, state: str, placed: tuple[int, ...], attempt: int,
+    samples_seen: int | None, total: int | None, samples_per_s: float | None, retunes: int, message: str,
+    created_at: float, started_at: float | None = None, ended_at: float | None = None,
+) -> RunRow:  # fmt: skip
+    """A run as the runs table shows it (each asks for as many GPUs as it is placed on)."""
+    return RunRow.model_validate(
+        {
+            "id": run_id, "name": name, "kind": kind, "state": state, "attempt": attempt, "message": message,
+            "created_at": created_at, "updated_at": ended_at or started_at or created_at,
+            "started_at": started_at, "ended_at": ended_at, "gpus": max(1, len(placed)), "placed": placed,
+            "samples_seen": samples_seen, "total": total, "samples_per_s": samples_per_s, "retunes": retunes,
+        }
+    )  # fmt: skip
 
 
 def _bucket(value: Callable[[float], float | None], start: float, step: float) -> tuple[float, float | None]:

@@ -1,0 +1,194 @@
+"""Answers about runs: summaries, details, attempts, retunes, metrics, events and log slices."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gpuwarden.core.run_state import RunState
+
+RunKind = Literal["command", "train", "infer"]
+# Progress numbers are stored as the runner reported them: a user's script may send 3.0 for 3.
+Number = int | float
+
+
+class RunSummary(BaseModel):
+    """The fields of a run that lists and `run` stream frames carry."""
+
+    id: str
+    name: str
+    kind: RunKind
+    state: RunState
+    attempt: int = Field(description="number of the latest attempt, 0 before the first")
+    message: str | None = Field(description="one line: why the run is in its state")
+    created_at: float
+    updated_at: float
+    started_at: float | None
+    ended_at: float | None
+    gpus: int | list[str] | None = Field(description="the spec's resources.gpus: a count or GPU names")
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> RunSummary:
+        """The summary of a `runs` row as the store reads it (spec decoded)."""
+        return cls.model_validate(
+            {
+                **{name: row[name] for name in cls.model_fields if name != "gpus"},
+                "gpus": row["spec"].get("resources", {}).get("gpus"),
+            }
+        )
+
+
+class RunList(BaseModel):
+    runs: list[RunSummary]
+
+
+class ConfigCopy(BaseModel):
+    """An attempt's copy of the user's config file: the keys gpuwarden changed and the diff."""
+
+    source: str = Field(description="the user's file (never written)")
+    path: str = Field(description="the attempt's copy, named by {config_file}")
+    changes: dict[str, tuple[Any, Any]] = Field(description="key path → [before, after]")
+    diff: str = Field(description="unified diff of the copy against the user's file")
+
+
+class AttemptRecord(BaseModel):
+    """What gpuwarden handed one attempt of a user's program (attempts/<n>/prepared.json)."""
+
+    prepared_at: float
+    argv: list[str]
+    cwd: str
+    knobs: dict[str, Any]
+    env: dict[str, str] = Field(description="environment variables bound to knobs")
+    config: ConfigCopy | None = None
+    resume_from: str | None = Field(None, description="the checkpoint this attempt resumes from")
+    resume_note: str | None = None
+
+
+class Attempt(BaseModel):
+    """One process started for a run."""
+
+    run_id: str
+    attempt: int
+    state: Literal["starting", "running", "ended"]
+    pid: int | None
+    create_time: float | None = Field(description="psutil create time: (pid, create_time) names the process")
+    started_at: float | None
+    ended_at: float | None
+    exit_code: int | None
+    signal: int | None
+    classification: str | None = Field(
+        description="succeeded | failed | oom | stopped | terminated | interrupted, once ended"
+    )
+    reason: str | None
+    adopted: bool = Field(description="re-adopted by a restarted daemon")
+    events_offset: int
+    events_skipped: int = Field(description="lines of events.jsonl that did not parse")
+    stdout_path: str
+    stderr_path: str
+    events_path: str
+    gpus: list[str] = Field(description="GPU UUIDs; [] on the CPU")
+    oom_kill_before: int | None
+    prepared: AttemptRecord | None = Field(None, description="command runs: argv, knobs, config copy, resume")
+
+
+class AttemptList(BaseModel):
+    attempts: list[Attempt]
+
+
+class Retune(BaseModel):
+    """A retune decision: the settings before and after, why, and how the next attempt went."""
+
+    model_config = ConfigDict(validate_by_name=True, serialize_by_alias=True)
+
+    id: int
+    run_id: str
+    attempt: int = Field(description="the attempt that failed")
+    ts: float
+    verdict: str | None
+    outcome: str | None = Field(description="filled in when the next attempt ends")
+    before: dict[str, Any] = Field(alias="from")
+    after: dict[str, Any] = Field(alias="to")
+    evidence: dict[str, Any] | None
+    prediction: dict[str, Any] | None
+
+
+class RetuneList(BaseModel):
+    retunes: list[Retune]
+
+
+class RunMetric(BaseModel):
+    """One progress report of a run."""
+
+    run_id: str
+    attempt: int
+    ts: float
+    step: Number | None = None
+    samples_seen: Number | None = None
+    tokens_seen: Number | None = None
+    loss: float | None = None
+    lr: float | None = None
+    samples_per_s: float | None = None
+    tokens_per_s: float | None = None
+    batch_size: Number | None = None
+    mem_allocated: Number | None = None
+    mem_reserved: Number | None = None
+    mem_peak: Number | None = None
+
+
+class MetricList(BaseModel):
+    metrics: list[RunMetric]
+
+
+class RunEvent(BaseModel):
+    """A stored run event: the event as written (the envelope `v`, `type`, `ts` and the fields of
+    its type, kept whole whatever a script wrote) plus where it came from. On the live stream it
+    also carries `run_id`."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str = Field(description="started, progress, checkpoint, warning, oom, error, finished, state, …")
+    ts: float
+    id: int
+    attempt: int | None = Field(description="None for what the daemon says before the first attempt")
+    source: Literal["runner", "daemon"]
+
+
+class EventsPage(BaseModel):
+    events: list[RunEvent]
+    next_since: int = Field(description="pass as `since` to read on")
+    state: RunState | Literal["deleted"] = Field(description="the run's state when the page was read")
+
+
+class RunDetail(RunSummary):
+    """One run whole: its summary, spec, attempts, retunes and report."""
+
+    run_dir: str
+    stop_requested: bool
+    spec: dict[str, Any] = Field(description="the spec as it stands (edits and retunes change it)")
+    submitted_spec: dict[str, Any]
+    attempts: list[Attempt]
+    retunes: list[Retune]
+    effective_batch: int | None = Field(description="micro-batch × accumulation × world size (train)")
+    report: dict[str, Any] | None = Field(description="the run's report.json, once written")
+
+
+class LogSlice(BaseModel):
+    """Bytes of a log from an offset on, decoded, never splitting a UTF-8 character."""
+
+    data: str
+    offset: int = Field(description="where `data` starts")
+    next_offset: int = Field(description="where the next read starts")
+    overflow: bool = Field(description="bytes before `offset` were skipped")
+    size: int = Field(description="the log's size when read")
+
+
+class LogChunk(LogSlice):
+    eof: bool = Field(description="the attempt has ended and everything was read")
+    attempt: int
+    stream: Literal["stdout", "stderr"]
+
+
+class Deleted(BaseModel):
+    deleted: str = Field(description="the id of the run forgotten")

@@ -1,0 +1,126 @@
+"""Answers about the daemon, the GPUs, the host and their processes and history.
+
+The telemetry records (`GpuStatic`, `GpuSample`, `GpuProcess`, `HostSample`) are the core's own
+dataclasses; pydantic validates and documents them as they are, so the API carries exactly what
+the sampler read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gpuwarden.core.telemetry.types import GpuProcess, GpuSample, GpuStatic, HostSample
+
+# (bucket start s, avg, min, max); for energy_j the joules used in the bucket in all three slots.
+Bucket = tuple[float, float, float, float]
+
+
+class Health(BaseModel):
+    name: str
+    version: str
+    api_version: str = Field(description="a client refuses a daemon whose major version differs")
+    pid: int
+    uptime_s: float
+    gpu_status: str = Field(description="one line: the GPUs sampled, or why none are")
+    db: str
+    socket: str
+    active_runs: int
+    stream_clients: int
+
+
+@dataclass(frozen=True)
+class GpuInfo(GpuStatic):
+    """A GPU's static facts with its latest sample (None before the first tick)."""
+
+    sample: GpuSample | None = None
+
+    @classmethod
+    def of(cls, static: GpuStatic, sample: GpuSample | None) -> GpuInfo:
+        return cls(**_fields_of(static, GpuStatic), sample=sample)
+
+
+class GpuList(BaseModel):
+    status: str = Field(description="one line: the GPUs sampled, or why none are")
+    ts: float | None = Field(description="when the latest tick was read (None before the first)")
+    gpus: list[GpuInfo]
+
+
+class HostReading(BaseModel):
+    host: HostSample | None
+
+
+@dataclass
+class LiveProcess(GpuProcess):
+    """A process on a GPU now, with the run it belongs to (None: not started by gpuwarden)."""
+
+    run_id: str | None = None
+
+    @classmethod
+    def of(cls, process: GpuProcess, run_id: str | None) -> LiveProcess:
+        return cls(**_fields_of(process, GpuProcess), run_id=run_id)
+
+
+class LiveProcesses(BaseModel):
+    """The latest process scan (`GET /v1/processes` without `since`)."""
+
+    model_config = ConfigDict(extra="forbid")  # tells it apart from ProcessReads in the response union
+
+    processes: list[LiveProcess]
+
+
+class ProcessReads(BaseModel):
+    """Stored process reads in a window, oldest first (`GET /v1/processes?since=…`)."""
+
+    processes: list[GpuProcess]
+    truncated: bool = Field(description="more reads matched than `limit`: ask again from the last ts")
+    kept_since: float | None = Field(
+        description="reads before this were dropped by retention (None: no read stored yet)"
+    )
+
+
+class TerminateResult(BaseModel):
+    pid: int
+    signal: Literal["SIGTERM"]
+    sigkill_after_s: float
+    name: str | None
+    at: float
+
+
+class HistoryAnswer(BaseModel):
+    """Downsampled series: `series[key][metric]` is a list of buckets, key a GPU UUID or "host".
+    Buckets without a value for a metric are left out."""
+
+    tier: Literal["raw", "1m", "1h"] = Field(description="the store tier the buckets come from")
+    step: float = Field(description="seconds per bucket")
+    start: float
+    end: float
+    series: dict[str, dict[str, list[Bucket]]] = Field(
+        description="[bucket start s, avg, min, max] per bucket; energy_j: joules in every value slot"
+    )
+
+
+class MetricNames(BaseModel):
+    gpu: list[str]
+    host: list[str]
+
+
+class SampleBody(BaseModel):
+    """The body of a `sample` frame on the live stream: one tick."""
+
+    ts: float
+    gpus: list[GpuSample]
+    host: HostSample | None
+
+
+class ShutdownResult(BaseModel):
+    stopping: bool
+    pid: int
+
+
+def _fields_of(record: object, cls: type[object]) -> dict[str, Any]:
+    """The fields `cls` (a dataclass) declares, read from `record` (an instance of it)."""
+    return {f.name: getattr(record, f.name) for f in dataclasses.fields(cls)}  # type: ignore[arg-type]

@@ -1,0 +1,1 @@
+"""The API's routers, one per resource; each reaches the daemon through `DaemonView` only."""

@@ -1,0 +1,102 @@
+"""A run's events and its log output, read by offset, each with an optional long poll."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query
+from fastapi.concurrency import run_in_threadpool
+
+from gpuwarden.core.api import EventsPage, LogChunk
+from gpuwarden.core.errors import UserError
+from gpuwarden.core.logtail import NO_LOG, log_chunk, read_log
+from gpuwarden.core.run_state import FINAL_STATES
+from gpuwarden.daemon.routes.daemon_view import DaemonDep, DaemonView
+from gpuwarden.daemon.routes.runs import resolve
+from gpuwarden.daemon.routes.waiting import watch_run
+
+MAX_LOG_CHUNK = 1 << 20
+MAX_WAIT_S = 30.0
+# How often a long poll looks again for what is not announced: a log growing, a run deleted.
+RECHECK_S = 0.2
+EVENTS_RECHECK_S = 1.0
+
+router = APIRouter()
+
+
+def _events_page(daemon: DaemonView, run_id: str, since: int, limit: int) -> EventsPage:
+    store = daemon.runs()
+    rows = store.events(run_id, since=since, limit=limit)
+    current = store.get_run(run_id)
+    return EventsPage.model_validate(
+        {
+            "events": rows,
+            "next_since": rows[-1]["id"] if rows else since,
+            "state": current["state"] if current else "deleted",
+        }
+    )
+
+
+@router.get(
+    "/v1/runs/{ref}/events",
+    response_model=EventsPage,
+    summary="run events with id > since (long-poll with wait)",
+)
+async def events(
+    daemon: DaemonDep,
+    ref: str,
+    since: Annotated[int, Query(ge=0, le=2**62)] = 0,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+    wait: Annotated[float, Query(ge=0, le=MAX_WAIT_S)] = 0.0,
+) -> EventsPage:
+    run_id = (await run_in_threadpool(resolve, daemon, ref))["id"]
+    async with watch_run(daemon.broadcaster, run_id, wait, EVENTS_RECHECK_S) as watch:
+        while True:
+            page = await run_in_threadpool(_events_page, daemon, run_id, since, limit)
+            if page.events or page.state in FINAL_STATES or page.state == "deleted" or watch.expired:
+                return page
+            await watch.changed()
+
+
+def _attempt_state(daemon: DaemonView, run_id: str, number: int) -> str | None:
+    row = daemon.runs().attempt(run_id, number)
+    return None if row is None else str(row["state"])
+
+
+@router.get(
+    "/v1/runs/{ref}/logs",
+    response_model=LogChunk,
+    summary="a slice of an attempt's stdout/stderr by byte offset",
+)
+async def logs(
+    daemon: DaemonDep,
+    ref: str,
+    stream: Literal["stdout", "stderr"] = "stdout",
+    attempt: Annotated[int | None, Query(ge=1, le=1_000_000)] = None,
+    offset: Annotated[int | None, Query(ge=-MAX_LOG_CHUNK, le=2**62, description="<0: from the end")] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_LOG_CHUNK)] = 65536,
+    wait: Annotated[float, Query(ge=0, le=MAX_WAIT_S, description="long-poll for new data")] = 0.0,
+) -> LogChunk:
+    run = await run_in_threadpool(resolve, daemon, ref)
+    number = attempt or run["attempt"]
+    if number == 0:
+        return log_chunk(NO_LOG, ended=run["state"] in FINAL_STATES, attempt=0, stream=stream)
+    row = await run_in_threadpool(lambda: daemon.runs().attempt(run["id"], number))
+    if row is None:
+        raise UserError(
+            f"run {run['id']} has no attempt {number} (it has {run['attempt']})", code="not_found"
+        )
+    path = Path(row[f"{stream}_path"])
+    async with watch_run(daemon.broadcaster, run["id"], wait, RECHECK_S) as watch:
+        while True:
+            piece = await run_in_threadpool(read_log, path, offset, limit)
+            if piece.data or watch.expired:
+                break
+            if await run_in_threadpool(_attempt_state, daemon, run["id"], number) in (None, "ended"):
+                # Ended while we looked: what it wrote last is in the file now.
+                piece = await run_in_threadpool(read_log, path, offset, limit)
+                break
+            await watch.changed()
+    state = await run_in_threadpool(_attempt_state, daemon, run["id"], number)
+    return log_chunk(piece, ended=state in (None, "ended"), attempt=number, stream=stream)

@@ -1,0 +1,146 @@
+"""Runs: list, submit, read, edit, delete, and the actions on one (stop, resume, tune)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+
+from gpuwarden.core.api import (
+    Deleted,
+    EditRequest,
+    RunDetail,
+    RunList,
+    RunSummary,
+    StopRequest,
+    SubmitRequest,
+)
+from gpuwarden.core.api.runs import Attempt, Retune
+from gpuwarden.core.command.record import with_records
+from gpuwarden.core.config.resolve import resolve_relative_paths
+from gpuwarden.core.config.spec import RunSpec, parse_spec, spec_from_mapping
+from gpuwarden.core.oom.roles import effective_batch_of
+from gpuwarden.core.run_state import RunState
+from gpuwarden.daemon.routes.daemon_view import DaemonDep, DaemonView, RunRow
+
+router = APIRouter()
+
+
+def run_detail(daemon: DaemonView, run: RunRow) -> RunDetail:
+    """A run whole: the row, its attempts and retunes, the effective batch and its report."""
+    store = daemon.runs()
+    run_dir = Path(run["run_dir"])
+    return RunDetail.model_validate(
+        {
+            **RunSummary.from_row(run).model_dump(),
+            "run_dir": run["run_dir"],
+            "stop_requested": run["stop_requested"],
+            "spec": run["spec"],
+            "submitted_spec": run["submitted_spec"],
+            "attempts": [Attempt.model_validate(a) for a in with_records(run_dir, store.attempts(run["id"]))],
+            "retunes": [Retune.model_validate(r) for r in store.retunes(run["id"])],
+            "effective_batch": effective_batch_of(run["spec"]),
+            "report": read_report(run_dir / "report.json"),
+        }
+    )
+
+
+def read_report(path: Path) -> dict[str, Any] | None:
+    """The run's report.json (None before it is written; what went wrong when unreadable)."""
+    if not path.exists():
+        return None
+    try:
+        report = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError) as exc:
+        return {"unreadable": str(exc)}
+    return report if isinstance(report, dict) else {"unreadable": "not a JSON object"}
+
+
+def resolve(daemon: DaemonView, ref: str) -> RunRow:
+    """The run `ref` names (id, name or unique prefix); UserError not_found / ambiguous."""
+    return daemon.runs().resolve(ref)
+
+
+@router.get("/v1/runs", response_model=RunList, summary="runs, newest first")
+def list_runs(
+    daemon: DaemonDep,
+    state: Annotated[list[RunState] | None, Query()] = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+) -> RunList:
+    rows = daemon.runs().list_runs(states=state, limit=limit)
+    return RunList(runs=[RunSummary.from_row(r) for r in rows])
+
+
+@router.post("/v1/runs", status_code=201, response_model=RunDetail, summary="submit a run spec")
+def submit(daemon: DaemonDep, body: SubmitRequest) -> RunDetail:
+    label = body.label or "spec"
+    spec: RunSpec
+    if body.spec_yaml is not None:
+        spec = parse_spec(body.spec_yaml, label=label)
+    else:
+        assert body.spec is not None  # the request model allows exactly one of the two
+        spec = spec_from_mapping(body.spec, label=label)
+    if body.base_dir is not None:
+        spec = resolve_relative_paths(spec, Path(body.base_dir))
+    run = daemon.supervisor.submit(
+        spec, submitted_text=body.spec_yaml, label=label, check_inputs=body.check_inputs
+    )
+    return run_detail(daemon, run)
+
+
+@router.get(
+    "/v1/runs/{ref}", response_model=RunDetail, summary="one run: state, spec, attempts, retunes, report"
+)
+def get_run(daemon: DaemonDep, ref: str) -> RunDetail:
+    return run_detail(daemon, resolve(daemon, ref))
+
+
+@router.patch(
+    "/v1/runs/{ref}", response_model=RunDetail, summary="edit a queued run's name, knobs or resources"
+)
+def edit_run(daemon: DaemonDep, ref: str, body: EditRequest) -> RunDetail:
+    run = resolve(daemon, ref)
+    changes = body.model_dump(exclude_none=True)
+    return run_detail(daemon, daemon.supervisor.edit_run(run["id"], changes))
+
+
+@router.delete(
+    "/v1/runs/{ref}", response_model=Deleted, summary="forget a finished run and remove its directory"
+)
+def delete_run(daemon: DaemonDep, ref: str) -> Deleted:
+    run = resolve(daemon, ref)
+    daemon.supervisor.delete_run(run["id"])
+    return Deleted(deleted=run["id"])
+
+
+@router.post(
+    "/v1/runs/{ref}/stop",
+    response_model=RunDetail,
+    summary="SIGTERM the run's process group, SIGKILL after the grace period",
+)
+def stop_run(daemon: DaemonDep, ref: str, body: StopRequest | None = None) -> RunDetail:
+    run = resolve(daemon, ref)
+    grace = body.grace_seconds if body is not None else None
+    return run_detail(daemon, daemon.supervisor.stop_run(run["id"], grace))
+
+
+@router.post(
+    "/v1/runs/{ref}/resume",
+    response_model=RunDetail,
+    summary="queue a new attempt of a failed, stopped or interrupted run",
+)
+def resume_run(daemon: DaemonDep, ref: str) -> RunDetail:
+    run = resolve(daemon, ref)
+    return run_detail(daemon, daemon.supervisor.resume_run(run["id"]))
+
+
+@router.post(
+    "/v1/runs/{ref}/tune",
+    response_model=RunDetail,
+    summary="probe for the fastest micro-batch before the run's next attempt",
+)
+def tune_run(daemon: DaemonDep, ref: str) -> RunDetail:
+    run = resolve(daemon, ref)
+    return run_detail(daemon, daemon.supervisor.tune_run(run["id"]))
