@@ -30,10 +30,10 @@ from gpuwarden.core.run_state import FINAL_STATES, RunState
 from gpuwarden.core.telemetry.types import GPU_METRICS, HOST_METRICS
 from gpuwarden.daemon.strays import terminate_gpu_process
 from gpuwarden.daemon.stream import FRAME_TYPES
-from gpuwarden.daemon.supervisor import owner_of, run_summary
+from gpuwarden.daemon.supervise import owner_of, run_summary
 
 if TYPE_CHECKING:
-    from gpuwarden.daemon.app import Daemon
+    from gpuwarden.daemon.daemon import Daemon
 
 log = logging.getLogger("gpuwarden.daemon.api")
 
