@@ -55,7 +55,7 @@ def test_cli_entry_point_stays_light() -> None:
 def test_daemon_command_chain_never_loads_rich_or_httpx() -> None:
     """What `gpuwarden daemon` imports before serving: the entry point, its command, the daemon."""
     code = (
-        "import sys, json, gpuwarden.cli.main, gpuwarden.cli.daemon_cmds, gpuwarden.daemon.app;"
+        "import sys, json, gpuwarden.cli.main, gpuwarden.cli.daemon_cmds, gpuwarden.daemon.daemon;"
         "print(json.dumps(sorted(sys.modules)))"
     )
     out = subprocess.run(

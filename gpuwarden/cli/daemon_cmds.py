@@ -47,7 +47,7 @@ def _paths() -> Paths:
 def daemon(sample_interval: float | None, log_level: str | None) -> None:
     """Run the daemon in the foreground (logs to stderr; for systemd or a terminal)."""
     from gpuwarden.core.config.settings import load_settings
-    from gpuwarden.daemon.app import Daemon
+    from gpuwarden.daemon.daemon import Daemon
     from gpuwarden.daemon.lock import DaemonRunning
 
     settings = load_settings(flags={"sample_interval": sample_interval, "log_level": log_level})

@@ -1,5 +1,6 @@
 """Attempt processes: spawn in their own session, stop by process group, tell how they ended.
 
+`LocalProcesses` is the supervisor's process layer on this machine (tests hand it a fake one).
 The daemon opens the attempt's stdout/stderr files and hands the child their descriptors, so the
 daemon is never in the output path and a daemon restart cannot lose a line.
 """
@@ -13,6 +14,7 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import psutil
 
@@ -156,16 +158,36 @@ def spawn(
     return Child(popen.pid, create_time, popen)
 
 
-def adopt(pid: int, create_time: float) -> Child | None:
-    """A Child for a process a previous daemon started, if it still runs."""
-    return Child(pid, create_time) if process_alive(pid, create_time) else None
+class LocalProcesses:
+    """The supervisor's process layer on this machine: real processes, real signals."""
+
+    def spawn(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: Path | None,
+        stdout_path: Path,
+        stderr_path: Path,
+        memory_limit: int | None = None,
+        scope_unit: str | None = None,
+    ) -> Child:
+        return spawn(argv, env, cwd, stdout_path, stderr_path, memory_limit, scope_unit)
+
+    def adopt(self, pid: int, create_time: float) -> Child:
+        """A handle on a process a previous daemon started; `poll()` says whether it still runs."""
+        return Child(pid, create_time)
+
+
+# How an attempt ended, as stored in `attempts.classification` (`interrupted`: its process was gone
+# after a daemon restart and nothing it wrote says how it ended).
+Outcome = Literal["succeeded", "failed", "oom", "stopped", "terminated", "interrupted"]
 
 
 @dataclass(frozen=True)
-class Classification:
-    """The verdict on an ended attempt: succeeded | failed | oom | stopped | terminated."""
+class ExitVerdict:
+    """The daemon's verdict on an ended attempt, with the one line that says why."""
 
-    outcome: str
+    outcome: Outcome
     reason: str
 
 
@@ -175,28 +197,28 @@ def classify(
     stop_requested: bool,
     oom_kills_delta: int | None,
     last_runner_event: str | None,
-) -> Classification:
+) -> ExitVerdict:
     """Decide how an attempt ended from its exit status, the OOM-killer counter and its events.
 
     Re-adopted processes have no exit status: their last decisive event decides.
     """
     how = status.describe()
     if stop_requested:
-        return Classification("stopped", f"stopped on request ({how})")
+        return ExitVerdict("stopped", f"stopped on request ({how})")
     if last_runner_event == "oom" or status.code == EXIT_OOM:
-        return Classification("oom", f"out of memory ({how})")
+        return ExitVerdict("oom", f"out of memory ({how})")
     if status.signal == signal.SIGKILL and oom_kills_delta:
-        return Classification("oom", "killed by the kernel's OOM killer (host memory)")
+        return ExitVerdict("oom", "killed by the kernel's OOM killer (host memory)")
     if status.code == EXIT_OK:
-        return Classification("succeeded", how)
+        return ExitVerdict("succeeded", how)
     if status.code == EXIT_TERMINATED or status.signal == signal.SIGTERM:
-        return Classification("terminated", f"terminated from outside gpuwarden ({how})")
+        return ExitVerdict("terminated", f"terminated from outside gpuwarden ({how})")
     if status.code == EXIT_USER_ERROR:
-        return Classification("failed", f"the run cannot start as specified ({how})")
+        return ExitVerdict("failed", f"the run cannot start as specified ({how})")
     if not status.known:
         if last_runner_event == "finished":
-            return Classification("succeeded", "finished (exit status unknown: process was re-adopted)")
+            return ExitVerdict("succeeded", "finished (exit status unknown: process was re-adopted)")
         if last_runner_event == "error":
-            return Classification("failed", "error event (exit status unknown: process was re-adopted)")
-        return Classification("failed", how)
-    return Classification("failed", how)
+            return ExitVerdict("failed", "error event (exit status unknown: process was re-adopted)")
+        return ExitVerdict("failed", how)
+    return ExitVerdict("failed", how)

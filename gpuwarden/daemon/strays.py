@@ -15,7 +15,7 @@ import psutil
 from gpuwarden.core.api import TerminateResult
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.telemetry.types import GpuProcess
-from gpuwarden.daemon.supervisor import Conflict, owner_of
+from gpuwarden.daemon.supervise import Conflict, owner_of
 
 
 def terminate_gpu_process(

@@ -17,15 +17,16 @@ import sys
 import tempfile
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 from gpuwarden.client import ApiClient
 from gpuwarden.core.errors import UserError
 
+T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 20.0
 FINAL = ("succeeded", "failed", "stopped", "interrupted")
@@ -148,6 +149,18 @@ class DaemonHandle:
         with self.client() as client:
             return client.submit(spec).model_dump(mode="json")
 
+    def wait_samples(self, count: int = 2, gpus: int = 2) -> None:
+        """Until the store holds `count` sampled points of each of `gpus` GPUs and of the host."""
+        with self.client() as client:
+
+            def enough() -> bool:
+                per_gpu = client.history(window="5m", metrics=["mem_used"], points=1000).series
+                host = client.history(window="5m", host=True, metrics=["mem_used"], points=1000).series
+                series = [s.get("mem_used", []) for s in (*per_gpu.values(), *host.values())]
+                return len(series) == gpus + 1 and all(len(points) >= count for points in series)
+
+            wait_for(enough, f"{count} samples of {gpus} GPUs and the host")
+
     def wait_state(
         self, run_id: str, states: tuple[str, ...] = FINAL, timeout: float = 30.0
     ) -> dict[str, Any]:
@@ -163,6 +176,18 @@ class DaemonHandle:
                         f"run {run_id} stuck in {run.state} (wanted {states}): {run.message}"
                     )
                 time.sleep(0.05)
+
+
+def wait_for(condition: Callable[[], T], what: str, timeout: float = 15.0) -> T:
+    """Poll `condition` until it returns something true; fail naming `what` after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.05)
 
 
 def command_spec(name: str, code: str, **extra: Any) -> dict[str, Any]:

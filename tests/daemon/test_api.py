@@ -92,7 +92,7 @@ def test_health_and_telemetry_endpoints(gw: DaemonHandle) -> None:
         assert len(gpus) == 2 and all(g.sample is not None for g in gpus)
         host = client.host().host
         assert host is not None and host.mem_total
-        time.sleep(1.0)
+        gw.wait_samples(2)
         hist = client.history(window="5m", metrics=["util_gpu", "mem_used"], points=10)
         assert set(hist.series) == {g.uuid for g in gpus}
         assert client.history(window="5m", host=True, metrics=["cpu_percent"]).series
@@ -212,19 +212,20 @@ def test_spec_yaml_errors_name_file_and_line(gw: DaemonHandle) -> None:
 
 def test_stream_sends_samples_runs_and_events(gw: DaemonHandle) -> None:
     frames: list[StreamFrame] = []
-    done = threading.Event()
+    done, subscribed = threading.Event(), threading.Event()
 
     def reader() -> None:
         with gw.client() as client:
             for frame in client.stream():
                 frames.append(frame)
+                subscribed.set()  # the first sample frame: this client is on the stream
                 if frame.event == "run" and frame.data.get("state") == "succeeded":
                     break
         done.set()
 
     thread = threading.Thread(target=reader, daemon=True)
     thread.start()
-    time.sleep(0.5)
+    assert subscribed.wait(15)
     gw.submit(command_spec("streamed", "print('hi')"))
     assert done.wait(15), [f.event for f in frames]
     kinds = {f.event for f in frames}

@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from typing import Any
 
 import pytest
 
 from gpuwarden.client import NOT_RUNNING
-from tests.daemon.conftest import DaemonHandle
+from tests.daemon.conftest import DaemonHandle, wait_for
 
 SPEC = """\
 name: counted
@@ -118,12 +117,12 @@ def test_down_leaves_runs_running_and_up_readopts_them(daemon_factory: Any) -> N
     gw.wait_state(run_id, ("running",))
     gw.cli_json("stop", run_id, "--grace", "0")
     gw.cli_json("down")
-    time.sleep(0.1)
+    wait_for(lambda: not gw.socket.exists(), "the daemon to remove its socket")
 
 
 def test_history_for_gpus_and_the_host_with_units(daemon_factory: Any) -> None:
     gw: DaemonHandle = daemon_factory()
-    time.sleep(1.5)  # a few ticks at 4 Hz
+    gw.wait_samples(3)
     gpus = gw.cli("history", "--window", "5m", "--metric", "power_w", "--metric", "mem_used")
     assert gpus.returncode == 0, gpus.stderr
     lines = gpus.stdout.splitlines()

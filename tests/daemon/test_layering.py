@@ -15,7 +15,7 @@ def _loaded(module: str) -> list[str]:
 
 
 def test_daemon_imports_nothing_heavy() -> None:
-    for module in ("gpuwarden.daemon.app", "gpuwarden.daemon.http", "gpuwarden.cli.daemon_cmds"):
+    for module in ("gpuwarden.daemon.daemon", "gpuwarden.daemon.http", "gpuwarden.cli.daemon_cmds"):
         heavy = [
             m
             for m in _loaded(module)

@@ -141,7 +141,7 @@ def test_snapshot_has_counts_and_latest_progress(store: RunStore) -> None:
 def test_gpu_processes_map_to_runs_by_process_group() -> None:
     import os
 
-    from gpuwarden.daemon.supervisor import owner_of
+    from gpuwarden.daemon.supervise import owner_of
 
     assert owner_of(os.getpid(), {os.getpgid(0): "r1"}) == "r1"
     assert owner_of(os.getpid(), {os.getpgid(0) + 1: "r1"}) is None

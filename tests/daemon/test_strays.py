@@ -14,7 +14,7 @@ import pytest
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.telemetry.types import GpuProcess
 from gpuwarden.daemon.strays import terminate_gpu_process
-from gpuwarden.daemon.supervisor import Conflict
+from gpuwarden.daemon.supervise import Conflict
 from tests.daemon.conftest import DaemonHandle
 
 IGNORES_TERM = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"

@@ -11,7 +11,7 @@ from gpuwarden.core.api import LiveProcess, LiveProcesses, ProcessReads, StopReq
 from gpuwarden.core.errors import UserError
 from gpuwarden.daemon.routes.daemon_view import DaemonDep
 from gpuwarden.daemon.strays import terminate_gpu_process
-from gpuwarden.daemon.supervisor import owner_of
+from gpuwarden.daemon.supervise import owner_of
 
 # Stored process reads one request may return (a day of 5-second scans of ~5 processes).
 PROCESS_ROWS_MAX = 100_000

@@ -16,11 +16,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+import psutil
 import sqlite_utils
 
 from gpuwarden import __version__
 from gpuwarden.core.config.settings import Settings
 from gpuwarden.core.errors import UserError
+from gpuwarden.core.oom.classify import read_oom_kill_count
 from gpuwarden.core.paths import Paths
 from gpuwarden.core.store.db import open_db
 from gpuwarden.core.store.runs import RunStore
@@ -28,8 +30,9 @@ from gpuwarden.core.store.telemetry import TelemetryStore
 from gpuwarden.core.telemetry.types import GpuProcess, GpuReader, GpuSample, GpuStatic, HostSample, Tick
 from gpuwarden.daemon.lock import InstanceLock, ensure_private_dir
 from gpuwarden.daemon.placement import GpuState
+from gpuwarden.daemon.process import LocalProcesses
 from gpuwarden.daemon.stream import Broadcaster
-from gpuwarden.daemon.supervisor import RetuneHook, Supervisor
+from gpuwarden.daemon.supervise import Backends, Hooks, RetuneHook, Supervisor
 from gpuwarden.daemon.writer import StoreWriter
 
 log = logging.getLogger("gpuwarden.daemon")
@@ -74,9 +77,9 @@ class Daemon:
         self.components: list[Component] = []
         if retune_hook is None:
             # OOM recovery by the run's policy: the product's default, swapped out only in tests.
-            from gpuwarden.daemon.recovery import OomRecovery
+            from gpuwarden.daemon.oom_retune import OomRetune
 
-            retune_hook = OomRecovery(
+            retune_hook = OomRetune(
                 gpu_states=self.gpu_states,
                 gpu_processes=lambda: self.latest_processes,
                 retunes_of=lambda run_id: self.writer.call(lambda db: RunStore(db).retunes(run_id)),
@@ -87,11 +90,13 @@ class Daemon:
             settings,
             self.paths,
             self.writer,
-            self.gpu_states,
             self.broadcaster,
-            retune_hook=retune_hook,
-            autotune_hook=Autotuner(self._gpu_statics, self.paths.tune_cache),
-            profile_hook=lambda spec: apply_profile(spec, self._gpu_statics()),
+            local_backends(self.gpu_states),
+            Hooks(
+                retune=retune_hook,
+                autotune=Autotuner(self._gpu_statics, self.paths.tune_cache),
+                profile=lambda spec: apply_profile(spec, self._gpu_statics()),
+            ),
         )
         if settings.metrics.enabled:
             self.add_component(MetricsComponent(self, settings.metrics.host, settings.metrics.port))
@@ -334,6 +339,18 @@ class Daemon:
             self.serve()
         finally:
             self.close()
+
+
+def local_backends(gpu_states: Callable[[], list[GpuState]]) -> Backends:
+    """The supervisor's backends on this machine: real processes, the wall clock, this cgroup's
+    OOM-kill counter, the host's memory."""
+    return Backends(
+        processes=LocalProcesses(),
+        gpu_states=gpu_states,
+        clock=time.time,
+        oom_kills=read_oom_kill_count,
+        host_memory=lambda: int(psutil.virtual_memory().total),
+    )
 
 
 class MetricsComponent:

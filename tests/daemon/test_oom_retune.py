@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from gpuwarden.core.telemetry.types import GpuProcess
+from gpuwarden.daemon.oom_retune import OomRetune
 from gpuwarden.daemon.placement import GpuState
-from gpuwarden.daemon.recovery import OomRecovery
-from gpuwarden.daemon.supervisor import AttemptEnd, RetuneGiveUp
+from gpuwarden.daemon.supervise import AttemptEnd, RetuneGiveUp
 
 GIB = 1 << 30
 CONTENTION = (
@@ -38,8 +38,8 @@ def _end() -> AttemptEnd:
     )  # fmt: skip
 
 
-def _hook(retunes: list[dict[str, Any]], slept: list[float], gpus: list[GpuState]) -> OomRecovery:
-    return OomRecovery(
+def _hook(retunes: list[dict[str, Any]], slept: list[float], gpus: list[GpuState]) -> OomRetune:
+    return OomRetune(
         gpu_states=lambda: gpus,
         gpu_processes=lambda: [GpuProcess(ts=0, uuid="GPU-a", pid=4242, used_memory=70 * GIB)],
         retunes_of=lambda run_id: retunes,

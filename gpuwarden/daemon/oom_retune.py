@@ -1,4 +1,4 @@
-"""The daemon's retune hook: out-of-memory recovery for supervised runs.
+"""The daemon's retune hook: what the next attempt of a run that ran out of memory looks like.
 
 Runs on the `retune-<run>` thread the supervisor starts while the run is `retuning`, so probes
 and waits never hold up other runs. It waits until the failed attempt's GPU memory is released,
@@ -23,14 +23,14 @@ from gpuwarden.core.telemetry.types import GpuProcess
 from gpuwarden.core.tune.probe import SubprocessProber
 from gpuwarden.core.tune.search import Candidate
 from gpuwarden.daemon.placement import GpuState
-from gpuwarden.daemon.supervisor import AttemptEnd, RetuneDecision, RetuneGiveUp
+from gpuwarden.daemon.supervise.hooks import AttemptEnd, NextAttempt, RetuneGiveUp
 
-log = logging.getLogger("gpuwarden.daemon.recovery")
+log = logging.getLogger("gpuwarden.daemon.oom_retune")
 
 RELEASE_TIMEOUT_S = 30.0
 
 
-class OomRecovery:
+class OomRetune:
     """Callable as the supervisor's RetuneHook."""
 
     def __init__(
@@ -52,7 +52,7 @@ class OomRecovery:
 
     def __call__(
         self, run: Mapping[str, Any], end: AttemptEnd, events: Sequence[Mapping[str, Any]]
-    ) -> RetuneDecision | None:
+    ) -> NextAttempt | None:
         spec = spec_from_mapping(dict(run["spec"]))
         run_id = str(run["id"])
         self._wait_released(end)
@@ -95,7 +95,7 @@ class OomRecovery:
             self._sleep(decision.wait_s)
         if decision.action == "move_gpu":
             self._move(plan, end)
-        return RetuneDecision(
+        return NextAttempt(
             spec=plan.spec,
             from_=plan.from_,
             to=plan.to,

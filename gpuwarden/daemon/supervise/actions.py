@@ -1,0 +1,179 @@
+"""What the API asks of the supervisor: submit, stop, resume, tune, edit, delete.
+
+Each checks the run's state under the lock and refuses with `Conflict` (HTTP 409) what that state
+does not allow; the loop does the rest on its next pass (woken at once).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import signal
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from gpuwarden.core.command.complete import complete_command
+from gpuwarden.core.config.inputs import require_inputs
+from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
+from gpuwarden.core.errors import UserError
+from gpuwarden.core.run_state import ACTIVE_STATES, RESUMABLE_STATES, RunState
+from gpuwarden.daemon.placement import check_feasible
+from gpuwarden.daemon.supervise.context import Conflict, Context, spec_document
+from gpuwarden.daemon.supervise.hooks import ProfileHook
+
+# A settled run may be tuned or edited; a queued one too (it has not started).
+CHANGEABLE_STATES = (RunState.QUEUED, *RESUMABLE_STATES)
+
+
+def submit(
+    ctx: Context,
+    spec: RunSpec,
+    submitted_text: str | None,
+    *,
+    label: str,
+    check_inputs: bool,
+    profile: ProfileHook | None,
+) -> dict[str, Any]:
+    """Validate what waiting cannot fix, persist the run as queued, and wake the scheduler."""
+    spec = complete_command(spec)  # command runs: preset knobs, config values, placeholders
+    if check_inputs:
+        require_inputs(spec, label, "fix the path, or submit with --no-check-inputs when a run creates it")
+    check_feasible(spec.resources, ctx.backends.gpu_states())
+    profile_line = ""
+    if profile is not None:
+        profiled, profile_line = profile(spec)
+        if profiled is not None:
+            spec = spec_from_mapping(profiled)
+    run_id = new_run_id()
+    run_dir = ctx.paths.runs_dir / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    document = spec_document(spec)
+    text = submitted_text if submitted_text is not None else yaml.safe_dump(document, sort_keys=False)
+    (run_dir / "spec.yaml").write_text(text)
+    with ctx.lock:
+        ctx.store(
+            lambda s: s.create_run(run_id, spec.name, spec.kind, document, str(run_dir), "waiting to start")
+        )
+        if profile_line:
+            ctx.event(run_id, None, "profile", message=profile_line)
+        run = ctx.run(run_id)
+        ctx.publish_run(run)
+    ctx.wake()
+    return run
+
+
+def stop(ctx: Context, run_id: str, grace: float | None) -> dict[str, Any]:
+    """SIGTERM the run's process group now; the loop SIGKILLs it after the grace period."""
+    with ctx.lock:
+        run = ctx.run(run_id)
+        state = RunState(run["state"])
+        if state.final:
+            raise Conflict(f"run {run_id} is already {state}")
+        if state is RunState.QUEUED:
+            ctx.set_state(run_id, RunState.STOPPED, "stopped before it started", stop_requested=1)
+            return ctx.run(run_id)
+        ctx.store(lambda s: s.update_run(run_id, stop_requested=1))
+        active = ctx.active.get(run_id)
+        if active is None:
+            ctx.set_state(run_id, RunState.STOPPED, "stopped between attempts", stop_requested=1)
+            return ctx.run(run_id)
+        grace = ctx.settings.stop_grace_seconds if grace is None else grace
+        active.stop_requested = True
+        active.kill_at = ctx.clock() + grace
+        ctx.event(run_id, active.attempt, "stopping", grace_seconds=grace)
+        if not active.child.signal_group(signal.SIGTERM):
+            active.kill_at = None
+        ctx.wake()
+        return ctx.run(run_id)
+
+
+def resume(ctx: Context, run_id: str) -> dict[str, Any]:
+    """Queue a new attempt of a run that failed, was stopped or was interrupted."""
+    with ctx.lock:
+        run = ctx.run(run_id)
+        if RunState(run["state"]) not in RESUMABLE_STATES:
+            raise Conflict(f"run {run_id} is {run['state']}: only failed, stopped or interrupted runs resume")
+        ctx.set_state(run_id, RunState.QUEUED, "resumed", stop_requested=0, ended_at=None)
+    ctx.wake()
+    return ctx.run(run_id)
+
+
+def tune(ctx: Context, run_id: str) -> dict[str, Any]:
+    """Tune the run before its next attempt: a queued run tunes before it starts; a failed,
+    stopped or interrupted one is resumed and tuned first (it continues from its checkpoint
+    with the tuned micro-batch, the effective batch kept)."""
+    with ctx.lock:
+        run = ctx.run(run_id)
+        state = RunState(run["state"])
+        if state not in CHANGEABLE_STATES:
+            raise Conflict(f"run {run_id} is {state}: stop it first, then tune")
+        spec = spec_from_mapping(dict(run["spec"]))
+        if spec.kind == "command":
+            raise UserError(f"run {run_id} is a command run: only train and infer runs can be tuned")
+        tuned = spec.model_copy(update={"autotune": True})
+        ctx.store(lambda s: s.update_run(run_id, spec=spec_document(tuned)))
+        if state is not RunState.QUEUED:
+            ctx.set_state(run_id, RunState.QUEUED, "resumed to tune", stop_requested=0, ended_at=None)
+    ctx.wake()
+    return ctx.run(run_id)
+
+
+def edit(ctx: Context, run_id: str, changes: Mapping[str, Any]) -> dict[str, Any]:
+    """Change a run that is not running: name, knobs, resources, or any spec key by its dotted
+    path (`set`); the result is re-validated as a whole spec. A stopped or failed run keeps its
+    state: edit it, then resume it."""
+    with ctx.lock:
+        run = ctx.run(run_id)
+        if RunState(run["state"]) not in CHANGEABLE_STATES:
+            raise Conflict(f"run {run_id} is {run['state']}: stop it first, then change it")
+        spec = complete_command(spec_from_mapping(changed(run["spec"], changes), label="PATCH"))
+        check_feasible(spec.resources, ctx.backends.gpu_states())
+        ctx.store(lambda s: s.update_run(run_id, spec=spec_document(spec), name=spec.name))
+        updated = ctx.run(run_id)
+        ctx.publish_run(updated)
+        return updated
+
+
+def delete(ctx: Context, run_id: str) -> None:
+    """Forget a run that is not active, and remove its directory."""
+    with ctx.lock:
+        run = ctx.run(run_id)
+        if RunState(run["state"]) in ACTIVE_STATES or run_id in ctx.active:
+            raise Conflict(f"run {run_id} is {run['state']} — stop it first (`gpuwarden stop {run_id}`)")
+        ctx.store(lambda s: s.delete_run(run_id))
+        shutil.rmtree(run["run_dir"], ignore_errors=True)
+
+
+def new_run_id() -> str:
+    """'r' + 10 random hex digits: short to type, and a prefix of it is usually unique."""
+    return "r" + os.urandom(5).hex()
+
+
+def changed(spec: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of the spec document with whole sections replaced and dotted keys (`set`) set."""
+    document = copy.deepcopy(dict(spec))
+    for key, value in changes.items():
+        if key == "set":
+            for dotted, new in (value or {}).items():
+                set_dotted(document, dotted, new)
+        elif value is not None:
+            document[key] = value
+    return document
+
+
+def set_dotted(document: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set `a.b.c` in a nested spec document; unknown keys are caught by re-validation."""
+    parts = dotted.split(".")
+    if not all(parts):
+        raise UserError(f"{dotted!r} is not a spec key path — use e.g. train.batch_size")
+    node = document
+    for part in parts[:-1]:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = {}
+            node[part] = child
+        node = child
+    node[parts[-1]] = value

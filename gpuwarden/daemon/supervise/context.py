@@ -1,0 +1,200 @@
+"""What every part of the supervisor shares: typed store writes, events to the live stream, the
+wake-up, the attempts being watched, and the backends injected from outside.
+
+The parts (scheduler, spawner, finisher, retuner, adoption, actions…) import this module and never
+each other; the loop in `supervisor.py` alone decides in which order they act.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import sqlite_utils
+
+from gpuwarden.core.config.settings import Settings
+from gpuwarden.core.config.spec import Resources, RunSpec
+from gpuwarden.core.errors import UserError
+from gpuwarden.core.paths import Paths
+from gpuwarden.core.run_state import RunState
+from gpuwarden.core.store.runs import RunStore
+from gpuwarden.daemon.events_tail import EventsTail
+from gpuwarden.daemon.placement import Placement, place
+from gpuwarden.daemon.stream import Broadcaster
+from gpuwarden.daemon.supervise.backends import Backends, ChildProcess
+from gpuwarden.daemon.writer import StoreWriter
+
+T = TypeVar("T")
+log = logging.getLogger("gpuwarden.daemon.supervisor")
+
+
+class Conflict(UserError):
+    """An action the run's state does not allow (HTTP 409)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="conflict")
+
+
+# -- what the parts pass around --------------------------------------------------------------------
+
+
+@dataclass
+class Active:
+    """An attempt whose process this daemon watches."""
+
+    run_id: str
+    attempt: int
+    child: ChildProcess
+    tail: EventsTail
+    gpus: list[str]
+    stderr_path: Path
+    oom_before: int | None
+    stop_requested: bool = False
+    kill_at: float | None = None
+    decisive_event: str | None = None
+
+
+@dataclass(frozen=True)
+class Start:
+    """A run's next attempt, ready to spawn: the run, the spec to start it with, its GPUs."""
+
+    run: Mapping[str, Any]
+    spec: RunSpec
+    placement: Placement
+
+
+# What a worker thread hands back to the loop: applied under the lock, it may start an attempt.
+Completion = Callable[[], Start | None]
+
+DECISIVE_EVENTS = ("oom", "error", "finished")
+
+
+def run_summary(run: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of a run that list views and `run` stream frames carry."""
+    spec = run["spec"]
+    return {
+        "id": run["id"],
+        "name": run["name"],
+        "kind": run["kind"],
+        "state": run["state"],
+        "attempt": run["attempt"],
+        "message": run["message"],
+        "created_at": run["created_at"],
+        "updated_at": run["updated_at"],
+        "started_at": run["started_at"],
+        "ended_at": run["ended_at"],
+        "gpus": spec.get("resources", {}).get("gpus"),
+    }
+
+
+def spec_document(spec: RunSpec) -> dict[str, Any]:
+    """A spec as the JSON-able mapping the store keeps (every field, defaults included)."""
+    return spec.model_dump(mode="json")
+
+
+def one_line(exc: Exception) -> str:
+    return "; ".join(line for line in str(exc).splitlines() if line.strip())
+
+
+class Context:
+    """Shared by every part; see the module docstring. Parts call it under `lock`."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        paths: Paths,
+        writer: StoreWriter,
+        broadcaster: Broadcaster,
+        backends: Backends,
+    ) -> None:
+        self.settings = settings
+        self.paths = paths
+        self.writer = writer
+        self.broadcaster = broadcaster
+        self.backends = backends
+        self.clock = backends.clock
+        self.lock = threading.RLock()
+        self.active: dict[str, Active] = {}
+        # GPUs of runs probing between attempts (autotune, retune): held for them meanwhile.
+        self.held: dict[str, list[str]] = {}
+        self._done: queue.SimpleQueue[Completion] = queue.SimpleQueue()
+        self.wakeup = threading.Event()
+
+    # -- the store (every write runs on the writer thread) -----------------------------------------
+
+    def store(self, fn: Callable[[RunStore], T]) -> T:
+        """`fn(RunStore)` on the writer thread, committed when this returns."""
+
+        def job(db: sqlite_utils.Database) -> T:
+            return fn(RunStore(db))
+
+        return self.writer.call(job)
+
+    def find(self, run_id: str) -> dict[str, Any] | None:
+        return self.store(lambda s: s.get_run(run_id))
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        run = self.find(run_id)
+        if run is None:
+            raise UserError(f"no run '{run_id}'", code="not_found")
+        return run
+
+    def state_of(self, run_id: str) -> RunState | None:
+        run = self.find(run_id)
+        return None if run is None else RunState(run["state"])
+
+    def set_state(self, run_id: str, state: RunState, message: str | None = None, **fields: Any) -> None:
+        """Move the run (the store checks the move), then tell stream clients."""
+        event = self.store(lambda s: s.set_state(run_id, state, message, **fields))
+        log.info("run %s: %s%s", run_id, state, f" — {message}" if message else "")
+        run = self.find(run_id)
+        if run is not None:
+            self.publish_run(run)
+            self.broadcaster.publish("event", {"run_id": run_id, **event}, run_id)
+
+    def event(self, run_id: str, attempt: int | None, type_: str, **payload: Any) -> None:
+        """Record and publish an event the daemon itself says about a run."""
+        event_id = self.store(lambda s: s.add_daemon_event(run_id, attempt, type_, payload))
+        frame = {"run_id": run_id, "id": event_id, "attempt": attempt, "type": type_, "source": "daemon"}
+        self.broadcaster.publish("event", {**frame, **payload}, run_id)
+
+    def publish_run(self, run: Mapping[str, Any]) -> None:
+        self.broadcaster.publish("run", run_summary(run), str(run["id"]))
+
+    # -- GPUs ----------------------------------------------------------------------------------------
+
+    def busy(self) -> dict[str, int]:
+        """Runs on each GPU UUID: watched attempts plus runs probing between attempts."""
+        busy: dict[str, int] = {}
+        for gpus in [a.gpus for a in self.active.values()] + list(self.held.values()):
+            for uuid in gpus:
+                busy[uuid] = busy.get(uuid, 0) + 1
+        return busy
+
+    def place(self, resources: Resources, busy: Mapping[str, int] | None = None) -> Placement | None:
+        states = self.backends.gpu_states()
+        taken = self.busy() if busy is None else busy
+        return place(resources, states, taken, self.settings.max_runs_per_gpu)
+
+    # -- the loop's inbox ----------------------------------------------------------------------------
+
+    def wake(self) -> None:
+        self.wakeup.set()
+
+    def hand_back(self, completion: Completion) -> None:
+        """From a worker thread: let the loop apply `completion` on its next pass (woken now)."""
+        self._done.put(completion)
+        self.wake()
+
+    def completions(self) -> list[Completion]:
+        out: list[Completion] = []
+        while True:
+            try:
+                out.append(self._done.get_nowait())
+            except queue.Empty:
+                return out

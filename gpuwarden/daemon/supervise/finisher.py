@@ -1,0 +1,144 @@
+"""What an ended attempt means: store everything it wrote, give the verdict, record it.
+
+The finisher says where the run goes next (`Ending`); the loop acts on it (a final state, a
+retune, a restart), so no part here starts another.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuwarden.core.oom.classify import classify_text, oom_kill_grew
+from gpuwarden.core.run_state import RunState
+from gpuwarden.daemon.process import ExitStatus, ExitVerdict, Outcome, classify
+from gpuwarden.daemon.supervise.context import Active, Context
+from gpuwarden.daemon.supervise.hooks import AttemptEnd
+from gpuwarden.daemon.supervise.pump import pump
+
+log = logging.getLogger("gpuwarden.daemon.supervisor")
+
+STDERR_TAIL_BYTES = 65536
+_STATE_OF: dict[Outcome, RunState] = {
+    "succeeded": RunState.SUCCEEDED,
+    "stopped": RunState.STOPPED,
+    "terminated": RunState.STOPPED,
+    "oom": RunState.RETUNING,
+    "failed": RunState.FAILED,
+    "interrupted": RunState.INTERRUPTED,
+}
+
+
+@dataclass(frozen=True)
+class Ending:
+    """An ended attempt: the verdict, how its process ended, and the run's next state."""
+
+    run_id: str
+    attempt: int
+    verdict: ExitVerdict
+    status: ExitStatus
+    message: str  # "attempt N: why", the run's message for its next state
+    end: AttemptEnd  # the facts a retune (or restart) policy decides on
+
+    @property
+    def state(self) -> RunState:
+        return _STATE_OF[self.verdict.outcome]
+
+
+def finish(
+    ctx: Context, active: Active, status: ExitStatus, *, note: str | None = None, kill_group: bool = True
+) -> Ending:
+    """An attempt's process ended: store what it wrote, classify, record the attempt.
+
+    `kill_group` is False for a process that ended while no daemon watched: its pid may have
+    been reused since, so its process group is no longer known to be the run's.
+    """
+    pump(ctx, active, final=True)
+    if kill_group and active.child.pid and active.child.group_alive():
+        # The run is over; nothing it started may outlive it.
+        active.child.signal_group(signal.SIGKILL)
+    ctx.active.pop(active.run_id, None)
+    oom_kill = oom_kill_grew(active.oom_before, ctx.backends.oom_kills())
+    stderr_tail = tail_of(active.stderr_path)
+    verdict = _verdict(ctx, active, status, oom_kill, stderr_tail)
+    reason = f"{verdict.reason}; {note}" if note else verdict.reason
+    ended = ctx.clock()
+    ctx.store(
+        lambda s: s.update_attempt(
+            active.run_id,
+            active.attempt,
+            state="ended",
+            ended_at=ended,
+            exit_code=status.code,
+            signal=status.signal,
+            classification=verdict.outcome,
+            reason=reason,
+        )
+    )
+    ctx.store(lambda s: s.set_retune_outcome(active.run_id, verdict.outcome))
+    log.info("run %s attempt %d: %s", active.run_id, active.attempt, reason)
+    end = AttemptEnd(
+        number=active.attempt,
+        outcome=verdict.outcome,
+        reason=reason,
+        exit_code=status.code,
+        signal=status.signal,
+        oom_kill=oom_kill,
+        stderr_tail=stderr_tail,
+        gpus=list(active.gpus),
+        gpu_capacity=gpu_capacity(ctx, active.gpus),
+        host_capacity=host_capacity(ctx, active.run_id),
+        adopted=active.child.adopted,
+        pid=active.child.pid or None,
+    )
+    return Ending(active.run_id, active.attempt, verdict, status, f"attempt {active.attempt}: {reason}", end)
+
+
+def _verdict(
+    ctx: Context, active: Active, status: ExitStatus, oom_kill: bool | None, stderr_tail: str
+) -> ExitVerdict:
+    verdict = classify(
+        status,
+        stop_requested=active.stop_requested,
+        oom_kills_delta=None if oom_kill is None else int(oom_kill),
+        last_runner_event=active.decisive_event,
+    )
+    if verdict.outcome == "failed" and status.known:
+        # A program that is not our runner says it ran out of memory only on stderr.
+        text = classify_text(stderr_tail, exit_code=status.code, signal=status.signal, oom_kill=oom_kill)
+        if text.is_oom:
+            return ExitVerdict("oom", f"{text.verdict}: {text.reason} ({status.describe()})")
+        if text.verdict == "shape_bug":
+            # Looks like an OOM, but no memory setting can satisfy it: fail, and say why.
+            return ExitVerdict("failed", f"shape_bug: {text.reason} ({status.describe()})")
+    if verdict.outcome == "failed" and active.decisive_event == "error":
+        # The runner said why in its error event: that line, not only an exit code, is the reason.
+        error = ctx.store(lambda s: s.last_event(active.run_id, active.attempt, ("error",)))
+        if error and error.get("message"):
+            return ExitVerdict("failed", f"{error['message']} ({status.describe()})")
+    return verdict
+
+
+def gpu_capacity(ctx: Context, gpus: Sequence[str]) -> int | None:
+    """The smallest memory among `gpus`."""
+    totals = [g.memory_total for g in ctx.backends.gpu_states() if g.uuid in gpus and g.memory_total]
+    return min(totals) if totals else None
+
+
+def host_capacity(ctx: Context, run_id: str) -> int | None:
+    """The run's address-space limit, else the host's memory."""
+    limit = ctx.run(run_id)["spec"].get("resources", {}).get("memory_limit")
+    return int(limit) if limit else ctx.backends.host_memory()
+
+
+def tail_of(path: Path, size: int = STDERR_TAIL_BYTES) -> str:
+    """The last `size` bytes of a log as text ("" when unreadable)."""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(max(0, path.stat().st_size - size))
+            return fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""

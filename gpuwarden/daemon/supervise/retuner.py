@@ -1,0 +1,82 @@
+"""Out of memory → the retune policy's decision → the next attempt's spec.
+
+The policy may take a while (it waits for GPU memory to be released, runs probe processes), so
+it runs on a thread of its own while the run is `retuning` and its GPUs stay held for it; the
+decision comes back to the loop, which applies it under the lock.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from gpuwarden.core.config.spec import spec_from_mapping
+from gpuwarden.core.errors import UserError
+from gpuwarden.core.run_state import RunState
+from gpuwarden.daemon.supervise.context import Context, Start, one_line, spec_document
+from gpuwarden.daemon.supervise.hooks import AttemptEnd, NextAttempt, RetuneGiveUp, RetuneHook
+
+log = logging.getLogger("gpuwarden.daemon.supervisor")
+
+
+def begin(ctx: Context, run_id: str, end: AttemptEnd, message: str, hook: RetuneHook) -> None:
+    """Mark the run retuning and ask `hook` off the loop."""
+    ctx.set_state(run_id, RunState.RETUNING, f"{message}; deciding a retune")
+    ctx.held[run_id] = list(end.gpus)
+
+    def work() -> None:
+        decision, why = decide(ctx, run_id, end, message, hook)
+        ctx.hand_back(lambda: apply(ctx, run_id, end, decision, why))
+
+    ctx.backends.start_thread(f"retune-{run_id}", work)
+
+
+def decide(
+    ctx: Context, run_id: str, end: AttemptEnd, message: str, hook: RetuneHook
+) -> tuple[NextAttempt | None, str]:
+    """The hook's decision (None: the run fails) and the message to fail it with."""
+    try:
+        run = ctx.run(run_id)
+        events = ctx.store(lambda s: s.events(run_id, limit=100_000))
+        return hook(run, end, events), message
+    except RetuneGiveUp as exc:
+        return None, f"{message}; {exc}"
+    except Exception as exc:
+        log.exception("retune hook failed for run %s", run_id)
+        return None, f"{message}; retune failed: {one_line(exc)}"
+
+
+def apply(
+    ctx: Context, run_id: str, end: AttemptEnd, decision: NextAttempt | None, message: str
+) -> Start | None:
+    """Record the decision and say where the next attempt starts (None: it fails, or waits)."""
+    ctx.held.pop(run_id, None)
+    if ctx.state_of(run_id) is not RunState.RETUNING:
+        return None  # stopped or deleted while the policy thought
+    if decision is None:
+        ctx.set_state(run_id, RunState.FAILED, message)
+        return None
+    try:
+        spec = spec_from_mapping(decision.spec)
+    except UserError as exc:
+        ctx.set_state(run_id, RunState.FAILED, f"{message}; the retune gave an invalid spec: {one_line(exc)}")
+        return None
+    ctx.store(
+        lambda s: s.add_retune(
+            run_id,
+            end.number,
+            decision.from_,
+            decision.to,
+            decision.verdict,
+            decision.evidence,
+            decision.prediction,
+        )
+    )
+    ctx.store(lambda s: s.update_run(run_id, spec=spec_document(spec)))
+    reason = ((decision.evidence or {}).get("decision") or {}).get("reason")
+    ctx.event(run_id, end.number, "retuned", changes=decision.to, verdict=decision.verdict, reason=reason)
+    placement = ctx.place(spec.resources)
+    if placement is None:
+        changes = ", ".join(f"{k}: {decision.from_.get(k)} → {v}" for k, v in decision.to.items())
+        ctx.set_state(run_id, RunState.QUEUED, f"retuned ({changes or 'no knob changed'}); waiting for GPUs")
+        return None
+    return Start(ctx.run(run_id), spec, placement)

@@ -1,0 +1,182 @@
+"""The run supervisor's loop: the one place that decides in which order the parts act.
+
+Every state change goes through the store writer and is committed before it is acted on (a
+crash between the two leaves the run recoverable). The loop runs on a thread named `supervisor`;
+API calls take the same lock, so the state machine has one owner at a time. Slow policies
+(autotune, retune) run on threads of their own and hand their result back to the loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from gpuwarden.core.config.settings import Settings
+from gpuwarden.core.config.spec import RunSpec
+from gpuwarden.core.paths import Paths
+from gpuwarden.daemon.stream import Broadcaster
+from gpuwarden.daemon.supervise import actions, adoption, finisher, retuner, scheduler, spawner, tuning
+from gpuwarden.daemon.supervise.backends import Backends
+from gpuwarden.daemon.supervise.context import Active, Context, Start
+from gpuwarden.daemon.supervise.hooks import Hooks
+from gpuwarden.daemon.supervise.pump import pump
+from gpuwarden.daemon.writer import StoreWriter
+
+log = logging.getLogger("gpuwarden.daemon.supervisor")
+
+LOOP_INTERVAL_S = 0.2
+
+
+class Supervisor:
+    """Owns every run's lifecycle; see the module docstring."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        paths: Paths,
+        writer: StoreWriter,
+        broadcaster: Broadcaster,
+        backends: Backends,
+        hooks: Hooks | None = None,
+    ) -> None:
+        self.ctx = Context(settings, paths, writer, broadcaster, backends)
+        self.hooks = hooks or Hooks()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="supervisor", daemon=True)
+
+    # What the API and tests read.
+    @property
+    def active(self) -> dict[str, Active]:
+        return self.ctx.active
+
+    @property
+    def lock(self) -> threading.RLock:
+        return self.ctx.lock
+
+    @property
+    def writer(self) -> StoreWriter:
+        return self.ctx.writer
+
+    def clock(self) -> float:
+        return self.ctx.clock()
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Adopt or settle runs left by a previous daemon, then start the loop thread."""
+        with self.lock:
+            self.adopt()
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop watching (runs keep running: a later daemon re-adopts them)."""
+        self._stop.set()
+        self.wake()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+
+    def wake(self) -> None:
+        self.ctx.wake()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with self.lock:
+                    self.step()
+            except Exception:
+                log.exception("supervisor step failed; retrying")
+            self.ctx.wakeup.wait(LOOP_INTERVAL_S)
+            self.ctx.wakeup.clear()
+
+    def adopt(self) -> None:
+        """After a restart: watch live attempts again, finish those that ended meanwhile."""
+        gone = adoption.adopt_live(self.ctx)
+        adoption.settle_between_attempts(self.ctx, skip={g.active.run_id for g in gone})
+        for g in gone:
+            self._ended(finisher.finish(self.ctx, g.active, g.status, note=g.note, kill_group=False))
+
+    def step(self) -> None:
+        """One pass: apply what worker threads decided, tail events, notice exits, enforce stop
+        deadlines, start what fits."""
+        for completion in self.ctx.completions():
+            self._start(completion())
+        now = self.ctx.clock()
+        for active in list(self.ctx.active.values()):
+            self._watch(active, now)
+        for due in scheduler.due(self.ctx, can_tune=self.hooks.autotune is not None):
+            if due.tune and self.hooks.autotune is not None:
+                tuning.begin(self.ctx, due.start, self.hooks.autotune)
+            else:
+                self._start(due.start)
+
+    def _watch(self, active: Active, now: float) -> None:
+        pump(self.ctx, active)
+        status = active.child.poll()
+        if status is not None:
+            self._ended(finisher.finish(self.ctx, active, status))
+        elif active.kill_at is not None and now >= active.kill_at:
+            log.info("run %s: grace period over, SIGKILL to its process group", active.run_id)
+            active.child.signal_group(signal.SIGKILL)
+            active.kill_at = None
+
+    def _start(self, start: Start | None) -> None:
+        if start is not None:
+            spawner.start(self.ctx, start)
+
+    def _ended(self, ending: finisher.Ending) -> None:
+        if ending.verdict.outcome == "oom":
+            retuner.begin(self.ctx, ending.run_id, ending.end, ending.message, self.hooks.retune)
+        else:
+            self.ctx.set_state(ending.run_id, ending.state, ending.message)
+        self.wake()
+
+    # -- what the API calls ---------------------------------------------------------------------------
+
+    def submit(
+        self,
+        spec: RunSpec,
+        submitted_text: str | None = None,
+        *,
+        label: str = "spec",
+        check_inputs: bool = True,
+    ) -> dict[str, Any]:
+        """Queue a run. `check_inputs=False` queues one whose model or data an earlier run is
+        still to create."""
+        return actions.submit(
+            self.ctx, spec, submitted_text, label=label, check_inputs=check_inputs, profile=self.hooks.profile
+        )
+
+    def stop_run(self, run_id: str, grace: float | None = None) -> dict[str, Any]:
+        """SIGTERM the run's process group now and SIGKILL it after the grace period."""
+        return actions.stop(self.ctx, run_id, grace)
+
+    def resume_run(self, run_id: str) -> dict[str, Any]:
+        return actions.resume(self.ctx, run_id)
+
+    def tune_run(self, run_id: str) -> dict[str, Any]:
+        return actions.tune(self.ctx, run_id)
+
+    def edit_run(self, run_id: str, changes: Mapping[str, Any]) -> dict[str, Any]:
+        return actions.edit(self.ctx, run_id, changes)
+
+    def delete_run(self, run_id: str) -> None:
+        actions.delete(self.ctx, run_id)
+
+    def pid_owners(self) -> dict[int, str]:
+        """Process-group id → run id for every watched attempt (a GPU process belongs to the run
+        whose group it is in, so dataloader workers and torchrun ranks count too)."""
+        with self.lock:
+            return {a.child.pid: a.run_id for a in self.ctx.active.values() if a.child.pid}
+
+
+def owner_of(pid: int, groups: Mapping[int, str]) -> str | None:
+    """The run a pid belongs to, by its process group."""
+    try:
+        pgid = os.getpgid(pid)
+    except OSError:
+        return None
+    return groups.get(pgid)

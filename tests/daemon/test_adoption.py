@@ -1,0 +1,98 @@
+"""A daemon killed with -9 mid-run: the run goes on, and a new daemon re-adopts it with nothing lost.
+
+Real processes end to end; the adoption logic case by case is driven in-process in
+tests/supervise/test_adoption.py."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from tests.daemon.conftest import DaemonHandle, command_spec, wait_for
+
+# Writes N numbered stdout lines and progress events, one every 0.1 s, then a `finished` event.
+COUNTER = """
+    import json, sys, time
+    n, events = int(sys.argv[1]), sys.argv[2]
+    for i in range(n):
+        print(f"line {i}", flush=True)
+        with open(events, "a") as fh:
+            event = {"v": 1, "type": "progress", "ts": time.time(), "step": i, "samples_seen": i}
+            fh.write(json.dumps(event) + "\\n")
+        time.sleep(0.1)
+    with open(events, "a") as fh:
+        fh.write(json.dumps({"v": 1, "type": "finished", "ts": time.time(), "report": {"steps": n}}) + "\\n")
+"""
+
+
+def _counter_spec(name: str, n: int, **extra: Any) -> dict[str, Any]:
+    spec = command_spec(name, COUNTER, **extra)
+    spec["command"]["argv"] += [str(n), "{events_file}"]
+    return spec
+
+
+@pytest.mark.slow
+def test_kill9_midrun_then_restart_readopts_with_complete_log_and_events(daemon_factory: Any) -> None:
+    gw: DaemonHandle = daemon_factory()
+    run = gw.submit(_counter_spec("counter", 80))
+    running = gw.wait_state(run["id"], ("running",))
+    pid = running["attempts"][0]["pid"]
+    stdout = Path(running["run_dir"]) / "attempts" / "1" / "stdout.log"
+    wait_for(lambda: len(_progress(gw, run["id"])) >= 5, "five progress events stored")
+    gw.kill9()
+    os.kill(pid, 0)  # the run survived its daemon
+    at_kill = _lines(stdout)
+    wait_for(lambda: _lines(stdout) >= at_kill + 5, "the run to write while no daemon watches")
+    gw.start()
+    with gw.client() as client:
+        adopted = client.run(run["id"])
+        assert adopted.state == "running", adopted.message
+        assert adopted.attempts[0].adopted is True
+    done = gw.wait_state(run["id"], timeout=30)
+    assert done["state"] == "succeeded", done["message"]
+    assert "re-adopted" in done["message"]
+    assert stdout.read_text().splitlines() == [f"line {i}" for i in range(80)]
+    assert [e["step"] for e in _progress(gw, run["id"])] == list(range(80)), (
+        "every event exactly once, in order"
+    )
+    events = _events(gw, run["id"])
+    assert [e["type"] for e in events if e["type"] == "finished"] == ["finished"]
+    assert any(e["type"] == "adopted" for e in events)
+
+
+def test_run_that_finished_while_no_daemon_ran_is_succeeded_from_its_events(daemon_factory: Any) -> None:
+    gw: DaemonHandle = daemon_factory()
+    run = gw.submit(_counter_spec("quick", 8))
+    pid = gw.wait_state(run["id"], ("running",))["attempts"][0]["pid"]
+    gw.kill9()
+    wait_for(lambda: not _alive(pid), "the run to finish while no daemon runs")
+    gw.start()
+    done = gw.wait_state(run["id"])
+    assert done["state"] == "succeeded"
+    assert "exit status unknown" in done["message"]
+    steps = [e["step"] for e in _events(gw, run["id"]) if e["type"] == "progress"]
+    assert steps == list(range(8))
+
+
+def _events(gw: DaemonHandle, run_id: str) -> list[dict[str, Any]]:
+    with gw.client() as client:
+        return [e.model_dump() for e in client.events(run_id, limit=10_000).events]
+
+
+def _progress(gw: DaemonHandle, run_id: str) -> list[dict[str, Any]]:
+    return [e for e in _events(gw, run_id) if e["type"] == "progress"]
+
+
+def _lines(path: Path) -> int:
+    return len(path.read_text().splitlines())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

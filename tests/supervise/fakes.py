@@ -1,0 +1,197 @@
+"""A fake process layer and a fake clock: the supervisor's state machine driven in-process.
+
+`FakeProcesses` stands for the machine's process table. A spawned `FakeProcess` runs until the
+test ends it (`exit`) or a signal does; it writes events, stdout and stderr into the real attempt
+files, so the supervisor reads them exactly as it reads a real runner's. Handles (`FakeChild`) are
+what the supervisor holds: one from `spawn` knows the exit status (a child of ours), one from
+`adopt` does not (a previous daemon's child), as with real processes.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuwarden.daemon.process import ExitStatus
+
+
+class FakeClock:
+    """Time that moves only when the test says so."""
+
+    def __init__(self, start: float = 1_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@dataclass
+class FakeProcess:
+    """One process in the fake process table, with the files the supervisor gave it."""
+
+    pid: int
+    create_time: float
+    argv: list[str]
+    env: dict[str, str]
+    cwd: Path | None
+    stdout: Path
+    stderr: Path
+    memory_limit: int | None
+    ignores_sigterm: bool = False
+    status: ExitStatus | None = None  # None while it runs
+    signals: list[int] = field(default_factory=list)
+    # Processes it started that are still in its process group (dataloader workers, ranks).
+    group_members: int = 0
+
+    @property
+    def running(self) -> bool:
+        return self.status is None
+
+    @property
+    def events_path(self) -> Path:
+        return self.stdout.parent / "events.jsonl"
+
+    def emit(self, type_: str, **fields: Any) -> None:
+        """Append an event line as a runner does."""
+        event = {"v": 1, "type": type_, "ts": 1.0, **fields}
+        with self.events_path.open("a") as fh:
+            fh.write(json.dumps(event) + "\n")
+
+    def write_stderr(self, text: str) -> None:
+        with self.stderr.open("a") as fh:
+            fh.write(text)
+
+    def exit(self, code: int | None = 0, sig: int | None = None) -> None:
+        assert self.running, f"pid {self.pid} already ended"
+        self.status = ExitStatus(code=None if sig is not None else code, signal=sig)
+
+    @property
+    def group_alive(self) -> bool:
+        return self.running or self.group_members > 0
+
+    def deliver(self, sig: int) -> None:
+        """A signal to the whole process group."""
+        self.signals.append(sig)
+        if sig == signal.SIGKILL:
+            self.group_members = 0
+        if self.running and (sig == signal.SIGKILL or (sig == signal.SIGTERM and not self.ignores_sigterm)):
+            self.exit(sig=sig)
+
+
+class FakeChild:
+    """The supervisor's handle on a FakeProcess (the ChildProcess protocol)."""
+
+    def __init__(self, proc: FakeProcess | None, pid: int, create_time: float, *, adopted: bool) -> None:
+        self._proc = proc
+        self._pid = pid
+        self._create_time = create_time
+        self._adopted = adopted
+
+    @property
+    def pid(self) -> int:
+        return self._pid
+
+    @property
+    def create_time(self) -> float:
+        return self._create_time
+
+    @property
+    def adopted(self) -> bool:
+        return self._adopted
+
+    def poll(self) -> ExitStatus | None:
+        if self._proc is None:
+            return ExitStatus(code=None, signal=None)
+        if self._proc.running:
+            return None
+        # A previous daemon's child: this one cannot know how it ended.
+        return ExitStatus(code=None, signal=None) if self._adopted else self._proc.status
+
+    def group_alive(self) -> bool:
+        return self._proc is not None and self._proc.group_alive
+
+    def signal_group(self, sig: int) -> bool:
+        if self._proc is None or not self._proc.group_alive:
+            return False
+        self._proc.deliver(sig)
+        return True
+
+
+class FakeProcesses:
+    """The process table: what the supervisor spawned, adoptable across supervisor instances."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.table: dict[int, FakeProcess] = {}
+        self.spawned: list[FakeProcess] = []
+        self.fail_with: OSError | None = None  # the next spawns raise this
+        self.ignores_sigterm = False  # processes spawned from now on ignore SIGTERM
+        self._next_pid = 4000
+
+    def spawn(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: Path | None,
+        stdout_path: Path,
+        stderr_path: Path,
+        memory_limit: int | None = None,
+        scope_unit: str | None = None,
+    ) -> FakeChild:
+        if self.fail_with is not None:
+            raise self.fail_with
+        self._next_pid += 1
+        proc = FakeProcess(
+            pid=self._next_pid,
+            create_time=self.clock(),
+            argv=list(argv),
+            env=dict(env),
+            cwd=cwd,
+            stdout=stdout_path,
+            stderr=stderr_path,
+            memory_limit=memory_limit,
+            ignores_sigterm=self.ignores_sigterm,
+        )
+        stdout_path.touch()
+        stderr_path.touch()
+        self.table[proc.pid] = proc
+        self.spawned.append(proc)
+        return FakeChild(proc, proc.pid, proc.create_time, adopted=False)
+
+    def adopt(self, pid: int, create_time: float) -> FakeChild:
+        proc = self.table.get(pid)
+        if proc is not None and proc.create_time != create_time:
+            proc = None  # the pid was reused: not the attempt's process
+        return FakeChild(proc, pid, create_time, adopted=True)
+
+    @property
+    def last(self) -> FakeProcess:
+        return self.spawned[-1]
+
+
+class Workers:
+    """The supervisor's thread starter: runs work at once, or (`hold`) when the test says."""
+
+    def __init__(self) -> None:
+        self.hold = False
+        self.pending: list[tuple[str, Callable[[], None]]] = []
+        self.names: list[str] = []
+
+    def __call__(self, name: str, work: Callable[[], None]) -> None:
+        self.names.append(name)
+        if self.hold:
+            self.pending.append((name, work))
+        else:
+            work()
+
+    def release(self) -> None:
+        pending, self.pending = self.pending, []
+        for _, work in pending:
+            work()

@@ -1,0 +1,109 @@
+"""What the API asks, by the run's state: what each state allows, and the conflict otherwise."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuwarden.core.errors import UserError
+from gpuwarden.core.run_state import RunState
+from gpuwarden.daemon.supervise import Hooks
+from tests.supervise.conftest import Rig, command, train
+
+# More free memory than either GPU has: the run waits in the queue.
+NEVER_FITS = {"gpus": 1, "min_free_memory": "200GiB"}
+ACTIONS: dict[str, Callable[[Rig, str], Any]] = {
+    "resume": lambda rig, run_id: rig.sup.resume_run(run_id),
+    "tune": lambda rig, run_id: rig.sup.tune_run(run_id),
+    "edit": lambda rig, run_id: rig.sup.edit_run(run_id, {"name": "renamed"}),
+    "delete": lambda rig, run_id: rig.sup.delete_run(run_id),
+}
+# For each state a run can be brought to: the actions it allows (the others are conflicts).
+ALLOWED = {
+    RunState.QUEUED: {"tune", "edit", "delete"},
+    RunState.RUNNING: set(),
+    RunState.RETUNING: set(),
+    RunState.SUCCEEDED: {"delete"},
+    RunState.FAILED: {"resume", "tune", "edit", "delete"},
+    RunState.STOPPED: {"resume", "tune", "edit", "delete"},
+    RunState.INTERRUPTED: {"resume", "tune", "edit", "delete"},
+}
+
+
+def _bring_to(rig: Rig, state: RunState) -> str:
+    """A train run brought to `state` by what its process does."""
+    if state is RunState.QUEUED:
+        return rig.submit(train(resources=NEVER_FITS))
+    run_id = rig.submit(train())
+    rig.step()
+    proc = rig.proc_of(run_id)
+    if state is RunState.RETUNING:
+        rig.workers.hold = True
+        proc.emit("oom", verdict="gpu_capacity")
+        proc.exit(3)
+    elif state is RunState.SUCCEEDED:
+        proc.exit(0)
+    elif state is RunState.FAILED:
+        proc.exit(1)
+    elif state is RunState.STOPPED:
+        rig.sup.stop_run(run_id, grace=0)
+    elif state is RunState.INTERRUPTED:
+        proc.exit(sig=9)
+        rig.restart()
+    rig.step()
+    assert rig.state(run_id) == state
+    return run_id
+
+
+@pytest.mark.parametrize("state", list(ALLOWED))
+@pytest.mark.parametrize("action", list(ACTIONS))
+def test_each_action_is_allowed_or_a_conflict_by_state(rig: Rig, state: RunState, action: str) -> None:
+    rig.use(Hooks(retune=lambda run, end, events: None))
+    run_id = _bring_to(rig, state)
+    if action in ALLOWED[state]:
+        ACTIONS[action](rig, run_id)
+        return
+    with pytest.raises(UserError) as refused:
+        ACTIONS[action](rig, run_id)
+    assert refused.value.code == "conflict"
+    assert f"run {run_id} is" in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_resume_queues_the_next_attempt(rig: Rig) -> None:
+    run_id = _bring_to(rig, RunState.FAILED)
+    resumed = rig.sup.resume_run(run_id)
+    assert resumed["state"] == RunState.QUEUED and resumed["ended_at"] is None
+    rig.step()
+    assert rig.run(run_id)["attempt"] == 2 and rig.state(run_id) == RunState.RUNNING
+
+
+def test_edit_revalidates_the_whole_spec_and_keeps_the_state(rig: Rig) -> None:
+    run_id = _bring_to(rig, RunState.STOPPED)
+    edited = rig.sup.edit_run(run_id, {"set": {"train.batch_size": 2, "train.grad_accum_steps": 8}})
+    assert edited["state"] == RunState.STOPPED
+    assert (edited["spec"]["train"]["batch_size"], edited["spec"]["train"]["grad_accum_steps"]) == (2, 8)
+    with pytest.raises(UserError, match="did you mean 'batch_size'"):
+        rig.sup.edit_run(run_id, {"set": {"train.batchsize": 2}})
+    with pytest.raises(UserError, match="not a spec key path"):
+        rig.sup.edit_run(run_id, {"set": {"train..batch_size": 2}})
+    assert rig.run(run_id)["spec"]["train"]["batch_size"] == 2  # a refused edit loses nothing
+
+
+def test_a_command_run_cannot_be_tuned(rig: Rig) -> None:
+    run_id = rig.submit(command(resources=NEVER_FITS))
+    with pytest.raises(UserError) as refused:
+        rig.sup.tune_run(run_id)
+    assert refused.value.code != "conflict" and "only train and infer runs" in str(refused.value)
+
+
+def test_delete_forgets_the_run_and_its_folder(rig: Rig) -> None:
+    run_id = _bring_to(rig, RunState.SUCCEEDED)
+    run_dir = Path(rig.run(run_id)["run_dir"])
+    rig.sup.delete_run(run_id)
+    assert not run_dir.exists()
+    with pytest.raises(UserError) as gone:
+        rig.sup.resume_run(run_id)
+    assert gone.value.code == "not_found"

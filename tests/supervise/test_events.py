@@ -1,0 +1,48 @@
+"""Events an attempt appends to events.jsonl: stored once each, whole lines only."""
+
+from __future__ import annotations
+
+import json
+
+from tests.supervise.conftest import Rig, command
+
+
+def test_a_partial_line_waits_for_its_newline(rig: Rig) -> None:
+    run_id = rig.submit(command())
+    rig.step()
+    proc = rig.proc_of(run_id)
+    line = json.dumps({"v": 1, "type": "warning", "ts": 1.0, "code": "x", "message": "half"})
+    with proc.events_path.open("a") as fh:
+        fh.write(line[:10])
+    rig.step(3)
+    assert rig.events(run_id, "warning") == []
+    with proc.events_path.open("a") as fh:
+        fh.write(line[10:] + "\n")
+    rig.step()
+    (warning,) = rig.events(run_id, "warning")
+    assert warning["message"] == "half" and warning["source"] == "runner"
+
+
+def test_a_last_line_without_newline_counts_once_the_process_ended(rig: Rig) -> None:
+    run_id = rig.submit(command())
+    rig.step()
+    proc = rig.proc_of(run_id)
+    with proc.events_path.open("a") as fh:
+        fh.write(json.dumps({"v": 1, "type": "finished", "ts": 1.0, "report": {}}))
+    rig.step()
+    assert rig.events(run_id, "finished") == []
+    proc.exit(0)
+    rig.step()
+    assert len(rig.events(run_id, "finished")) == 1
+
+
+def test_garbage_lines_are_skipped_and_counted(rig: Rig) -> None:
+    run_id = rig.submit(command())
+    rig.step()
+    proc = rig.proc_of(run_id)
+    with proc.events_path.open("a") as fh:
+        fh.write("not json\n")
+    proc.emit("progress", step=3, samples_seen=24)
+    rig.step()
+    assert [e["step"] for e in rig.events(run_id, "progress")] == [3]
+    assert rig.attempts(run_id)[0]["events_skipped"] == 1

@@ -1,0 +1,86 @@
+"""A run from the queue to its end, driven pass by pass with a fake process layer."""
+
+from __future__ import annotations
+
+import errno
+import signal
+from pathlib import Path
+
+from gpuwarden.core.run_state import RunState
+from tests.supervise.conftest import Rig, command
+
+
+def test_queued_run_starts_runs_and_succeeds(rig: Rig) -> None:
+    run_id = rig.submit(command(knobs={"bs": 16}))
+    assert rig.state(run_id) == RunState.QUEUED
+    rig.step()
+    proc = rig.proc_of(run_id)
+    assert rig.state(run_id) == RunState.RUNNING
+    assert proc.env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID" and proc.env["CUDA_VISIBLE_DEVICES"] == "GPU-0"
+    assert proc.argv[-1] == str(proc.events_path)  # {events_file} rendered
+    proc.emit("progress", step=1, samples_seen=16, loss=0.5)
+    rig.step()
+    assert [e["loss"] for e in rig.events(run_id, "progress")] == [0.5]
+    proc.exit(0)
+    rig.step()
+    run = rig.run(run_id)
+    assert run["state"] == RunState.SUCCEEDED and run["message"] == "attempt 1: exit code 0"
+    assert rig.states(run_id) == ["queued", "starting", "running", "succeeded"]
+    (attempt,) = rig.attempts(run_id)
+    assert (attempt["pid"], attempt["exit_code"], attempt["classification"]) == (proc.pid, 0, "succeeded")
+    assert rig.sup.active == {}
+    assert (Path(run["run_dir"]) / "attempts" / "1" / "resolved.yaml").exists()
+
+
+def test_exit_code_fails_the_run_and_an_error_event_says_why(rig: Rig) -> None:
+    plain = rig.submit(command("plain"))
+    said = rig.submit(command("said"))
+    rig.step()
+    rig.proc_of(plain).exit(7)
+    rig.proc_of(said).emit("error", message="ValueError: no such column 'label'")
+    rig.proc_of(said).exit(1)
+    rig.step()
+    assert rig.run(plain)["state"] == RunState.FAILED and "exit code 7" in rig.run(plain)["message"]
+    assert rig.run(said)["message"] == "attempt 1: ValueError: no such column 'label' (exit code 1)"
+
+
+def test_a_program_that_cannot_start_fails_with_one_line(rig: Rig) -> None:
+    rig.procs.fail_with = FileNotFoundError(errno.ENOENT, "No such file or directory", "/nonexistent/x")
+    run_id = rig.submit(command())
+    rig.step()
+    run = rig.run(run_id)
+    assert run["state"] == RunState.FAILED
+    assert run["message"].startswith("cannot start ") and run["message"].endswith(
+        ": No such file or directory"
+    )
+    (attempt,) = rig.attempts(run_id)
+    assert attempt["state"] == "ended" and attempt["classification"] == "failed" and attempt["pid"] is None
+    assert rig.sup.active == {}
+
+
+def test_a_spec_that_no_longer_validates_fails_in_the_queue(rig: Rig) -> None:
+    run_id = rig.submit(command())
+    rig.writer.call(lambda db: db.conn.execute('UPDATE runs SET spec = \'{"kind": "nope"}\''))
+    rig.step()
+    assert rig.state(run_id) == RunState.FAILED
+    assert rig.procs.spawned == []
+
+
+def test_what_an_attempt_leaves_in_its_process_group_is_killed_when_it_ends(rig: Rig) -> None:
+    tidy, messy = rig.submit(command("tidy")), rig.submit(command("messy"))
+    rig.step()
+    tidy_proc, messy_proc = rig.proc_of(tidy), rig.proc_of(messy)
+    messy_proc.group_members = 2  # e.g. dataloader workers that outlive the main process
+    tidy_proc.exit(0)
+    messy_proc.exit(0)
+    rig.step()
+    assert tidy_proc.signals == []  # nothing left: nothing sent
+    assert messy_proc.signals == [signal.SIGKILL] and not messy_proc.group_alive
+    assert rig.state(messy) == RunState.SUCCEEDED
+
+
+def test_pid_owners_map_process_groups_to_runs(rig: Rig) -> None:
+    a, b = rig.submit(command("a")), rig.submit(command("b"))
+    rig.step()
+    owners = rig.sup.pid_owners()
+    assert owners == {rig.proc_of(a).pid: a, rig.proc_of(b).pid: b}

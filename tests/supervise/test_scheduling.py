@@ -1,0 +1,57 @@
+"""Placement: runs wait in the queue for GPUs, oldest first, none blocking the ones behind it."""
+
+from __future__ import annotations
+
+from gpuwarden.core.run_state import RunState
+from tests.supervise.conftest import Rig, command
+
+
+def test_a_third_run_waits_for_a_gpu_and_takes_the_one_freed(rig: Rig) -> None:
+    a, b, c = (rig.submit(command(name)) for name in "abc")
+    rig.step()
+    gpus = {run_id: rig.proc_of(run_id).env["CUDA_VISIBLE_DEVICES"] for run_id in (a, b)}
+    assert sorted(gpus.values()) == ["GPU-0", "GPU-1"]
+    rig.step(5)
+    assert rig.state(c) == RunState.QUEUED and len(rig.procs.spawned) == 2
+    rig.proc_of(b).exit(0)
+    rig.step(2)
+    assert rig.state(c) == RunState.RUNNING
+    assert rig.proc_of(c).env["CUDA_VISIBLE_DEVICES"] == gpus[b]
+
+
+def test_a_run_that_cannot_fit_does_not_block_the_ones_behind_it(rig: Rig) -> None:
+    big = rig.submit(command("big", resources={"gpus": 1, "min_free_memory": "100GiB"}))
+    small = rig.submit(command("small"))
+    rig.step()
+    assert rig.state(big) == RunState.QUEUED and rig.state(small) == RunState.RUNNING
+
+
+def test_named_gpus_and_cpu_runs(rig: Rig) -> None:
+    named = rig.submit(command("named", resources={"gpus": ["1"]}))
+    cpu = rig.submit(command("cpu", resources={"gpus": 0}))
+    rig.step()
+    assert rig.proc_of(named).env["CUDA_VISIBLE_DEVICES"] == "GPU-1"
+    assert rig.proc_of(cpu).env["CUDA_VISIBLE_DEVICES"] == ""
+
+
+def test_more_runs_per_gpu_when_the_settings_allow(rig: Rig) -> None:
+    rig.settings = rig.settings.model_copy(update={"max_runs_per_gpu": 2})
+    rig.gpus = rig.gpus[:1]
+    rig.use(rig.hooks)
+    runs = [rig.submit(command(f"r{i}")) for i in range(3)]
+    rig.step()
+    assert [rig.state(r) for r in runs] == [RunState.RUNNING, RunState.RUNNING, RunState.QUEUED]
+
+
+def test_without_gpus_a_run_that_allows_it_goes_to_the_cpu_with_a_warning(rig: Rig) -> None:
+    rig.gpus = []
+    run_id = rig.submit(command())
+    rig.step()
+    assert rig.proc_of(run_id).env["CUDA_VISIBLE_DEVICES"] == ""
+    assert [w["code"] for w in rig.events(run_id, "warning")] == ["cpu_fallback"]
+
+
+def test_memory_limit_reaches_the_process_layer(rig: Rig) -> None:
+    run_id = rig.submit(command(resources={"gpus": 1, "memory_limit": "3GiB"}))
+    rig.step()
+    assert rig.proc_of(run_id).memory_limit == 3 << 30
