@@ -15,12 +15,23 @@ MAX_SPEC_YAML = 1_000_000
 class SubmitRequest(BaseModel):
     """A run spec as JSON (`spec`) or as YAML text (`spec_yaml`, relative paths against `base_dir`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            # Exactly one of the two (the other absent or null), as the validator below checks.
+            "oneOf": [
+                {"required": ["spec"], "properties": {"spec": {"type": "object"}}},
+                {"required": ["spec_yaml"], "properties": {"spec_yaml": {"type": "string"}}},
+            ]
+        },
+    )
 
     spec: dict[str, Any] | None = None
     spec_yaml: str | None = Field(None, max_length=MAX_SPEC_YAML)
     base_dir: str | None = Field(
-        None, description="absolute directory that relative paths in the spec start from"
+        None,
+        description="absolute directory that relative paths in the spec start from",
+        json_schema_extra={"pattern": "^/"},
     )
     label: str | None = Field(None, max_length=4096, description="file name used in error messages")
     check_inputs: bool = Field(

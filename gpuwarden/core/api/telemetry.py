@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpuwarden.core.telemetry.types import GpuProcess, GpuSample, GpuStatic, HostSample
 
-# (bucket start s, avg, min, max); for energy_j the joules used in the bucket in all three slots.
-Bucket = tuple[float, float, float, float]
+# [bucket start s, avg, min, max]; for energy_j the joules used in the bucket in all three slots.
+# (A list of four rather than a tuple: tuple schemas, `prefixItems`, trip up OpenAPI tooling.)
+Bucket = Annotated[list[float], Field(min_length=4, max_length=4)]
 
 
 class Health(BaseModel):

@@ -6,11 +6,14 @@ from fastapi import APIRouter
 
 from gpuwarden.core.api import GpuInfo, GpuList, HostReading
 from gpuwarden.daemon.routes.daemon_view import DaemonDep
+from gpuwarden.daemon.routes.responses import errors
 
 router = APIRouter()
 
 
-@router.get("/v1/gpus", response_model=GpuList, summary="GPUs: static facts and the latest sample")
+@router.get(
+    "/v1/gpus", response_model=GpuList, responses=errors(), summary="GPUs: static facts and the latest sample"
+)
 def gpus(daemon: DaemonDep) -> GpuList:
     tick = daemon.latest_tick
     return GpuList(
@@ -20,7 +23,7 @@ def gpus(daemon: DaemonDep) -> GpuList:
     )
 
 
-@router.get("/v1/host", response_model=HostReading, summary="the latest host sample")
+@router.get("/v1/host", response_model=HostReading, responses=errors(), summary="the latest host sample")
 def host(daemon: DaemonDep) -> HostReading:
     tick = daemon.latest_tick
     return HostReading(host=tick.host if tick else None)

@@ -9,6 +9,7 @@ from fastapi import APIRouter
 from gpuwarden import __version__
 from gpuwarden.core.api import Health, ShutdownResult
 from gpuwarden.daemon.routes.daemon_view import DaemonDep
+from gpuwarden.daemon.routes.responses import errors
 
 API_VERSION = "1.0"
 
@@ -16,7 +17,10 @@ router = APIRouter()
 
 
 @router.get(
-    "/v1/health", response_model=Health, summary="daemon version, API version, pid, uptime, GPU status"
+    "/v1/health",
+    response_model=Health,
+    responses=errors(),
+    summary="daemon version, API version, pid, uptime, GPU status",
 )
 def health(daemon: DaemonDep) -> Health:
     return Health(
@@ -36,6 +40,7 @@ def health(daemon: DaemonDep) -> Health:
 @router.post(
     "/v1/shutdown",
     response_model=ShutdownResult,
+    responses=errors(),
     summary="stop the daemon (runs keep running and are re-adopted later)",
 )
 def shutdown(daemon: DaemonDep) -> ShutdownResult:

@@ -12,8 +12,11 @@ from gpuwarden.core.api import HistoryAnswer, MetricNames
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.telemetry.types import GPU_METRICS, HOST_METRICS
 from gpuwarden.daemon.routes.daemon_view import DaemonDep
+from gpuwarden.daemon.routes.responses import errors
 
-_WINDOW_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+# ASCII digits and blanks only, so the OpenAPI pattern (an ECMA regex) says exactly the same.
+WINDOW_PATTERN = r"^[ \t]*([0-9]+(\.[0-9]+)?)[ \t]*([smhdw]?)[ \t]*$"
+_WINDOW_RE = re.compile(WINDOW_PATTERN)
 _WINDOW_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 # Ten years: far beyond any retention, and short of windows that start before 1970.
 MAX_WINDOW_S = 3650 * 86400.0
@@ -28,7 +31,7 @@ def parse_window(text: str) -> float:
     match = _WINDOW_RE.match(text)
     if not match or float(match.group(1)) <= 0:
         raise UserError(f"window {text!r}: use a positive number with s, m, h, d or w, e.g. 1h")
-    seconds = float(match.group(1)) * _WINDOW_UNITS[match.group(2)]
+    seconds = float(match.group(1)) * _WINDOW_UNITS[match.group(3)]
     if seconds > MAX_WINDOW_S:
         raise UserError(f"window {text!r} is too long: at most {MAX_WINDOW_S // 86400:.0f}d")
     return seconds
@@ -37,11 +40,17 @@ def parse_window(text: str) -> float:
 @router.get(
     "/v1/history",
     response_model=HistoryAnswer,
+    responses=errors(400, 404, 422),
     summary="metric series over a time window, in at most `points` buckets",
 )
 def history(
     daemon: DaemonDep,
-    window: Annotated[str, Query(max_length=32, description="e.g. 15m, 1h, 24h, 7d")] = "1h",
+    window: Annotated[
+        str,
+        Query(
+            max_length=32, description="e.g. 15m, 1h, 24h, 7d", json_schema_extra={"pattern": WINDOW_PATTERN}
+        ),
+    ] = "1h",
     metric: Annotated[list[str] | None, Query(max_length=64)] = None,
     gpu: Annotated[list[str] | None, Query(max_length=64, description="GPU UUIDs (default: all)")] = None,
     points: Annotated[int, Query(ge=1, le=5000)] = 300,
@@ -62,6 +71,11 @@ def history(
     return HistoryAnswer.model_validate(answer, from_attributes=True)
 
 
-@router.get("/v1/metrics-names", response_model=MetricNames, summary="metric names history accepts")
+@router.get(
+    "/v1/metrics-names",
+    response_model=MetricNames,
+    responses=errors(),
+    summary="metric names history accepts",
+)
 def metric_names() -> MetricNames:
     return MetricNames(gpu=list(GPU_METRICS), host=list(HOST_METRICS))

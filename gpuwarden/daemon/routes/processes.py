@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query
 from gpuwarden.core.api import LiveProcess, LiveProcesses, ProcessReads, StopRequest, TerminateResult
 from gpuwarden.core.errors import UserError
 from gpuwarden.daemon.routes.daemon_view import DaemonDep
+from gpuwarden.daemon.routes.responses import errors
 from gpuwarden.daemon.strays import terminate_gpu_process
 from gpuwarden.daemon.supervise import owner_of
 
@@ -23,6 +24,7 @@ router = APIRouter()
 @router.get(
     "/v1/processes",
     response_model=LiveProcesses | ProcessReads,
+    responses=errors(400, 404, 422),
     summary="processes on the GPUs now, with the run each belongs to; with `since`, every stored "
     "process read in [since, until) instead (oldest first, raw retention)",
 )
@@ -53,6 +55,7 @@ def processes(
 @router.post(
     "/v1/processes/{pid}/terminate",
     response_model=TerminateResult,
+    responses=errors(400, 404, 409, 422),
     summary="SIGTERM a stray GPU process of yours (not part of a run), SIGKILL after the grace period",
 )
 def terminate_process(daemon: DaemonDep, pid: int, body: StopRequest | None = None) -> TerminateResult:

@@ -13,6 +13,7 @@ from gpuwarden.core.errors import UserError
 from gpuwarden.core.logtail import NO_LOG, log_chunk, read_log
 from gpuwarden.core.run_state import FINAL_STATES
 from gpuwarden.daemon.routes.daemon_view import DaemonDep, DaemonView
+from gpuwarden.daemon.routes.responses import ON_A_RUN, errors
 from gpuwarden.daemon.routes.runs import resolve
 from gpuwarden.daemon.routes.waiting import watch_run
 
@@ -41,6 +42,7 @@ def _events_page(daemon: DaemonView, run_id: str, since: int, limit: int) -> Eve
 @router.get(
     "/v1/runs/{ref}/events",
     response_model=EventsPage,
+    responses=errors(*ON_A_RUN),
     summary="run events with id > since (long-poll with wait)",
 )
 async def events(
@@ -67,6 +69,7 @@ def _attempt_state(daemon: DaemonView, run_id: str, number: int) -> str | None:
 @router.get(
     "/v1/runs/{ref}/logs",
     response_model=LogChunk,
+    responses=errors(*ON_A_RUN),
     summary="a slice of an attempt's stdout/stderr by byte offset",
 )
 async def logs(

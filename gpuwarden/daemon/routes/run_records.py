@@ -8,12 +8,18 @@ from fastapi import APIRouter, Query
 
 from gpuwarden.core.api import AttemptList, MetricList, RetuneList
 from gpuwarden.daemon.routes.daemon_view import DaemonDep
+from gpuwarden.daemon.routes.responses import ON_A_RUN, errors
 from gpuwarden.daemon.routes.runs import resolve
 
 router = APIRouter()
 
 
-@router.get("/v1/runs/{ref}/attempts", response_model=AttemptList, summary="the run's attempts")
+@router.get(
+    "/v1/runs/{ref}/attempts",
+    response_model=AttemptList,
+    responses=errors(*ON_A_RUN),
+    summary="the run's attempts",
+)
 def attempts(daemon: DaemonDep, ref: str) -> AttemptList:
     return AttemptList.model_validate({"attempts": daemon.runs().attempts(resolve(daemon, ref)["id"])})
 
@@ -21,6 +27,7 @@ def attempts(daemon: DaemonDep, ref: str) -> AttemptList:
 @router.get(
     "/v1/runs/{ref}/retunes",
     response_model=RetuneList,
+    responses=errors(*ON_A_RUN),
     summary="the run's retunes (from → to, verdict, evidence)",
 )
 def retunes(daemon: DaemonDep, ref: str) -> RetuneList:
@@ -28,7 +35,10 @@ def retunes(daemon: DaemonDep, ref: str) -> RetuneList:
 
 
 @router.get(
-    "/v1/runs/{ref}/metrics", response_model=MetricList, summary="progress metrics reported by the run"
+    "/v1/runs/{ref}/metrics",
+    response_model=MetricList,
+    responses=errors(*ON_A_RUN),
+    summary="progress metrics reported by the run",
 )
 def metrics(
     daemon: DaemonDep, ref: str, limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000

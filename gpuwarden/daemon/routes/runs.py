@@ -21,9 +21,11 @@ from gpuwarden.core.api.runs import Attempt, Retune
 from gpuwarden.core.command.record import with_records
 from gpuwarden.core.config.resolve import resolve_relative_paths
 from gpuwarden.core.config.spec import RunSpec, parse_spec, spec_from_mapping
+from gpuwarden.core.errors import UserError
 from gpuwarden.core.oom.roles import effective_batch_of
 from gpuwarden.core.run_state import RunState
 from gpuwarden.daemon.routes.daemon_view import DaemonDep, DaemonView, RunRow
+from gpuwarden.daemon.routes.responses import ON_A_RUN, errors
 
 router = APIRouter()
 
@@ -63,7 +65,7 @@ def resolve(daemon: DaemonView, ref: str) -> RunRow:
     return daemon.runs().resolve(ref)
 
 
-@router.get("/v1/runs", response_model=RunList, summary="runs, newest first")
+@router.get("/v1/runs", response_model=RunList, responses=errors(422), summary="runs, newest first")
 def list_runs(
     daemon: DaemonDep,
     state: Annotated[list[RunState] | None, Query()] = None,
@@ -73,15 +75,16 @@ def list_runs(
     return RunList(runs=[RunSummary.from_row(r) for r in rows])
 
 
-@router.post("/v1/runs", status_code=201, response_model=RunDetail, summary="submit a run spec")
+@router.post(
+    "/v1/runs",
+    status_code=201,
+    response_model=RunDetail,
+    responses=errors(400, 404, 409, 422),
+    summary="submit a run spec",
+)
 def submit(daemon: DaemonDep, body: SubmitRequest) -> RunDetail:
     label = body.label or "spec"
-    spec: RunSpec
-    if body.spec_yaml is not None:
-        spec = parse_spec(body.spec_yaml, label=label)
-    else:
-        assert body.spec is not None  # the request model allows exactly one of the two
-        spec = spec_from_mapping(body.spec, label=label)
+    spec = _spec_of(body, label)
     if body.base_dir is not None:
         spec = resolve_relative_paths(spec, Path(body.base_dir))
     run = daemon.supervisor.submit(
@@ -90,15 +93,34 @@ def submit(daemon: DaemonDep, body: SubmitRequest) -> RunDetail:
     return run_detail(daemon, run)
 
 
+def _spec_of(body: SubmitRequest, label: str) -> RunSpec:
+    try:
+        if body.spec_yaml is not None:
+            return parse_spec(body.spec_yaml, label=label)
+        assert body.spec is not None  # the request model allows exactly one of the two
+        return spec_from_mapping(body.spec, label=label)
+    except RecursionError:
+        # The parsers recurse per level: a hostile document must not get further than this.
+        raise UserError(
+            f"{label}: the spec nests lists or mappings too deeply — a spec needs a few levels"
+        ) from None
+
+
 @router.get(
-    "/v1/runs/{ref}", response_model=RunDetail, summary="one run: state, spec, attempts, retunes, report"
+    "/v1/runs/{ref}",
+    response_model=RunDetail,
+    responses=errors(*ON_A_RUN),
+    summary="one run: state, spec, attempts, retunes, report",
 )
 def get_run(daemon: DaemonDep, ref: str) -> RunDetail:
     return run_detail(daemon, resolve(daemon, ref))
 
 
 @router.patch(
-    "/v1/runs/{ref}", response_model=RunDetail, summary="edit a queued run's name, knobs or resources"
+    "/v1/runs/{ref}",
+    response_model=RunDetail,
+    responses=errors(*ON_A_RUN, 409),
+    summary="edit a queued run's name, knobs or resources",
 )
 def edit_run(daemon: DaemonDep, ref: str, body: EditRequest) -> RunDetail:
     run = resolve(daemon, ref)
@@ -107,7 +129,10 @@ def edit_run(daemon: DaemonDep, ref: str, body: EditRequest) -> RunDetail:
 
 
 @router.delete(
-    "/v1/runs/{ref}", response_model=Deleted, summary="forget a finished run and remove its directory"
+    "/v1/runs/{ref}",
+    response_model=Deleted,
+    responses=errors(*ON_A_RUN, 409),
+    summary="forget a finished run and remove its directory",
 )
 def delete_run(daemon: DaemonDep, ref: str) -> Deleted:
     run = resolve(daemon, ref)
@@ -118,6 +143,7 @@ def delete_run(daemon: DaemonDep, ref: str) -> Deleted:
 @router.post(
     "/v1/runs/{ref}/stop",
     response_model=RunDetail,
+    responses=errors(*ON_A_RUN, 409),
     summary="SIGTERM the run's process group, SIGKILL after the grace period",
 )
 def stop_run(daemon: DaemonDep, ref: str, body: StopRequest | None = None) -> RunDetail:
@@ -129,6 +155,7 @@ def stop_run(daemon: DaemonDep, ref: str, body: StopRequest | None = None) -> Ru
 @router.post(
     "/v1/runs/{ref}/resume",
     response_model=RunDetail,
+    responses=errors(*ON_A_RUN, 409),
     summary="queue a new attempt of a failed, stopped or interrupted run",
 )
 def resume_run(daemon: DaemonDep, ref: str) -> RunDetail:
@@ -139,6 +166,7 @@ def resume_run(daemon: DaemonDep, ref: str) -> RunDetail:
 @router.post(
     "/v1/runs/{ref}/tune",
     response_model=RunDetail,
+    responses=errors(*ON_A_RUN, 409),
     summary="probe for the fastest micro-batch before the run's next attempt",
 )
 def tune_run(daemon: DaemonDep, ref: str) -> RunDetail:

@@ -12,21 +12,51 @@ from fastapi.responses import StreamingResponse
 
 from gpuwarden.core.errors import UserError
 from gpuwarden.daemon.routes.daemon_view import DaemonDep
+from gpuwarden.daemon.routes.responses import ON_A_RUN, json_errors
 from gpuwarden.daemon.routes.runs import resolve
 from gpuwarden.daemon.stream import FRAME_TYPES
+
+_KIND = "(" + "|".join(FRAME_TYPES) + ")"
+# What the handler accepts, said for the OpenAPI description: kinds between commas, blanks and
+# empty items ignored, at least one kind.
+KINDS_PATTERN = rf"^[ \t,]*{_KIND}[ \t]*(,[ \t,]*({_KIND}[ \t]*)?)*$"
 
 router = APIRouter()
 
 
-@router.get("/v1/stream", summary="Server-Sent Events: sample, run and event frames")
+class EventStream(StreamingResponse):
+    media_type = "text/event-stream"
+
+
+_FRAMES = (
+    "`event: sample|run|event` and one JSON `data:` line per frame (a run frame is a RunSummary, an "
+    "event frame a RunEvent with `run_id`, a sample frame a SampleBody), each with `dropped`: the "
+    "frames this client missed by reading too slowly; a `: keepalive` comment when idle"
+)
+
+
+@router.get(
+    "/v1/stream",
+    response_class=EventStream,
+    responses={
+        200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}, "description": _FRAMES},
+        **json_errors(*ON_A_RUN),
+    },
+    summary="Server-Sent Events: sample, run and event frames",
+)
 async def stream(
     daemon: DaemonDep,
     kinds: Annotated[
-        str, Query(max_length=64, description="comma list of sample, run, event")
+        str,
+        Query(
+            max_length=64,
+            description="comma list of sample, run, event",
+            json_schema_extra={"pattern": KINDS_PATTERN},
+        ),
     ] = "sample,run,event",
     run: Annotated[str | None, Query(max_length=200, description="only this run's run/event frames")] = None,
 ) -> StreamingResponse:
-    wanted = [k.strip() for k in kinds.split(",") if k.strip()]
+    wanted = [k.strip(" \t") for k in kinds.split(",") if k.strip(" \t")]
     bad = [k for k in wanted if k not in FRAME_TYPES]
     if bad or not wanted:
         raise UserError(
@@ -43,8 +73,4 @@ async def stream(
         finally:
             broadcaster.unsubscribe(client)
 
-    return StreamingResponse(
-        body(),
-        media_type="text/event-stream",
-        headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
-    )
+    return EventStream(body(), headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
