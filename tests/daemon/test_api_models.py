@@ -6,11 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuwarden.core.api import Attempt, EventsPage, Retune, RunMetric, RunSummary
+from gpuwarden.core.api import Attempt, EventsPage, Retune, RunMetric
 from gpuwarden.core.logtail import read_log
 from gpuwarden.core.store.db import open_db
 from gpuwarden.core.store.runs import RunStore
-from gpuwarden.daemon.supervise import run_summary
 
 
 @pytest.fixture
@@ -38,12 +37,6 @@ def store(tmp_path: Path) -> RunStore:
     )
     store.add_retune("r1", 1, {"batch_size": 8}, {"batch_size": 4}, "gpu_capacity", {"free_gib": 0.2})
     return store
-
-
-def test_run_summary_is_the_supervisors_run_frame(store: RunStore) -> None:
-    row = store.get_run("r1")
-    assert row is not None
-    assert RunSummary.from_row(row).model_dump(mode="json") == run_summary(row)
 
 
 def test_store_rows_validate_whole(store: RunStore) -> None:

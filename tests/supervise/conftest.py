@@ -27,6 +27,18 @@ GIB = 1 << 30
 HOST_MEMORY = 64 * GIB
 
 
+class RecordingBroadcaster(Broadcaster):
+    """The daemon's broadcaster, keeping every frame it was asked to send."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.frames: list[tuple[str, dict[str, Any]]] = []
+
+    def publish(self, kind: str, data: dict[str, Any], run_id: str | None = None) -> None:
+        self.frames.append((kind, data))
+        super().publish(kind, data, run_id)
+
+
 class Rig:
     """One supervisor and everything it is given; helpers read the store as the API does."""
 
@@ -40,6 +52,7 @@ class Rig:
         self.oom_kills: int | None = 0
         self.hooks = Hooks()
         self.settings = Settings()
+        self.broadcaster = RecordingBroadcaster()
         self.sup = self._supervisor()
 
     def _supervisor(self) -> Supervisor:
@@ -51,7 +64,7 @@ class Rig:
             host_memory=lambda: HOST_MEMORY,
             start_thread=self.workers,
         )
-        return Supervisor(self.settings, self.paths, self.writer, Broadcaster(), backends, self.hooks)
+        return Supervisor(self.settings, self.paths, self.writer, self.broadcaster, backends, self.hooks)
 
     def use(self, hooks: Hooks) -> None:
         """Swap the policies (before the first step)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from gpuwarden.core.api.runs import RunEvent, RunSummary
 from tests.supervise.conftest import Rig, command
 
 
@@ -46,3 +47,19 @@ def test_garbage_lines_are_skipped_and_counted(rig: Rig) -> None:
     rig.step()
     assert [e["step"] for e in rig.events(run_id, "progress")] == [3]
     assert rig.attempts(run_id)[0]["events_skipped"] == 1
+
+
+def test_live_frames_are_what_the_api_reads_later(rig: Rig) -> None:
+    """A dashboard that shows a frame and one that reads the run afterwards see the same thing."""
+    run_id = rig.submit(command())
+    rig.step()
+    rig.sup.stop_run(run_id, grace=5)  # a daemon event ("stopping"); the fake ends on SIGTERM
+    rig.step()
+    stored = {e["id"]: e for e in rig.events(run_id)}
+    events = [data for kind, data in rig.broadcaster.frames if kind == "event"]
+    assert {e["type"] for e in events} >= {"state", "stopping"}
+    for frame in events:
+        assert frame["ts"] > 0 and RunEvent.model_validate(frame).id == frame["id"]
+        assert {k: v for k, v in frame.items() if k != "run_id"} == stored[frame["id"]]
+    runs = [RunSummary.model_validate(data) for kind, data in rig.broadcaster.frames if kind == "run"]
+    assert runs[-1].state == "stopped"

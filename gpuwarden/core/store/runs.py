@@ -367,8 +367,9 @@ class RunStore:
 
     def add_daemon_event(
         self, run_id: str, attempt: int | None, type_: str, payload: dict[str, Any] | None = None
-    ) -> int:
-        """An event the daemon itself says about a run (placement warnings, adoption, classification)."""
+    ) -> dict[str, Any]:
+        """An event the daemon itself says about a run (placement warnings, adoption,
+        classification); returns it as stored, with its id (what the live stream sends)."""
         now = time.time()
         body = {"v": 1, "type": type_, "ts": now, **(payload or {})}
         with transaction(self.conn):
@@ -377,7 +378,7 @@ class RunStore:
                 " VALUES (?, ?, ?, ?, 'daemon', ?)",
                 (run_id, attempt, now, type_, json.dumps(body)),
             )
-        return int(cursor.lastrowid or 0)
+        return {**body, "id": int(cursor.lastrowid or 0), "attempt": attempt, "source": "daemon"}
 
     def add_retune(
         self,

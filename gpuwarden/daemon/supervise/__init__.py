@@ -2,7 +2,7 @@
 import each other. `docs/architecture.md` draws them; what the API and the daemon use is here."""
 
 from gpuwarden.daemon.supervise.backends import Backends, ChildProcess, ProcessLayer
-from gpuwarden.daemon.supervise.context import Conflict, run_summary
+from gpuwarden.daemon.supervise.context import Conflict
 from gpuwarden.daemon.supervise.hooks import (
     AttemptEnd,
     Hooks,
@@ -26,5 +26,4 @@ __all__ = [
     "Supervisor",
     "no_retune",
     "owner_of",
-    "run_summary",
 ]

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import sqlite_utils
 
+from gpuwarden.core.api.runs import RunSummary
 from gpuwarden.core.config.settings import Settings
 from gpuwarden.core.config.spec import Resources, RunSpec
 from gpuwarden.core.errors import UserError
@@ -72,24 +73,6 @@ class Start:
 Completion = Callable[[], Start | None]
 
 DECISIVE_EVENTS = ("oom", "error", "finished")
-
-
-def run_summary(run: Mapping[str, Any]) -> dict[str, Any]:
-    """The fields of a run that list views and `run` stream frames carry."""
-    spec = run["spec"]
-    return {
-        "id": run["id"],
-        "name": run["name"],
-        "kind": run["kind"],
-        "state": run["state"],
-        "attempt": run["attempt"],
-        "message": run["message"],
-        "created_at": run["created_at"],
-        "updated_at": run["updated_at"],
-        "started_at": run["started_at"],
-        "ended_at": run["ended_at"],
-        "gpus": spec.get("resources", {}).get("gpus"),
-    }
 
 
 def spec_document(spec: RunSpec) -> dict[str, Any]:
@@ -159,12 +142,13 @@ class Context:
 
     def event(self, run_id: str, attempt: int | None, type_: str, **payload: Any) -> None:
         """Record and publish an event the daemon itself says about a run."""
-        event_id = self.store(lambda s: s.add_daemon_event(run_id, attempt, type_, payload))
-        frame = {"run_id": run_id, "id": event_id, "attempt": attempt, "type": type_, "source": "daemon"}
-        self.broadcaster.publish("event", {**frame, **payload}, run_id)
+        stored = self.store(lambda s: s.add_daemon_event(run_id, attempt, type_, payload))
+        # The frame is the event as a later read returns it (ts included): live and stored agree.
+        self.broadcaster.publish("event", {"run_id": run_id, **stored}, run_id)
 
     def publish_run(self, run: Mapping[str, Any]) -> None:
-        self.broadcaster.publish("run", run_summary(run), str(run["id"]))
+        # The API's own model: a `run` frame is exactly what GET /v1/runs lists.
+        self.broadcaster.publish("run", RunSummary.from_row(run).model_dump(mode="json"), str(run["id"]))
 
     # -- GPUs ----------------------------------------------------------------------------------------
 
