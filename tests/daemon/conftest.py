@@ -162,7 +162,7 @@ class DaemonHandle:
             wait_for(enough, f"{count} samples of {gpus} GPUs and the host")
 
     def wait_state(
-        self, run_id: str, states: tuple[str, ...] = FINAL, timeout: float = 30.0
+        self, run_id: str, states: tuple[str, ...] = FINAL, timeout: float = 120.0
     ) -> dict[str, Any]:
         """The run's JSON document once it is in one of `states`."""
         deadline = time.monotonic() + timeout
@@ -178,8 +178,9 @@ class DaemonHandle:
                 time.sleep(0.05)
 
 
-def wait_for(condition: Callable[[], T], what: str, timeout: float = 15.0) -> T:
+def wait_for(condition: Callable[[], T], what: str, timeout: float = 60.0) -> T:
     """Poll `condition` until it returns something true; fail naming `what` after `timeout` s."""
+    # The timeout only bounds a failure: generous, so a loaded machine is slower, never red.
     deadline = time.monotonic() + timeout
     while True:
         value = condition()

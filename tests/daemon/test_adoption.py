@@ -15,44 +15,51 @@ import pytest
 from tests.daemon.conftest import DaemonHandle, command_spec, wait_for
 
 # Writes N numbered stdout lines and progress events, one every 0.1 s, then a `finished` event.
+# With a gate (a path and a line number) it holds after that line until the gate file exists, so
+# a test decides when the run may end instead of racing it.
 COUNTER = """
-    import json, sys, time
+    import json, os, sys, time
     n, events = int(sys.argv[1]), sys.argv[2]
+    gate, hold_at = (sys.argv[3], int(sys.argv[4])) if len(sys.argv) > 4 else (None, -1)
     for i in range(n):
         print(f"line {i}", flush=True)
         with open(events, "a") as fh:
             event = {"v": 1, "type": "progress", "ts": time.time(), "step": i, "samples_seen": i}
             fh.write(json.dumps(event) + "\\n")
+        while i == hold_at and not os.path.exists(gate):
+            time.sleep(0.05)
         time.sleep(0.1)
     with open(events, "a") as fh:
         fh.write(json.dumps({"v": 1, "type": "finished", "ts": time.time(), "report": {"steps": n}}) + "\\n")
 """
 
 
-def _counter_spec(name: str, n: int, **extra: Any) -> dict[str, Any]:
+def _counter_spec(name: str, n: int, gate: tuple[Path, int] | None = None, **extra: Any) -> dict[str, Any]:
     spec = command_spec(name, COUNTER, **extra)
-    spec["command"]["argv"] += [str(n), "{events_file}"]
+    spec["command"]["argv"] += [str(n), "{events_file}", *([str(gate[0]), str(gate[1])] if gate else [])]
     return spec
 
 
 @pytest.mark.slow
 def test_kill9_midrun_then_restart_readopts_with_complete_log_and_events(daemon_factory: Any) -> None:
     gw: DaemonHandle = daemon_factory()
-    run = gw.submit(_counter_spec("counter", 80))
+    gate = gw.root / "let-it-finish"
+    run = gw.submit(_counter_spec("counter", 80, gate=(gate, 40)))
     running = gw.wait_state(run["id"], ("running",))
     pid = running["attempts"][0]["pid"]
     stdout = Path(running["run_dir"]) / "attempts" / "1" / "stdout.log"
     wait_for(lambda: len(_progress(gw, run["id"])) >= 5, "five progress events stored")
     gw.kill9()
     os.kill(pid, 0)  # the run survived its daemon
-    at_kill = _lines(stdout)
-    wait_for(lambda: _lines(stdout) >= at_kill + 5, "the run to write while no daemon watches")
+    # Lines 5..40 at least are written while no daemon watches; then the run holds at the gate.
+    wait_for(lambda: _lines(stdout) >= 41, "the run to write while no daemon watches", timeout=120)
     gw.start()
     with gw.client() as client:
         adopted = client.run(run["id"])
         assert adopted.state == "running", adopted.message
         assert adopted.attempts[0].adopted is True
-    done = gw.wait_state(run["id"], timeout=30)
+    gate.touch()
+    done = gw.wait_state(run["id"], timeout=120)
     assert done["state"] == "succeeded", done["message"]
     assert "re-adopted" in done["message"]
     assert stdout.read_text().splitlines() == [f"line {i}" for i in range(80)]
