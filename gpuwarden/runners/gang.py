@@ -78,9 +78,9 @@ def check_world_size(wanted: int, found: RankEnv | None) -> None:
         return
     if found is None:
         raise UserError(
-            f"train.world_size {wanted} needs {wanted} processes started by torchrun — submit the run "
-            f"to the daemon, or run `python -m torch.distributed.run --nproc-per-node {wanted} "
-            "-m gpuwarden.runners …`",
+            f"train.world_size {wanted} needs {wanted} processes started by torchrun — run "
+            f"`python -m torch.distributed.run --nproc-per-node {wanted} -m gpuwarden.runners …`, "
+            "or set world_size: 1",
             code="unsupported",
         )
     raise UserError(

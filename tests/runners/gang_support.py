@@ -4,9 +4,7 @@ address-space limit through the exec wrapper, output in the attempt's log files)
 
 from __future__ import annotations
 
-import json
 import os
-import random
 import sys
 import time
 from dataclasses import dataclass
@@ -19,7 +17,6 @@ from gpuwarden.core.config.spec import spec_from_mapping
 from gpuwarden.core.gang.files import rank_event_files
 from gpuwarden.core.gang.launch import gang_launch, runner_program
 from gpuwarden.daemon.process import Child, ExitStatus, spawn
-from gpuwarden.runners.train.sampling import epoch_permutation, rank_positions
 from tests.runners.conftest import REPO, read_events
 
 # Fewer threads and malloc arenas: the address space a rank reserves must not grow with the cores.
@@ -107,22 +104,3 @@ def wait_for(gang: Gang, rank: int, predicate: Any, timeout: float) -> dict[str,
             break
         time.sleep(0.05)
     raise AssertionError(f"rank {rank}: no matching event\n{gang.events()}\n{gang.stderr()[-3000:]}")
-
-
-def write_shaped_texts(
-    path: Path, *, n: int, seed: int, per_rank: int, world_size: int, long_step: int, long_rank: int
-) -> Path:
-    """`n` short texts, except the samples that rank `long_rank` trains on in optimizer step
-    `long_step` (1-based), which are long: only that rank meets the large shape, once."""
-    step_size = per_rank * world_size
-    start = (long_step - 1) * step_size
-    positions = rank_positions(start, start + step_size, long_rank, world_size, per_rank)
-    order = epoch_permutation(n, seed, 0)
-    long_items = {int(order[p]) for p in positions}
-    rng = random.Random(seed)
-    words = ["gpu", "memory", "batch", "rank", "gang", "step", "loss", "token", "warden", "daemon"]
-    with open(path, "w", encoding="utf-8") as fh:
-        for i in range(n):
-            count = 400 if i in long_items else rng.randint(3, 6)
-            fh.write(json.dumps({"text": " ".join(rng.choice(words) for _ in range(count))}) + "\n")
-    return path

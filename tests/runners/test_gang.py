@@ -27,10 +27,10 @@ from gpuwarden.core.events import EXIT_GANG_ABORTED, EXIT_OK, EXIT_OOM, EXIT_TER
 from gpuwarden.core.gang.files import rank_logs
 from gpuwarden.core.gang.outcome import read_gang_outcome
 from gpuwarden.daemon.process import process_alive
-from gpuwarden.runners.testing_models import build_tiny_causal_lm
+from gpuwarden.runners.testing_models import build_tiny_causal_lm, write_shaped_texts
 from gpuwarden.runners.train.stall_hook import STALL_ENV
 from tests.runners.conftest import load_final_weights
-from tests.runners.gang_support import Gang, start_gang, wait_for, write_shaped_texts
+from tests.runners.gang_support import Gang, start_gang, wait_for
 
 pytestmark = pytest.mark.slow
 
