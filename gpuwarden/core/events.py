@@ -22,6 +22,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USER_ERROR = 2  # the spec cannot be satisfied: retrying will not help
 EXIT_OOM = 3  # an `oom` event was written (after a checkpoint when the state was consistent)
+EXIT_GANG_ABORTED = 4  # another rank of a multi-process run failed; this rank stopped without a checkpoint
 EXIT_TERMINATED = 143  # stopped by SIGTERM after writing a checkpoint
 
 EventType = Literal["started", "progress", "checkpoint", "warning", "oom", "error", "finished"]
@@ -35,6 +36,7 @@ class Event(BaseModel):
     v: int = PROTOCOL_VERSION
     type: str
     ts: float = Field(default_factory=time.time)
+    rank: int | None = None  # the writing process's rank in a multi-process run; absent otherwise
 
 
 class Started(Event):
@@ -46,6 +48,8 @@ class Started(Event):
     parameters: int | None = None
     resumed_from: str | None = None  # checkpoint path, or None for a fresh start
     samples_seen: int = 0
+    pid: int | None = None  # the runner process (one per rank in a multi-process run)
+    world_size: int | None = None  # processes of a multi-process run; absent for one process
 
 
 class Progress(Event):
@@ -95,7 +99,7 @@ class Oom(Event):
 
 class Error(Event):
     type: Literal["error"] = "error"
-    code: str  # "missing_model", "bad_data", "unsupported", "bug"
+    code: str  # "missing_model", "bad_data", "unsupported", "bug", "gang_aborted"
     message: str  # one line: the problem and the fix
 
 

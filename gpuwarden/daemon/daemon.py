@@ -27,6 +27,7 @@ from gpuwarden.core.paths import Paths
 from gpuwarden.core.store.db import open_db
 from gpuwarden.core.store.runs import RunStore
 from gpuwarden.core.store.telemetry import TelemetryStore
+from gpuwarden.core.telemetry.topology import NO_TOPOLOGY, GpuTopology
 from gpuwarden.core.telemetry.types import GpuProcess, GpuReader, GpuSample, GpuStatic, HostSample, Tick
 from gpuwarden.daemon.lock import InstanceLock, ensure_private_dir
 from gpuwarden.daemon.placement import GpuState
@@ -156,6 +157,10 @@ class Daemon:
                 )
             )
         return states
+
+    def gpu_topology(self) -> GpuTopology:
+        """How the GPUs are linked, for placing multi-GPU runs (`place(..., topology=...)`)."""
+        return self.sampler.topology() if self.sampler is not None else NO_TOPOLOGY
 
     # -- the Prometheus exporter's MetricsSource (gpuwarden.daemon.metrics) ---------------------------
 

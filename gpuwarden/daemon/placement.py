@@ -1,4 +1,5 @@
-"""Which GPUs a run gets: by free memory in the latest samples, at most N runs per GPU.
+"""Which GPUs a run gets: by free memory in the latest samples, at most N runs per GPU; a run
+of several GPUs also by how they are linked (`gpuwarden.core.gang.gpu_choice`).
 
 Pure functions over plain records, so the policy is tested without a daemon.
 """
@@ -10,6 +11,8 @@ from dataclasses import dataclass
 
 from gpuwarden.core.config.spec import Resources
 from gpuwarden.core.errors import UserError
+from gpuwarden.core.gang.gpu_choice import Candidate, choose_gpus
+from gpuwarden.core.telemetry.topology import NO_TOPOLOGY, GpuTopology
 
 
 @dataclass(frozen=True)
@@ -79,11 +82,13 @@ def place(
     gpus: Sequence[GpuState],
     busy: Mapping[str, int],
     max_runs_per_gpu: int,
+    topology: GpuTopology = NO_TOPOLOGY,
 ) -> Placement | None:
     """GPUs for a run now, or None when it must wait in the queue.
 
     `busy` counts the runs already placed on each GPU UUID. With no GPU on the machine a run that
-    allows the CPU runs there (with a warning); gpus: 0 always means the CPU.
+    allows the CPU runs there (with a warning); gpus: 0 always means the CPU. A run of several
+    GPUs gets a well-linked set when `topology` (the NVML reader's) says which that is.
     """
     wanted = resources.gpus
     if wanted == 0:
@@ -102,9 +107,7 @@ def place(
     if isinstance(wanted, list):
         chosen = _named(gpus, [str(w) for w in wanted])
         return Placement([g.uuid for g in chosen]) if all(fits(g) for g in chosen) else None
-    candidates = [g for g in gpus if fits(g)]
+    candidates = [Candidate(g.uuid, g.index, g.free, busy.get(g.uuid, 0)) for g in gpus if fits(g)]
     if len(candidates) < wanted:
         return None
-    # most free memory first; unknown free memory last; index breaks ties so placement is stable
-    candidates.sort(key=lambda g: (g.free is None, -(g.free or 0), busy.get(g.uuid, 0), g.index))
-    return Placement([g.uuid for g in candidates[:wanted]])
+    return Placement(choose_gpus(candidates, wanted, topology))

@@ -87,6 +87,34 @@ class Child:
             return False
         return True
 
+    def signal_tree(self, sig: int) -> bool:
+        """Send `sig` to the process group and to every group a descendant leads; False if none
+        is left.
+
+        torchrun starts each rank in a session of its own, so the group of a gang's torchrun does
+        not hold its ranks. The descendants are listed before anything is signalled: once
+        torchrun is gone its ranks are no longer its children.
+        """
+        groups = [self.pid]
+        if process_alive(self.pid, self.create_time):
+            try:
+                descendants = psutil.Process(self.pid).children(recursive=True)
+            except psutil.Error:
+                descendants = []
+            for proc in descendants:
+                try:
+                    groups.append(os.getpgid(proc.pid))
+                except ProcessLookupError:
+                    continue
+        sent = False
+        for group in dict.fromkeys(groups):
+            try:
+                os.killpg(group, sig)
+                sent = True
+            except ProcessLookupError:
+                continue
+        return sent
+
 
 def process_alive(pid: int, create_time: float | None) -> bool:
     """True when `pid` runs and is the same process (same create time), not a zombie."""

@@ -7,6 +7,7 @@ Layout of `RUN_DIR/checkpoints/<step:08d>/`:
 - `scheduler.pt`  learning-rate scheduler state (its step count)
 - `scaler.pt`     GradScaler state (fp16 only; absent otherwise)
 - `rng.pt`        RNG states: python `random`, numpy's global generator, torch CPU, every CUDA device
+- `rng.rank<N>.pt` the same for rank N of a multi-process run (rank 0's is `rng.pt`)
 - `meta.json`     step, samples_seen, tokens_seen, the batch shape that wrote it, the reason, etc.
 
 A checkpoint is written into `.tmp-<step>-<pid>/`, every file fsynced, then the directory is
@@ -109,6 +110,12 @@ class CheckpointPayload:
     rng: RngState
     scaler: dict[str, Any] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    rank_rngs: list[RngState] = field(default_factory=list)  # ranks 1… of a multi-process run
+
+
+def rng_file(rank: int) -> str:
+    """The RNG file of `rank` inside a checkpoint."""
+    return "rng.pt" if rank == 0 else f"rng.rank{rank}.pt"
 
 
 def checkpoint_name(step: int) -> str:
@@ -165,7 +172,9 @@ def save_checkpoint(root: Path, payload: CheckpointPayload, *, keep: int, reason
         _save(payload.scheduler, tmp / "scheduler.pt")
         if payload.scaler is not None:
             _save(payload.scaler, tmp / "scaler.pt")
-        _save(payload.rng.to_dict(), tmp / "rng.pt")
+        _save(payload.rng.to_dict(), tmp / rng_file(0))
+        for rank, rng in enumerate(payload.rank_rngs, start=1):
+            _save(rng.to_dict(), tmp / rng_file(rank))
         meta = {**payload.meta, "step": payload.step, "samples_seen": payload.samples_seen, "reason": reason}
         (tmp / META).write_text(json.dumps(meta, indent=1, sort_keys=True), encoding="utf-8")
         _fsync_file(tmp / META)
@@ -204,7 +213,7 @@ class LoadedCheckpoint:
     optimizer: dict[str, Any]
     scheduler: dict[str, Any]
     scaler: dict[str, Any] | None
-    rng: RngState
+    rng: RngState | None  # None: the checkpoint has no RNG state for the rank that loaded it
 
     @property
     def step(self) -> int:
@@ -215,14 +224,21 @@ class LoadedCheckpoint:
         return int(self.meta["samples_seen"])
 
 
-def load_checkpoint(path: Path, map_location: torch.device | str = "cpu") -> LoadedCheckpoint:
-    """Read a checkpoint written by `save_checkpoint` (tensors only: `weights_only=True`)."""
+def load_checkpoint(path: Path, map_location: torch.device | str = "cpu", rank: int = 0) -> LoadedCheckpoint:
+    """Read a checkpoint written by `save_checkpoint` (tensors only: `weights_only=True`), with the
+    RNG state of `rank` (None when it was written by fewer processes)."""
 
     def load(name: str) -> Any:
         return torch.load(path / name, map_location=map_location, weights_only=True)
 
     meta = json.loads((path / META).read_text(encoding="utf-8"))
     scaler = load("scaler.pt") if (path / "scaler.pt").is_file() else None
+    rng_path = path / rng_file(rank)
+    rng = (
+        RngState.from_dict(torch.load(rng_path, map_location="cpu", weights_only=True))
+        if rng_path.is_file()
+        else None
+    )
     return LoadedCheckpoint(
         path=path,
         meta=meta,
@@ -230,5 +246,5 @@ def load_checkpoint(path: Path, map_location: torch.device | str = "cpu") -> Loa
         optimizer=load("optimizer.pt"),
         scheduler=load("scheduler.pt"),
         scaler=scaler,
-        rng=RngState.from_dict(torch.load(path / "rng.pt", map_location="cpu", weights_only=True)),
+        rng=rng,
     )

@@ -4,6 +4,9 @@ The daemon tails the file from a remembered offset, so every event is written as
 line with a single `write` call and flushed at once. A full disk (or any OS error) must not turn
 into a crash in the middle of training: the writer reports the first failure on stderr once and
 then drops events until writes succeed again.
+
+In a multi-process run every rank has a writer of its own (its own file, see
+`gpuwarden.core.gang.files`), which stamps the rank on each event.
 """
 
 from __future__ import annotations
@@ -20,8 +23,10 @@ from gpuwarden.core.events import Event, encode
 class EventWriter:
     """Append-only, line-buffered writer of protocol events to `path` (parents created)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, rank: int | None = None) -> None:
         self.path = path
+        self.rank = rank
+        self.last_failure: Event | None = None  # the last `oom` or `error` event written
         self._failed = False
         path.parent.mkdir(parents=True, exist_ok=True)
         # Append mode: a restarted attempt that reuses the file never truncates earlier lines.
@@ -31,6 +36,10 @@ class EventWriter:
         """Write `event` as one line and flush; never raises for I/O errors."""
         if self._fh is None:
             return
+        if self.rank is not None and event.rank is None:
+            event = event.model_copy(update={"rank": self.rank})
+        if event.type in ("oom", "error"):
+            self.last_failure = event
         line = encode(event) + "\n"
         try:
             self._fh.write(line)

@@ -32,6 +32,7 @@ def build_report(
     dtype: str,
     batch_size: int,
     grad_accum_steps: int,
+    world_size: int = 1,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A JSON-ready report dict; throughput is per second of this attempt's training loop."""
@@ -54,7 +55,8 @@ def build_report(
         "dtype": dtype,
         "batch_size": batch_size,
         "grad_accum_steps": grad_accum_steps,
-        "effective_batch": batch_size * grad_accum_steps,
+        "world_size": world_size,
+        "effective_batch": batch_size * grad_accum_steps * world_size,
     }
     if extra:
         report.update(extra)

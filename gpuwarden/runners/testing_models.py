@@ -3,6 +3,7 @@
 - `build_tiny_causal_lm`: a randomly initialised Llama with a byte-level BPE tokenizer trained on
   built-in text, saved like any Hugging Face model directory.
 - `write_text_dataset`: a JSONL file of `{"text": ...}` objects.
+- `write_shaped_texts`: short texts, except those one rank of a gang trains on in one step.
 - `write_image_folder`: PNG images (optionally with `keypoints.json` labels).
 - `build_example_assets`: everything the `configs/examples/train-*-cpu.yaml` specs refer to.
 """
@@ -173,6 +174,29 @@ def write_text_dataset(path: Path, n: int, seed: int, *, field: str = "text") ->
         for i in range(n):
             text = " ".join(_sentences(rng.randint(1, 6), seed * 100_003 + i))
             fh.write(json.dumps({field: text}) + "\n")
+    return path
+
+
+def write_shaped_texts(
+    path: Path, *, n: int, seed: int, per_rank: int, world_size: int, long_step: int, long_rank: int
+) -> Path:
+    """`n` texts of a few words, except the samples that rank `long_rank` trains on in optimizer
+    step `long_step` (1-based, first epoch, data seed `seed`): those have 400 words, so only that
+    rank meets a large shape, once."""
+    from gpuwarden.runners.train.sampling import epoch_permutation, rank_positions
+
+    step_size = per_rank * world_size
+    start = (long_step - 1) * step_size
+    positions = rank_positions(start, start + step_size, long_rank, world_size, per_rank)
+    order = epoch_permutation(n, seed, 0)
+    long_items = {int(order[p]) for p in positions}
+    rng = random.Random(seed)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as fh:
+        for i in range(n):
+            count = 400 if i in long_items else rng.randint(3, 6)
+            fh.write(json.dumps({"text": " ".join(rng.choice(_WORDS) for _ in range(count))}) + "\n")
     return path
 
 

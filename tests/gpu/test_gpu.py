@@ -85,3 +85,25 @@ def test_real_cuda_oom_under_a_12gb_cap_is_recovered(daemon_factory: Any) -> Non
     assert first["verdict"] in ("gpu_capacity", "gpu_fragmentation")
     assert detail["retunes"][-1]["outcome"] == "succeeded"
     assert len(detail["retunes"]) <= 2
+
+
+def test_real_nvml_topology_reads_links_without_errors() -> None:
+    pynvml = pytest.importorskip("pynvml")
+    from gpuwarden.core.telemetry.nvml_topology import TopologyGpu, nvlink_peers, read_topology
+
+    pynvml.nvmlInit()
+    try:
+        gpus = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            bus = pynvml.nvmlDeviceGetPciInfo(handle).busId
+            gpus.append(TopologyGpu(str(pynvml.nvmlDeviceGetUUID(handle)), handle, bus))
+        by_bus = {str(g.pci_bus_id): g.uuid for g in gpus}
+        for gpu in gpus:  # every link of every GPU answers (or says it has none)
+            peers = nvlink_peers(pynvml, gpu, by_bus, pynvml.NVMLError)
+            assert all(count > 0 for count in peers.values())
+        topology = read_topology(pynvml, gpus, pynvml.NVMLError)
+        assert len(topology.links) == len(gpus) * (len(gpus) - 1) // 2
+        assert all(link.pcie is not None or link.nvlinks for link in topology.links.values())
+    finally:
+        pynvml.nvmlShutdown()

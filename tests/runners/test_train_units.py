@@ -73,7 +73,9 @@ def test_rng_state_round_trips_through_a_checkpoint(tmp_path: Path) -> None:
     path = save_checkpoint(tmp_path, saved, keep=1, reason="interval")
     torch.rand(5)
     random.random()
-    load_checkpoint(path).rng.restore()
+    rng = load_checkpoint(path).rng
+    assert rng is not None
+    rng.restore()
     assert torch.equal(torch.rand(3), expected[0]) and random.random() == expected[1]
 
 

@@ -130,6 +130,11 @@ class RunSpec(StrictModel):
                 )
         return self
 
+    @model_validator(mode="after")
+    def _ranks_match_gpus(self) -> RunSpec:
+        check_gang_gpus(self)
+        return self
+
     @field_validator("policy")
     @classmethod
     def _policy_exists(cls, v: PolicyRef | None) -> PolicyRef | None:
@@ -139,6 +144,32 @@ class RunSpec(StrictModel):
             except UserError as exc:  # reported at the spec's `policy:` key, not as a crash
                 raise ValueError(str(exc)) from None
         return v
+
+
+def check_gang_gpus(spec: RunSpec) -> None:
+    """One process per GPU: `train.world_size` must equal the GPUs asked for (it sets their number
+    when `resources.gpus` is not given), or run its ranks on the CPU (`gpus: 0`)."""
+    resources = spec.resources
+    if spec.kind == "command" and spec.command is not None and spec.command.launcher == "torchrun":
+        if resources.gpus == 0:
+            raise ValueError(
+                "command.launcher torchrun starts one process per GPU and resources.gpus is 0 — "
+                "set resources.gpus to the number of processes"
+            )
+        return
+    if spec.kind != "train" or spec.train is None or spec.train.world_size == 1:
+        return
+    world = spec.train.world_size
+    if "gpus" not in resources.model_fields_set:
+        resources.gpus = world
+        return
+    asked = len(resources.gpus) if isinstance(resources.gpus, list) else resources.gpus
+    if asked not in (0, world):
+        raise ValueError(
+            f"train.world_size {world} starts {world} processes, one per GPU, but resources.gpus asks "
+            f"for {asked} — set resources.gpus: {world} (or train.world_size: {asked}; "
+            f"gpus: 0 runs the {world} processes on the CPU)"
+        )
 
 
 def spec_from_document(doc: YamlDocument) -> RunSpec:

@@ -136,6 +136,9 @@ class CommandSpec(StrictModel):
     argv: list[str] = Field(min_length=1)
     env: dict[str, str] = Field(default_factory=dict)
     cwd: Path | None = None
+    launcher: Literal["none", "torchrun"] = Field(
+        "none", description="torchrun: start one process per GPU through torch.distributed.run"
+    )
     config_file: Path | None = Field(
         None,
         description="the program's own YAML, JSON or TOML config: each attempt gets a copy with the "

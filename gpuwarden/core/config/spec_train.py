@@ -60,7 +60,12 @@ class TrainSpec(StrictModel):
 
     batch_size: int = Field(8, gt=0, description="micro-batch per device")
     grad_accum_steps: int = Field(1, ge=1)
-    world_size: int = Field(1, ge=1, description="processes (GPUs) in data-parallel training")
+    world_size: int = Field(
+        1, ge=1, description="processes (one per GPU, or CPU ranks) in data-parallel training, via torchrun"
+    )
+    collective_timeout: int = Field(
+        600, ge=1, description="seconds a rank waits for the others in a collective before failing"
+    )
     max_steps: int | None = Field(None, gt=0, description="optimizer steps; default: epochs")
     epochs: float = Field(1.0, gt=0)
 

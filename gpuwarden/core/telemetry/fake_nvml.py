@@ -39,6 +39,12 @@ wall clock. Every series is a function of whole seconds since the fake started, 
   value util_gpu of that second, none while idle (NVML records nothing then)
 - PCIe (KB/s): tx = 1000 * util_gpu + index, rx = 2 * tx
 
+Topology (pairs of GPUs): the PCIe common ancestor is one switch for GPUs 2k and 2k+1, the NUMA
+node within a group of four, and the system (across sockets) beyond; `set_pcie_level(a, b,
+level)` changes a pair. H100s hang off NVSwitches (18 links each, so every pair is linked); other
+models have no NVLink until `set_nvlink(a, b, links)` bridges a pair. The GeForce answers
+NotSupported to NVLink queries.
+
 `add_process(gpu_index, pid, used_bytes)` puts a process on a GPU (its memory counts in
 mem_used); `calls[(function_name, gpu_index)]` counts every device call (index -1 for system
 calls), so tests can assert that an unsupported getter was probed only once.
@@ -67,6 +73,10 @@ RESERVED = 512 * MIB
 # What NVML puts in usedGpuMemory when it cannot tell (the binding may or may not map it to None).
 NOT_AVAILABLE = 2**64 - 1
 
+NVSWITCH_BUS_ID = "00000000:C1:00.0"
+_NVLINK_CALLS = frozenset(
+    {"nvmlDeviceGetNvLinkState", "nvmlDeviceGetNvLinkRemotePciInfo", "nvmlDeviceGetNvLinkRemoteDeviceType"}
+)
 _OLD_DRIVER_MISSING = frozenset({"nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetCurrentClocksEventReasons"})
 _OLD_BINDING_MISSING = frozenset({"nvmlDeviceGetCurrentClocksEventReasons", "nvmlMemory_v2"})
 
@@ -87,11 +97,23 @@ class GpuModel:
     idle_mem_clock: int
     compute_capability: tuple[int, int]
     not_supported: frozenset[str] = frozenset()
+    nvswitch_links: int = 0  # NVLink links from each GPU to the machine's NVSwitches
 
 
 MODELS: dict[str, GpuModel] = {
     "h100": GpuModel(
-        "NVIDIA H100 80GB HBM3", 81559 * MIB, 700_000, 200_000, 700_000, 70_000, 1980, 2619, 345, 1593, (9, 0)
+        "NVIDIA H100 80GB HBM3",
+        81559 * MIB,
+        700_000,
+        200_000,
+        700_000,
+        70_000,
+        1980,
+        2619,
+        345,
+        1593,
+        (9, 0),
+        nvswitch_links=18,
     ),
     "a100-80gb": GpuModel(
         "NVIDIA A100-SXM4-80GB", 81920 * MIB, 400_000, 100_000, 400_000, 55_000, 1410, 1593, 210, 1593, (8, 0)
@@ -114,6 +136,7 @@ MODELS: dict[str, GpuModel] = {
                 "nvmlDeviceGetMemoryInfo_v2",
                 "nvmlDeviceGetPcieThroughput",
                 "nvmlDeviceGetMigMode",
+                *_NVLINK_CALLS,
             }
         ),
     ),
@@ -182,6 +205,8 @@ class FakeNvml:
         self.process_v3_missing = False
         self.memory_takes_version = True
         self._gpus: list[_FakeGpu] = []
+        self._pcie_levels: dict[frozenset[int], int] = {}
+        self._nvlinks: dict[frozenset[int], int] = {}
 
         base, count = _parse(scenario)
         models: list[GpuModel] = []
@@ -266,6 +291,33 @@ class FakeNvml:
     def recover(self, gpu_index: int) -> None:
         """Bring a lost GPU back."""
         self._gpus[gpu_index].lost_at = None
+
+    def set_pcie_level(self, a: int, b: int, level: int) -> None:
+        """The closest PCIe ancestor GPUs `a` and `b` share (an NVML_TOPOLOGY_* value)."""
+        self._pcie_levels[frozenset((a, b))] = level
+
+    def set_nvlink(self, a: int, b: int, links: int) -> None:
+        """Bridge GPUs `a` and `b` with `links` NVLink links (0 removes the bridge)."""
+        self._nvlinks[frozenset((a, b))] = links
+
+    def pcie_level(self, a: int, b: int) -> int:
+        """The pair's PCIe level: as set, else switch pairs, NUMA quads, then the system."""
+        if a == b:
+            return int(pynvml.NVML_TOPOLOGY_INTERNAL)
+        if (level := self._pcie_levels.get(frozenset((a, b)))) is not None:
+            return level
+        if a // 2 == b // 2:
+            return int(pynvml.NVML_TOPOLOGY_SINGLE)
+        return int(pynvml.NVML_TOPOLOGY_NODE if a // 4 == b // 4 else pynvml.NVML_TOPOLOGY_SYSTEM)
+
+    def _link_ends(self, index: int) -> list[int | None]:
+        """What each active NVLink of GPU `index` reaches: a GPU index, or None (an NVSwitch)."""
+        ends: list[int | None] = [None] * self._gpus[index].model.nvswitch_links
+        for pair, links in sorted(self._nvlinks.items(), key=lambda kv: sorted(kv[0])):
+            if index in pair:
+                (peer,) = pair - {index}
+                ends += [peer] * links
+        return ends
 
     # ---- the deterministic series (tests compute expectations from these) --------------------
 
@@ -490,6 +542,37 @@ class FakeNvml:
         if not samples:
             raise _nvml_error(pynvml.NVML_ERROR_NOT_FOUND)
         return pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, samples[-SAMPLE_BUFFER:]
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, handle1: _Handle, handle2: _Handle) -> int:
+        a = self._device("nvmlDeviceGetTopologyCommonAncestor", handle1)
+        b = self._device("nvmlDeviceGetTopologyCommonAncestor", handle2)
+        return self.pcie_level(a.index, b.index)
+
+    def _link_end(self, fn: str, handle: _Handle, link: int) -> tuple[bool, int | None]:
+        """(whether the link exists, the GPU it reaches or None for a switch)."""
+        gpu = self._device(fn, handle)
+        ends = self._link_ends(gpu.index)
+        if not 0 <= link < len(ends):
+            raise _nvml_error(
+                pynvml.NVML_ERROR_NOT_SUPPORTED if not ends else pynvml.NVML_ERROR_INVALID_ARGUMENT
+            )
+        return True, ends[link]
+
+    def nvmlDeviceGetNvLinkState(self, handle: _Handle, link: int) -> int:
+        self._link_end("nvmlDeviceGetNvLinkState", handle, link)
+        return int(pynvml.NVML_FEATURE_ENABLED)
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, handle: _Handle, link: int) -> Any:
+        _, peer = self._link_end("nvmlDeviceGetNvLinkRemotePciInfo", handle, link)
+        info = pynvml.nvmlPciInfo_t()
+        info.busId = (self._gpus[peer].pci_bus_id if peer is not None else NVSWITCH_BUS_ID).encode()
+        return info
+
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: _Handle, link: int) -> int:
+        _, peer = self._link_end("nvmlDeviceGetNvLinkRemoteDeviceType", handle, link)
+        return int(
+            pynvml.NVML_NVLINK_DEVICE_TYPE_GPU if peer is not None else pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH
+        )
 
     def nvmlDeviceGetPcieThroughput(self, handle: _Handle, counter: int) -> int:
         gpu = self._device("nvmlDeviceGetPcieThroughput", handle)

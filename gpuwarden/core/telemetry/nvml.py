@@ -22,6 +22,8 @@ from types import ModuleType
 from typing import Any
 
 from gpuwarden.core.telemetry.host import ProcessEnricher
+from gpuwarden.core.telemetry.nvml_topology import TopologyGpu, read_topology
+from gpuwarden.core.telemetry.topology import NO_TOPOLOGY, GpuTopology
 from gpuwarden.core.telemetry.types import GpuProcess, GpuReader, GpuSample, GpuStatic
 
 log = logging.getLogger(__name__)
@@ -193,6 +195,10 @@ class NoGpuReader:
     def read_pcie(self, samples: list[GpuSample]) -> None:
         """Nothing to fill."""
 
+    def topology(self) -> GpuTopology:
+        """Nothing is connected."""
+        return NO_TOPOLOGY
+
     def close(self) -> None:
         """Nothing to release."""
 
@@ -216,6 +222,7 @@ class NvmlReader:
         self._static_cache: list[GpuStatic] | None = None
         self._logged: set[tuple[str, int | str | None]] = set()
         self._initialised = False
+        self._topology = NO_TOPOLOGY
         self._status: str | None = None
         self._retryable = False
         self._init_backoff = 5.0
@@ -359,6 +366,7 @@ class NvmlReader:
             return False
         for index in range(count):
             self._discover(index)
+        self._read_topology()
         self._status = None
         return True
 
@@ -621,6 +629,14 @@ class NvmlReader:
             self._enrich(rows)
         return rows
 
+    def topology(self) -> GpuTopology:
+        """How the GPUs are linked (read when they are discovered; safe from any thread)."""
+        return self._topology
+
+    def _read_topology(self) -> None:
+        gpus = [TopologyGpu(g.uuid, g.handle, g.pci_bus_id) for g in self._gpus if not g.lost]
+        self._topology = read_topology(self._nvml, gpus, self._error)
+
     def close(self) -> None:
         """Shut NVML down (once)."""
         if self._initialised:
@@ -677,8 +693,11 @@ class NvmlReader:
             return
         if ts >= self._pending_retry_at:
             self._pending_retry_at = ts + self._retry_interval
+            pending = len(self._pending)
             for index in list(self._pending):
                 self._discover(index)
+            if len(self._pending) != pending:
+                self._read_topology()
 
 
 def open_gpu_reader(

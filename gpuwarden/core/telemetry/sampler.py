@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from gpuwarden.core.telemetry.topology import GpuTopology
 from gpuwarden.core.telemetry.types import GpuReader, GpuStatic, HostSample, Tick
 
 # A tick that arrives this much early still counts as due (loop timers jitter by milliseconds).
@@ -52,6 +53,10 @@ class Sampler:
     def gpus(self) -> list[GpuStatic]:
         """Static facts of the GPUs, as of the last tick."""
         return list(self._static)
+
+    def topology(self) -> GpuTopology:
+        """How the GPUs are linked (NVLink, PCIe), for placing multi-GPU runs."""
+        return self._gpu.topology()
 
     def tick(self) -> Tick:
         """Read everything due now."""

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from gpuwarden.core.telemetry.topology import GpuTopology
+
 # Per-tick numeric GPU metrics, in the order the store keeps them. History queries, rollups,
 # the monitor summary and the API all use these names.
 GPU_METRICS: tuple[str, ...] = (
@@ -182,6 +184,10 @@ class GpuReader(Protocol):
 
     def read_pcie(self, samples: list[GpuSample]) -> None:
         """Fill pcie_tx_bps / pcie_rx_bps on `samples` (slow; called on process ticks)."""
+        ...
+
+    def topology(self) -> GpuTopology:
+        """NVLink and PCIe links between the GPUs (static; readable from any thread)."""
         ...
 
     def close(self) -> None: ...

@@ -12,6 +12,16 @@ Consistency rules that make resumes exact:
   partial loss discarded, and the checkpoint uses the RNG state captured when the step began, so
   the next attempt redoes the whole step from its first sample. An OOM inside `optimizer.step()`
   may leave a half-applied update, so it gets no checkpoint (the previous one stays valid).
+
+Several processes (torchrun, `gang.py`): the model is wrapped in DDP and each rank trains on its
+block of every step's samples (`sampling.rank_positions`), dividing its summed loss by the loss
+units of the whole gang's step, so the averaged gradient is one process's over the same samples.
+Accumulation micro-batches skip the gradient all-reduce (`no_sync`); the last one does it. Ranks
+stop together at a step boundary (they agree on SIGTERM every step), rank 0 writes checkpoints
+with every rank's RNG state, and every rank reports its own memory. A rank that runs out of
+memory writes its `oom` event and exits without a checkpoint: the others may be waiting in a
+collective, so the gang resumes from the last complete one. A rank whose peer failed writes an
+`error` (gang_aborted) and exits with EXIT_GANG_ABORTED.
 """
 
 from __future__ import annotations
@@ -61,9 +71,11 @@ from gpuwarden.runners.device import (
     synchronize,
 )
 from gpuwarden.runners.events import EventWriter
+from gpuwarden.runners.gang import Gang, is_peer_failure, report_peer_lost
 from gpuwarden.runners.report import build_report, write_report
 from gpuwarden.runners.stop import StopRequest
 from gpuwarden.runners.train.sampling import PositionSampler, mix_seed
+from gpuwarden.runners.train.stall_hook import stall_forever, stall_step
 from gpuwarden.runners.train.task import Batch, PreparedTask
 
 OOM_EXCEPTIONS = (RuntimeError, MemoryError)
@@ -166,7 +178,8 @@ class RunState:
 
 
 class _StepAborted(Exception):
-    """A stop request arrived between micro-batches: the step is abandoned and redone later."""
+    """A stop request arrived between micro-batches (or the gang agreed to stop): the step is
+    abandoned and redone later."""
 
 
 class Trainer:
@@ -183,8 +196,10 @@ class Trainer:
         device: torch.device,
         precision: PrecisionChoice,
         stop: StopRequest,
+        gang: Gang | None = None,
     ) -> None:
         self.spec = spec
+        self.gang = gang or Gang()
         self.task = task
         self.run_dir = run_dir
         self.attempt = attempt
@@ -212,18 +227,25 @@ class Trainer:
             self.warn("fused_adamw_unavailable", fused_warning, requested="fused", used="foreach")
         self.scheduler = LambdaLR(self.optimizer, lr_lambda(spec.scheduler, self.total_steps))
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision.needs_grad_scaler)
-        self.forward_model: nn.Module = self.model
+        # DDP (several ranks) or the model itself; checkpoints always hold the bare model's state
+        self.ddp = self.gang.wrap(self.model)
+        self.forward_model: nn.Module = self.ddp
         if spec.compile:
-            compiled: Callable[..., Any] = torch.compile(self.model, mode=spec.compile_mode)
+            compiled: Callable[..., Any] = torch.compile(self.ddp, mode=spec.compile_mode)
             self.forward_model = compiled  # type: ignore[assignment]
         self.num_workers, self.pin_memory = resolve_loader_settings(spec, device)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self._resume_rng: RngState | None = None
+        # rank 0 keeps the run's seed (a one-process run's streams); other ranks draw their own
+        rank = self.gang.rank
+        self._seed = spec.seed if rank == 0 else mix_seed(spec.seed, rank)
+        self._stall_at = stall_step(rank)
 
     # events -----------------------------------------------------------------------------------
 
     def warn(self, code: str, message: str, *, requested: Any = None, used: Any = None) -> None:
-        self.events.emit(Warning(code=code, message=message, requested=requested, used=used))
+        if self.gang.is_main:  # every rank would say the same
+            self.events.emit(Warning(code=code, message=message, requested=requested, used=used))
 
     # checkpoints ------------------------------------------------------------------------------
 
@@ -232,7 +254,7 @@ class Trainer:
         path = find_latest_checkpoint(self.ckpt_root)
         if path is None:
             return None
-        ckpt = load_checkpoint(path, map_location=self.device)
+        ckpt = load_checkpoint(path, map_location=self.device, rank=self.gang.rank)
         self.model.load_state_dict(ckpt.model)
         self.optimizer.load_state_dict(ckpt.optimizer)
         self.scheduler.load_state_dict(ckpt.scheduler)
@@ -247,6 +269,9 @@ class Trainer:
             loss_last=meta.get("loss_last"),
         )
         self._resume_rng = ckpt.rng
+        if ckpt.rng is None:
+            # written by fewer processes: this rank's streams go on from a seed of its own
+            self._seed = mix_seed(self.spec.seed, self.gang.rank, ckpt.samples_seen)
         old_batch = meta.get("effective_batch")
         if old_batch is not None and old_batch != self.spec.effective_batch:
             self.warn(
@@ -264,8 +289,12 @@ class Trainer:
             )
         return path
 
-    def save(self, reason: str, rng: RngState) -> Path:
-        """Checkpoint the current (boundary) state with `rng` and emit a `checkpoint` event."""
+    def save(self, reason: str, rng: RngState) -> Path | None:
+        """Checkpoint the current (boundary) state with every rank's `rng` and emit a `checkpoint`
+        event. Every rank calls it at the same step; rank 0 writes (the others get None)."""
+        rngs = self.gang.gather(rng)
+        if not self.gang.is_main:
+            return None
         scaler_state = self.scaler.state_dict() if self.scaler.is_enabled() else None
         payload = CheckpointPayload(
             step=self.state.step,
@@ -275,6 +304,7 @@ class Trainer:
             scheduler=self.scheduler.state_dict(),
             scaler=scaler_state,
             rng=rng,
+            rank_rngs=rngs[1:],
             meta={
                 "tokens_seen": self.state.tokens_seen,
                 "loss_first": self.state.loss_first,
@@ -282,6 +312,7 @@ class Trainer:
                 "batch_size": self.spec.batch_size,
                 "grad_accum_steps": self.spec.grad_accum_steps,
                 "effective_batch": self.spec.effective_batch,
+                "world_size": self.gang.world_size,
                 "num_samples": self.task.num_samples,
                 "total_steps": self.total_steps,
                 "seed": self.spec.seed,
@@ -304,7 +335,15 @@ class Trainer:
         # counted from the current position, so a resume with another effective batch still
         # gets exactly the samples its remaining steps need
         stop = self.state.samples_seen + (self.total_steps - self.state.step) * self.spec.effective_batch
-        sampler = PositionSampler(self.task.num_samples, self.spec.seed, self.state.samples_seen, stop)
+        sampler = PositionSampler(
+            self.task.num_samples,
+            self.spec.seed,
+            self.state.samples_seen,
+            stop,
+            rank=self.gang.rank,
+            world_size=self.gang.world_size,
+            per_rank=self.spec.batch_size * self.spec.grad_accum_steps,
+        )
         workers = self.num_workers
         loader: DataLoader[Any] = DataLoader(
             self.task.dataset,
@@ -330,25 +369,40 @@ class Trainer:
         )
 
     def _one_step(self, batches: Iterator[Batch]) -> tuple[torch.Tensor, int, int]:
-        """Run one optimizer step; returns (step loss as a device tensor, samples, tokens)."""
+        """Run one optimizer step; returns (this rank's part of the step loss as a device tensor,
+        the gang's samples, the gang's tokens)."""
         self.phase = "data"
         micro: list[Batch] = [next(batches) for _ in range(self.spec.grad_accum_steps)]
-        # loss units of the whole step are counted on the host: no device sync needed
-        units = max(1, sum(b.units for b in micro))
-        samples = sum(b.size for b in micro)
-        tokens = sum(b.tokens for b in micro)
+        # counted on the host (no device sync); one small exchange gives the gang's totals and
+        # tells whether any rank was asked to stop
+        self.phase = "exchange"
+        units, samples, tokens, stops = self.gang.sum_counts(
+            [
+                sum(b.units for b in micro),
+                sum(b.size for b in micro),
+                sum(b.tokens for b in micro),
+                int(self.stop.requested),
+            ]
+        )
+        if stops:
+            raise _StepAborted
+        units = max(1, units)
+        # DDP averages the ranks' gradients: scaling by the world size turns that into their sum
+        world = self.gang.world_size
         step_loss = torch.zeros((), device=self.device, dtype=torch.float32)
         for i, batch in enumerate(micro):
-            if i > 0 and self.stop.requested:
+            if i > 0 and self.stop.requested and not self.gang.distributed:
                 raise _StepAborted
             tensors = batch.to(self.device, channels_last=self.channels_last)
-            self.phase = "forward"
-            with self._autocast():
-                loss = self.task.loss_sum(self.forward_model, tensors) / units
-            self.phase = "backward"
-            self.scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
+            with self.gang.no_sync(self.ddp, sync=i == len(micro) - 1):
+                self.phase = "forward"
+                with self._autocast():
+                    loss = self.task.loss_sum(self.forward_model, tensors) / units
+                self.phase = "backward"
+                scaled = loss * world if world > 1 else loss
+                self.scaler.scale(scaled).backward()  # type: ignore[no-untyped-call]
             step_loss += loss.detach().float()
-            del tensors, loss
+            del tensors, loss, scaled
         micro.clear()
         self.phase = "clip"
         if self.spec.grad_clip is not None:
@@ -363,8 +417,16 @@ class Trainer:
 
     def run(self) -> int:
         """Resume if possible, train to the end (or a stop/OOM), and return the exit status."""
-        resumed = self.resume()
-        start = Started(
+        try:
+            return self._run()
+        except RuntimeError as exc:
+            if self.gang.distributed and is_peer_failure(exc):
+                where = f"at step {self.state.step} ({self.phase})"
+                return report_peer_lost(self.events, self.gang.rank, exc, where)
+            raise
+
+    def _started(self, resumed: Path | None) -> Started:
+        return Started(
             task=self.task.name,
             config={
                 **self.spec.model_dump(mode="json"),
@@ -383,13 +445,18 @@ class Trainer:
             parameters=sum(p.numel() for p in self.model.parameters()),
             resumed_from=str(resumed) if resumed else None,
             samples_seen=self.state.samples_seen,
+            pid=os.getpid(),
+            world_size=self.gang.world_size if self.gang.distributed else None,
         )
-        self.events.emit(start)
+
+    def _run(self) -> int:
+        resumed = self.resume()
+        self.events.emit(self._started(resumed))
         batches = self.make_loader()
         if self._resume_rng is not None:
             self._resume_rng.restore()
         else:
-            _seed_everything(self.spec.seed)
+            _seed_everything(self._seed)
 
         total_samples = (
             self.state.samples_seen + (self.total_steps - self.state.step) * self.spec.effective_batch
@@ -403,8 +470,11 @@ class Trainer:
         last_saved_step = self.state.step if resumed else -1
 
         while self.state.step < self.total_steps:
+            if self._stall_at == self.state.step:
+                stall_forever()
             boundary = RngState.capture()
-            if self.stop.requested:
+            # ranks of a gang decide to stop together, inside the step's exchange
+            if self.stop.requested and not self.gang.distributed:
                 return self._terminate(boundary)
             oom: tuple[Any, str] | None = None
             try:
@@ -432,7 +502,8 @@ class Trainer:
                 or self.state.step == attempt_start_step + 1
             ):
                 self.phase = "log"
-                loss_value = float(loss_acc.item()) / steps_in_window  # the one sync per window
+                # the one sync per window (and, in a gang, the losses of every rank summed)
+                loss_value = float(self.gang.sum(loss_acc).item()) / steps_in_window
                 synchronize(self.device)
                 now = time.perf_counter()
                 elapsed = max(now - t_window, 1e-9)
@@ -469,6 +540,8 @@ class Trainer:
         self.phase = "final"
         if last_saved_step != self.state.step:
             self.save("final", RngState.capture())
+        if not self.gang.is_main:
+            return EXIT_OK
         outputs = self.run_dir / "outputs" / "model"
         if self.task.export is not None:
             self.task.export(self.model, outputs)
@@ -489,6 +562,7 @@ class Trainer:
             dtype=self.precision.used,
             batch_size=self.spec.batch_size,
             grad_accum_steps=self.spec.grad_accum_steps,
+            world_size=self.gang.world_size,
             extra={"outputs": str(outputs) if self.task.export is not None else None, **self.task.summary},
         )
         write_report(self.run_dir, report)
@@ -512,10 +586,14 @@ class Trainer:
         return EXIT_TERMINATED
 
     def _on_oom(self, verdict: Any, phase: str, boundary: RngState) -> int:
-        """Out of memory: checkpoint when the state is consistent, emit `oom`, exit EXIT_OOM."""
+        """Out of memory: checkpoint when the state is consistent, emit `oom`, exit EXIT_OOM.
+
+        A rank of a gang never checkpoints here: a checkpoint needs every rank, and the others
+        may be waiting in a collective for this one. The last complete checkpoint stays valid.
+        """
         self._drop_step()
         path: Path | None = None
-        if phase not in ("optimizer", "checkpoint"):
+        if phase not in ("optimizer", "checkpoint") and not self.gang.distributed:
             try:
                 path = self.save("oom", boundary)
             except (RuntimeError, MemoryError, OSError) as exc:
@@ -536,8 +614,9 @@ class Trainer:
                 checkpoint=str(path) if path else None,
             )
         )
+        who = f"rank {self.gang.rank}: " if self.gang.distributed else ""
         print(
-            f"gpuwarden: out of memory ({verdict.verdict}) in {phase}: {verdict.message}",
+            f"gpuwarden: {who}out of memory ({verdict.verdict}) in {phase}: {verdict.message}",
             file=sys.stderr,
             flush=True,
         )

@@ -34,30 +34,62 @@ def epoch_permutation(n: int, seed: int, epoch: int) -> torch.Tensor:
     return torch.randperm(n, generator=gen)
 
 
-class PositionSampler(Sampler[SampleKey]):
-    """Yields `(epoch, index)` keys for stream positions `start … stop-1`."""
+def rank_positions(start: int, stop: int, rank: int, world_size: int, per_rank: int) -> Iterator[int]:
+    """The stream positions rank `rank` trains on: every optimizer step takes the next
+    `per_rank × world_size` positions, and rank r gets the r-th block of `per_rank` of them.
 
-    def __init__(self, n: int, seed: int, start: int, stop: int) -> None:
+    The gang's step therefore covers exactly the positions one process would use for the same
+    effective batch, whatever the split into ranks, micro-batches and accumulation.
+    """
+    step_start = start
+    while step_start < stop:
+        first = step_start + rank * per_rank
+        yield from range(first, min(first + per_rank, stop))
+        step_start += per_rank * world_size
+
+
+class PositionSampler(Sampler[SampleKey]):
+    """Yields `(epoch, index)` keys for stream positions `start … stop-1` (one process), or for
+    this rank's share of them (`rank_positions`)."""
+
+    def __init__(
+        self,
+        n: int,
+        seed: int,
+        start: int,
+        stop: int,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        per_rank: int = 0,
+    ) -> None:
         if n <= 0:
             raise ValueError("the dataset is empty")
         self.n = n
         self.seed = seed
         self.start = start
         self.stop = stop
+        self.rank = rank
+        self.world_size = world_size
+        # one process takes the whole range as one block
+        self.per_rank = per_rank if world_size > 1 else max(1, stop - start)
 
     def __len__(self) -> int:
-        return max(0, self.stop - self.start)
+        total = max(0, self.stop - self.start)
+        full, rest = divmod(total, self.per_rank * self.world_size)
+        return full * self.per_rank + min(self.per_rank, max(0, rest - self.rank * self.per_rank))
+
+    def _positions(self) -> Iterator[int]:
+        return rank_positions(self.start, self.stop, self.rank, self.world_size, self.per_rank)
 
     def __iter__(self) -> Iterator[SampleKey]:
-        pos = self.start
         perm_epoch = -1
         perm = torch.empty(0, dtype=torch.long)
-        while pos < self.stop:
+        for pos in self._positions():
             epoch, offset = divmod(pos, self.n)
             if epoch != perm_epoch:
                 perm, perm_epoch = epoch_permutation(self.n, self.seed, epoch), epoch
             yield epoch, int(perm[offset])
-            pos += 1
 
 
 def sample_generator(seed: int, epoch: int, index: int) -> torch.Generator:

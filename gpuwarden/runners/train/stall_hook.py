@@ -1,0 +1,29 @@
+"""Test hook, not a user feature: make one rank stop making progress, as a hung rank would.
+
+`GPUWARDEN_TEST_STALL=RANK:STEP` makes the rank RANK sleep forever once it has completed STEP
+optimizer steps (before it joins the next step's exchange), so the other ranks block in their
+collective. Tests of hang detection use it; nothing else should set it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+
+STALL_ENV = "GPUWARDEN_TEST_STALL"
+
+
+def stall_step(rank: int, environ: Mapping[str, str] | None = None) -> int | None:
+    """The step at which this rank stalls, or None (unset, another rank, or malformed)."""
+    value = (os.environ if environ is None else environ).get(STALL_ENV, "")
+    which, _, step = value.partition(":")
+    if not (which.isdigit() and step.isdigit()) or int(which) != rank:
+        return None
+    return int(step)
+
+
+def stall_forever() -> None:
+    """Sleep until killed (signals still run their handlers, as in a real hang)."""
+    while True:
+        time.sleep(3600)
