@@ -27,8 +27,12 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# Two workers (one per core here), a test module per worker at a time so module fixtures are built
+# once; then the few `serial` tests alone (exit 5 = none selected is fine).
+JOBS ?= 2
 unit: $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(JOBS) --dist loadfile -m "not serial"
+	$(BIN)/pytest -q -p no:xdist -m serial || [ $$? -eq 5 ]
 
 test: lint unit
 
