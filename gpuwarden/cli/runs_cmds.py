@@ -190,6 +190,12 @@ def show(run: str, as_json: bool) -> None:
             f"attempt {a['attempt']}: {a['classification'] or a['state']}  pid {a['pid']}  gpus {gpus}"
             f"  {_when(a['started_at'])} → {_when(a['ended_at'])}  {a['reason'] or ''}"
         )
+        restart = a.get("restart")
+        if restart:
+            click.echo(
+                f"    restart {restart['restart']} of {restart['max']} after {restart['backoff_s']:g} s:"
+                f" {restart['cause']}"
+            )
     for r in detail["retunes"]:
         changes = ", ".join(f"{k} {r['from'].get(k)} → {v}" for k, v in (r["to"] or {}).items())
         outcome = f", then {r['outcome']}" if r.get("outcome") else ""
