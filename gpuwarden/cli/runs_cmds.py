@@ -215,6 +215,11 @@ def show(run: str, as_json: bool) -> None:
             f"attempt {a.attempt}: {a.classification or a.state}  pid {a.pid}  gpus {gpus}"
             f"  {_when(a.started_at)} → {_when(a.ended_at)}  {a.reason or ''}"
         )
+        if a.restart is not None:
+            click.echo(
+                f"    restart {a.restart.restart} of {a.restart.max} after {a.restart.backoff_s:g} s:"
+                f" {a.restart.cause}"
+            )
         for line in summary_lines(a.prepared) if a.prepared is not None else []:
             click.echo(f"    {line}")
     for r in detail.retunes:

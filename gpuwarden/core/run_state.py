@@ -53,9 +53,11 @@ TRANSITIONS: dict[RunState, frozenset[RunState]] = {
     # STARTING → STARTING: an autotune finished and the first attempt starts. An attempt that ended
     # while no daemon watched can end in anything, retuning included, straight from STARTING.
     RunState.STARTING: frozenset({RunState.STARTING, RunState.RUNNING, RunState.RETUNING}) | _ENDINGS,
-    RunState.RUNNING: frozenset({RunState.RETUNING}) | _ENDINGS,
+    # RUNNING → QUEUED: the run's restart policy queues the next attempt after a failure.
+    RunState.RUNNING: frozenset({RunState.RETUNING, RunState.QUEUED}) | _ENDINGS,
     # After a retune the next attempt starts at once, or waits in the queue for GPUs.
-    RunState.RETUNING: frozenset({RunState.QUEUED, RunState.STARTING}) | _ENDINGS,
+    # RETUNING → RETUNING: a daemon restarted while the run was retuning decides the retune again.
+    RunState.RETUNING: frozenset({RunState.RETUNING, RunState.QUEUED, RunState.STARTING}) | _ENDINGS,
     RunState.SUCCEEDED: frozenset(),
     RunState.FAILED: frozenset({RunState.QUEUED}),
     RunState.STOPPED: frozenset({RunState.QUEUED}),

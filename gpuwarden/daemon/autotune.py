@@ -22,6 +22,7 @@ from gpuwarden.core.telemetry.types import GpuStatic
 from gpuwarden.core.tune.cache import TuneCache
 from gpuwarden.core.tune.session import tune_spec
 from gpuwarden.core.tune.target import pick_target
+from gpuwarden.daemon.process import RUN_TAG, run_tag
 
 log = logging.getLogger("gpuwarden.daemon.autotune")
 
@@ -82,7 +83,9 @@ class Autotuner:
     def __call__(self, spec: RunSpec, gpus: list[str], run_dir: Path) -> tuple[dict[str, Any], str]:
         placed = spec.model_copy(update={"resources": spec.resources.model_copy(update={"gpus": gpus or 0})})
         target = pick_target(placed, [g for g in self._gpu_statics() if g.uuid in gpus])
-        outcome = tune_spec(spec, target, self._cache, run_dir / "autotune", env=dict(os.environ))
+        # Tagged like the run's probes: a restarted daemon kills what a dead one left probing.
+        env = {**os.environ, RUN_TAG: run_tag(run_dir.name, None)}
+        outcome = tune_spec(spec, target, self._cache, run_dir / "autotune", env=env)
         doc = spec.model_dump(mode="json")
         section = "train" if spec.train is not None else "infer"
         doc[section].update(outcome.knobs)

@@ -23,6 +23,7 @@ from gpuwarden.core.telemetry.types import GpuProcess
 from gpuwarden.core.tune.probe import SubprocessProber
 from gpuwarden.core.tune.search import Candidate
 from gpuwarden.daemon.placement import GpuState
+from gpuwarden.daemon.process import RUN_TAG, run_tag
 from gpuwarden.daemon.supervise.hooks import AttemptEnd, NextAttempt, RetuneGiveUp
 
 log = logging.getLogger("gpuwarden.daemon.oom_retune")
@@ -74,7 +75,7 @@ class OomRetune:
             host_capacity=end.host_capacity,
         )
         probe_dir = Path(str(run["run_dir"])) / "probes" / f"after-{end.number}"
-        probe = self._probe_for(spec, end, probe_dir) if spec.kind in ("train", "infer") else None
+        probe = self._probe_for(run_id, spec, end, probe_dir) if spec.kind in ("train", "infer") else None
         try:
             plan = plan_recovery(
                 spec,
@@ -122,12 +123,13 @@ class OomRetune:
         )
 
     def _probe_for(
-        self, spec: RunSpec, end: AttemptEnd, work_dir: Path
+        self, run_id: str, spec: RunSpec, end: AttemptEnd, work_dir: Path
     ) -> Callable[[int], tuple[int | None, bool]]:
         env = dict(os.environ)
         env.update(spec.env)
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         env["CUDA_VISIBLE_DEVICES"] = ",".join(end.gpus)
+        env[RUN_TAG] = run_tag(run_id, None)  # a restarted daemon finds leftover probes by it
         prober = SubprocessProber(spec, work_dir, env=env, warmup_steps=1, measure_steps=1, timeout_s=600)
         t = spec.train
         i = spec.infer

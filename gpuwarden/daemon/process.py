@@ -11,7 +11,7 @@ import os
 import shutil
 import signal
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -24,6 +24,30 @@ from gpuwarden.core.rlimit import limited_argv
 # psutil create times are floats rounded differently across reads; this is far below the time
 # it takes the kernel to reuse a pid.
 CREATE_TIME_TOLERANCE_S = 0.05
+# Set in the environment of every process gpuwarden starts for a run ("<run id>/<attempt>", or
+# "<run id>/probe" for a retune's or an autotune's probes), and inherited by what those start: a
+# restarted daemon finds them by it, whether or not their pid was recorded.
+RUN_TAG = "GPUWARDEN_RUN_TAG"
+KILL_WAIT_S = 5.0
+# Why a re-adopted process (not our child: no exit status) that wrote no final event ended.
+DIED_SILENTLY = "the re-adopted process died without a final event (exit status unknown)"
+
+
+def run_tag(run_id: str, attempt: int | None) -> str:
+    """The RUN_TAG value of an attempt's processes (None: of the run's probes)."""
+    return f"{run_id}/{'probe' if attempt is None else attempt}"
+
+
+@dataclass(frozen=True)
+class Tagged:
+    """A live process that carries a run's tag."""
+
+    run_id: str
+    attempt: int | None  # None: a probe
+    pid: int
+    create_time: float
+    group: int  # its process group
+    leader: bool  # it leads its session: what the daemon started, not something that started
 
 
 @dataclass(frozen=True)
@@ -205,6 +229,40 @@ class LocalProcesses:
         """A handle on a process a previous daemon started; `poll()` says whether it still runs."""
         return Child(pid, create_time)
 
+    def tagged(self) -> list[Tagged]:
+        """This user's live processes that carry a run tag."""
+        found = []
+        uid = os.getuid()
+        for proc in psutil.process_iter(["uids", "create_time"]):
+            try:
+                if proc.info["uids"] is None or proc.info["uids"].real != uid:
+                    continue
+                tag = proc.environ().get(RUN_TAG)
+                if tag is None or proc.status() == psutil.STATUS_ZOMBIE:
+                    continue
+                group, leader = os.getpgid(proc.pid), os.getsid(proc.pid) == proc.pid
+            except (OSError, psutil.Error):
+                continue  # gone meanwhile, or not readable
+            run_id, _, number = tag.partition("/")
+            attempt = int(number) if number.isdigit() else None
+            found.append(Tagged(run_id, attempt, proc.pid, float(proc.info["create_time"]), group, leader))
+        return found
+
+    def kill(self, processes: Collection[Tagged]) -> None:
+        """SIGKILL the process groups of `processes` and wait (bounded) until they are gone."""
+        doomed = []
+        for tagged in processes:
+            try:
+                proc = psutil.Process(tagged.pid)
+                if abs(proc.create_time() - tagged.create_time) > CREATE_TIME_TOLERANCE_S:
+                    continue  # the pid was reused since the scan
+                os.killpg(tagged.group, signal.SIGKILL)
+                proc.kill()  # also when it has left its group
+            except (OSError, psutil.Error):
+                continue
+            doomed.append(proc)
+        psutil.wait_procs(doomed, timeout=KILL_WAIT_S)
+
 
 # How an attempt ended, as stored in `attempts.classification` (`interrupted`: its process was gone
 # after a daemon restart and nothing it wrote says how it ended).
@@ -248,5 +306,5 @@ def classify(
             return ExitVerdict("succeeded", "finished (exit status unknown: process was re-adopted)")
         if last_runner_event == "error":
             return ExitVerdict("failed", "error event (exit status unknown: process was re-adopted)")
-        return ExitVerdict("failed", how)
+        return ExitVerdict("failed", DIED_SILENTLY)
     return ExitVerdict("failed", how)

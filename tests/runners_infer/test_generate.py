@@ -14,7 +14,7 @@ import pytest
 from gpuwarden.core.events import EXIT_OK, EXIT_OOM, EXIT_TERMINATED, EXIT_USER_ERROR
 from gpuwarden.runners.infer.example_models import write_prompts
 
-from .conftest import RunResult, finish, read_jsonl, start_runner, write_spec
+from .conftest import RunResult, finish, read_events, read_jsonl, start_runner, write_spec
 
 Runner = Callable[..., RunResult]
 
@@ -127,6 +127,16 @@ def test_resume_after_sigkill_and_sigterm_loses_and_duplicates_nothing(
     assert third.rc == EXIT_OK, third.stderr
     rows = assert_each_item_once(output, prompts)
     assert {r["attempt"] for r in rows} == {1, 2, 3}
+    # Batches count on across attempts, like a training run's steps.
+    steps = [
+        [
+            e["step"]
+            for e in read_events(run_dir / "attempts" / str(n) / "events.jsonl")
+            if e["type"] == "progress"
+        ]
+        for n in (1, 2, 3)
+    ]
+    assert steps[1][0] == steps[0][-1] + 1 and steps[2][0] == steps[1][-1] + 1
     report = third.one("finished")["report"]
     assert report["items_done_before"] == done_second
     assert report["items_processed"] == total - done_second

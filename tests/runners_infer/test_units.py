@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpuwarden.core.errors import UserError
+from gpuwarden.runners.infer.common import steps_before
 from gpuwarden.runners.infer.generate import output_path, read_prompts
 from gpuwarden.runners.infer.image_to_text import _apply_pixel_limits, fit_pixels, list_images, output_names
 from gpuwarden.runners.infer.report import EnergyMeter, InferReport
@@ -103,3 +104,17 @@ def test_report_per_batch_size_statistics(tmp_path: Path) -> None:
 
 def test_energy_is_none_without_a_gpu() -> None:
     assert EnergyMeter("cpu").joules() is None
+
+
+def test_steps_count_on_from_the_last_step_earlier_attempts_reported(tmp_path: Path) -> None:
+    def attempt(n: int, text: str) -> None:
+        (tmp_path / "attempts" / str(n)).mkdir(parents=True)
+        (tmp_path / "attempts" / str(n) / "events.jsonl").write_text(text, encoding="utf-8")
+
+    progress = '{{"v": 1, "type": "progress", "ts": 1, "step": {}}}\n'
+    attempt(1, progress.format(1) + progress.format(2) + '{"v": 1, "type": "oom", "ts": 1, "step": 99}\n')
+    attempt(2, progress.format(3) + progress.format(5) + '{"v": 1, "type": "progr')  # killed mid-line
+    assert steps_before(tmp_path, 1) == 0
+    assert steps_before(tmp_path, 2) == 2
+    assert steps_before(tmp_path, 3) == 5
+    assert steps_before(tmp_path, 5) == 5  # attempt 4 wrote nothing

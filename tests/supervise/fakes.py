@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuwarden.daemon.process import ExitStatus
+from gpuwarden.daemon.process import RUN_TAG, ExitStatus, Tagged, run_tag
 
 
 class FakeClock:
@@ -174,6 +174,28 @@ class FakeProcesses:
     @property
     def last(self) -> FakeProcess:
         return self.spawned[-1]
+
+    def start_probe(self, run_id: str, work_dir: Path) -> FakeProcess:
+        """A probe process as a retune or autotune starts it (tagged for the run, own session)."""
+        work_dir.mkdir(parents=True, exist_ok=True)
+        child = self.spawn(["probe"], {RUN_TAG: run_tag(run_id, None)}, None, work_dir / "o", work_dir / "e")
+        self.spawned.pop()
+        return self.table[child.pid]
+
+    def tagged(self) -> list[Tagged]:
+        found = []
+        for proc in self.table.values():
+            tag = proc.env.get(RUN_TAG)
+            if tag is None or not proc.group_alive:
+                continue
+            run_id, _, number = tag.partition("/")
+            attempt = int(number) if number.isdigit() else None
+            found.append(Tagged(run_id, attempt, proc.pid, proc.create_time, proc.pid, proc.running))
+        return found
+
+    def kill(self, processes: Collection[Tagged]) -> None:
+        for tagged in processes:
+            self.table[tagged.pid].deliver(signal.SIGKILL)
 
 
 class Workers:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpuwarden.core.run_state import RunState
+from gpuwarden.daemon.process import RUN_TAG
 from tests.supervise.conftest import Rig, command
 
 
@@ -85,7 +86,8 @@ def test_a_reused_pid_is_not_adopted(rig: Rig) -> None:
     run_id = rig.submit(command())
     rig.step()
     proc = rig.proc_of(run_id)
-    proc.create_time += 5  # same pid, another process
+    proc.create_time += 5  # same pid, another process (which carries no run tag)
+    proc.env.pop(RUN_TAG)
     rig.restart()
     assert run_id not in rig.sup.active
     assert rig.state(run_id) == RunState.INTERRUPTED

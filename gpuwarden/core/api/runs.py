@@ -66,6 +66,15 @@ class AttemptRecord(BaseModel):
     resume_note: str | None = None
 
 
+class Restart(BaseModel):
+    """A restart the run's restart policy scheduled after an attempt that failed (not from OOM)."""
+
+    cause: str = Field(description="e.g. 'killed by SIGKILL', 'exit code 75', 'died without a final event'")
+    restart: int = Field(description="its number among the run's restarts")
+    max: int = Field(description="the policy's bound")
+    backoff_s: float = Field(description="seconds waited before the next attempt")
+
+
 class Attempt(BaseModel):
     """One process started for a run."""
 
@@ -91,6 +100,7 @@ class Attempt(BaseModel):
     gpus: list[str] = Field(description="GPU UUIDs; [] on the CPU")
     oom_kill_before: int | None
     prepared: AttemptRecord | None = Field(None, description="command runs: argv, knobs, config copy, resume")
+    restart: Restart | None = Field(None, description="the restart scheduled after this attempt, if any")
 
 
 class AttemptList(BaseModel):

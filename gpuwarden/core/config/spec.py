@@ -15,6 +15,7 @@ from pydantic import ByteSize, Field, field_validator, model_validator
 
 from gpuwarden.core.config.spec_command import CommandSpec, KnobValue, check_env_names
 from gpuwarden.core.config.spec_infer import InferSpec
+from gpuwarden.core.config.spec_restart import RestartPolicy
 from gpuwarden.core.config.spec_train import TrainSpec
 from gpuwarden.core.config.validation import StrictModel, validate
 from gpuwarden.core.config.yamlsource import YamlDocument, load_yaml_file, parse_yaml
@@ -74,6 +75,9 @@ class RunSpec(StrictModel):
     resources: Resources = Field(default_factory=Resources)
     on_interrupt: Literal["resume", "leave"] = Field(
         "leave", description="when the daemon finds the run's process gone after a restart"
+    )
+    restart: RestartPolicy | None = Field(
+        None, description="restart from the last checkpoint after a failure that is not out of memory"
     )
     policy: PolicyRef | None = Field(
         None,

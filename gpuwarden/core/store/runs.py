@@ -33,6 +33,8 @@ _METRIC_FIELDS = (
     "mem_peak",
 )
 _JSON_RUN_COLUMNS = ("spec", "submitted_spec")
+# What a `restart` daemon event says, as an attempt's `restart` carries it.
+RESTART_FIELDS = ("cause", "restart", "max", "backoff_s")
 # Not "state": a state moves only through set_state, which checks the move.
 _RUN_UPDATABLE = {
     "spec",
@@ -147,9 +149,16 @@ class RunStore:
         raise UserError(f"'{ref}' matches several runs: {names} — give more of the id", code="ambiguous")
 
     def attempts(self, run_id: str) -> list[dict[str, Any]]:
-        """Every attempt of a run, oldest first."""
+        """Every attempt of a run, oldest first; `restart` is the restart the run's restart policy
+        scheduled after it ({cause, restart, max, backoff_s}), or None."""
         rows = self._query("SELECT * FROM attempts WHERE run_id = ? ORDER BY attempt", (run_id,))
-        return [self._decode_attempt(r) for r in rows]
+        restarts = {e["attempt"]: e for e in self.events(run_id, limit=100_000, types=("restart",))}
+        out = []
+        for row in rows:
+            event = restarts.get(row["attempt"])
+            restart = {k: event.get(k) for k in RESTART_FIELDS} if event else None
+            out.append({**self._decode_attempt(row), "restart": restart})
+        return out
 
     def attempt(self, run_id: str, attempt: int) -> dict[str, Any] | None:
         rows = self._query("SELECT * FROM attempts WHERE run_id = ? AND attempt = ?", (run_id, attempt))
@@ -389,9 +398,16 @@ class RunStore:
         verdict: str | None = None,
         evidence: dict[str, Any] | None = None,
         prediction: dict[str, Any] | None = None,
+        spec: dict[str, Any] | None = None,
     ) -> int:
-        """Record a retune decision (the OOM recovery hook supplies the values)."""
+        """Record a retune decision, and with `spec` the run's new spec in the same transaction
+        (a crash never leaves a decision recorded for a spec that was not changed, or the reverse)."""
         with transaction(self.conn):
+            if spec is not None:
+                self.conn.execute(
+                    "UPDATE runs SET spec = ?, updated_at = ? WHERE id = ?",
+                    (json.dumps(spec), time.time(), run_id),
+                )
             cursor = self.conn.execute(
                 "INSERT INTO retunes (run_id, attempt, ts, from_json, to_json, verdict, evidence_json,"
                 " prediction_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",

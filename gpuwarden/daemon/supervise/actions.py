@@ -97,6 +97,7 @@ def resume(ctx: Context, run_id: str) -> dict[str, Any]:
         if RunState(run["state"]) not in RESUMABLE_STATES:
             raise Conflict(f"run {run_id} is {run['state']}: only failed, stopped or interrupted runs resume")
         ctx.set_state(run_id, RunState.QUEUED, "resumed", stop_requested=0, ended_at=None)
+        ctx.not_before.pop(run_id, None)  # a person's resume starts now
     ctx.wake()
     return ctx.run(run_id)
 

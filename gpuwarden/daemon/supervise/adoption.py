@@ -1,21 +1,26 @@
 """After a daemon restart: adopt the attempts that still run, and say what became of the rest.
 
-A live attempt is watched again from the events offset the store remembers. One whose process is
-gone is handed back to the loop to be finished (what it wrote while no daemon watched decides);
-a run caught between attempts is interrupted, and resumed when its spec says so.
+A live attempt is watched again from the events offset the store remembers, found by its recorded
+pid or, when the daemon died between spawning it and recording the pid, by its run tag. One whose
+process is gone goes back to the loop to be finished (what it wrote while no daemon watched
+decides). A run caught retuning goes back to the loop to decide its retune again; other runs
+caught between attempts are interrupted, and resumed when their spec says so. Every other
+process that carries the tag of one of this daemon's runs (probes, strays) is killed: nothing a
+run started outlives what it was started for.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gpuwarden.core.run_state import ACTIVE_STATES, RunState
 from gpuwarden.daemon.events_tail import EventsTail
-from gpuwarden.daemon.process import ExitStatus
+from gpuwarden.daemon.process import ExitStatus, Tagged
 from gpuwarden.daemon.supervise.context import DECISIVE_EVENTS, Active, Context
 from gpuwarden.daemon.supervise.pump import pump
 
@@ -33,32 +38,61 @@ class Gone:
     note: str
 
 
-def adopt_live(ctx: Context) -> list[Gone]:
-    """Watch every attempt that still runs; return those that ended with a decisive event."""
-    gone: list[Gone] = []
+@dataclass(frozen=True)
+class Unfinished:
+    """A run that was retuning when the daemon died: its failed attempt, as recorded."""
+
+    run_id: str
+    attempt: dict[str, Any]
+
+
+@dataclass
+class Adoption:
+    """What the loop still has to do after adopting: finish these attempts, decide these retunes."""
+
+    gone: list[Gone] = field(default_factory=list)
+    retunes: list[Unfinished] = field(default_factory=list)
+
+
+def adopt(ctx: Context) -> Adoption:
+    """Watch live attempts, kill leftovers, settle the runs caught between attempts."""
+    found = ctx.backends.processes.tagged()
+    out = Adoption()
     for attempt in ctx.store(lambda s: s.live_attempts()):
-        found = _adopt(ctx, attempt)
-        if found is not None:
-            gone.append(found)
-    return gone
+        gone = _adopt(ctx, attempt, found)
+        if gone is not None:
+            out.gone.append(gone)
+    _kill_leftovers(ctx, found)
+    out.retunes = _between_attempts(ctx, skip={g.active.run_id for g in out.gone})
+    _restore_backoffs(ctx)
+    return out
 
 
-def settle_between_attempts(ctx: Context, skip: set[str]) -> None:
-    """Runs still marked active that have no attempt to watch (retuning with no live attempt,
-    starting before the spawn): interrupted, or resumed when their spec says so."""
+def _between_attempts(ctx: Context, skip: set[str]) -> list[Unfinished]:
+    """Settle the runs still marked active that have no attempt to watch; return the retunes
+    to decide again."""
+    retunes = []
     for run in ctx.store(lambda s: s.list_runs(states=ACTIVE_STATES)):
-        if run["id"] not in ctx.active and run["id"] not in skip:
-            interrupted(ctx, run)
+        if run["id"] in ctx.active or run["id"] in skip:
+            continue
+        if run["state"] != RunState.RETUNING:
+            interrupted(ctx, run)  # starting before the spawn, or probing for an autotune
+        elif (unfinished := _retuning(ctx, run)) is not None:
+            retunes.append(unfinished)
+    return retunes
 
 
-def _adopt(ctx: Context, attempt: Mapping[str, Any]) -> Gone | None:
+def _adopt(ctx: Context, attempt: Mapping[str, Any], found: Sequence[Tagged]) -> Gone | None:
     run = ctx.find(attempt["run_id"])
     if run is None:
         return None
+    run_id, number = str(run["id"]), int(attempt["attempt"])
     pid, create_time = int(attempt["pid"] or 0), float(attempt["create_time"] or 0)
+    if not pid:
+        pid, create_time = _unrecorded(ctx, run_id, number, found)
     active = Active(
-        run_id=run["id"],
-        attempt=attempt["attempt"],
+        run_id=run_id,
+        attempt=number,
         child=ctx.backends.processes.adopt(pid, create_time),
         tail=EventsTail(Path(attempt["events_path"]), attempt["events_offset"]),
         gpus=list(attempt["gpus"]),
@@ -66,7 +100,7 @@ def _adopt(ctx: Context, attempt: Mapping[str, Any]) -> Gone | None:
         oom_before=attempt["oom_kill_before"],
         stop_requested=bool(run["stop_requested"]),
     )
-    last = ctx.store(lambda s: s.last_event(run["id"], active.attempt, DECISIVE_EVENTS))
+    last = ctx.store(lambda s: s.last_event(run_id, number, DECISIVE_EVENTS))
     active.decisive_event = last["type"] if last else None
     if pid and create_time and active.child.poll() is None:
         _watch_again(ctx, run, active)
@@ -78,15 +112,21 @@ def _adopt(ctx: Context, attempt: Mapping[str, Any]) -> Gone | None:
     ended = ctx.clock()
     ctx.store(
         lambda s: s.update_attempt(
-            run["id"],
-            active.attempt,
-            state="ended",
-            ended_at=ended,
-            classification="interrupted",
-            reason=GONE,
+            run_id, number, state="ended", ended_at=ended, classification="interrupted", reason=GONE
         )
     )
     return None
+
+
+def _unrecorded(ctx: Context, run_id: str, number: int, found: Sequence[Tagged]) -> tuple[int, float]:
+    """(pid, create time) of an attempt the daemon spawned but died before recording, or (0, 0)."""
+    leaders = [t for t in found if t.run_id == run_id and t.attempt == number and t.leader]
+    if len(leaders) != 1:
+        return 0, 0.0
+    pid, create_time = leaders[0].pid, leaders[0].create_time
+    ctx.store(lambda s: s.update_attempt(run_id, number, pid=pid, create_time=create_time))
+    log.info("run %s: attempt %d found by its tag (pid %d)", run_id, number, pid)
+    return pid, create_time
 
 
 def _watch_again(ctx: Context, run: Mapping[str, Any], active: Active) -> None:
@@ -98,6 +138,45 @@ def _watch_again(ctx: Context, run: Mapping[str, Any], active: Active) -> None:
         ctx.set_state(run_id, RunState.RUNNING, f"re-adopted pid {pid} after a daemon restart")
     log.info("run %s: re-adopted pid %s", run_id, pid)
     pump(ctx, active)
+
+
+def _kill_leftovers(ctx: Context, found: Sequence[Tagged]) -> None:
+    """Kill what carries the tag of one of this daemon's runs that has no attempt running (what
+    a watched attempt started is its own business until it ends)."""
+    known = {t.run_id for t in found if t.run_id not in ctx.active and ctx.find(t.run_id) is not None}
+    leftovers = [t for t in found if t.run_id in known]
+    if leftovers:
+        log.info("killing %d leftover process(es) of runs %s", len(leftovers), sorted(known))
+        ctx.backends.processes.kill(leftovers)
+
+
+def _retuning(ctx: Context, run: Mapping[str, Any]) -> Unfinished | None:
+    """A run caught retuning: queued when its decision was recorded, else decided again."""
+    run_id, number = str(run["id"]), int(run["attempt"])
+    shutil.rmtree(Path(run["run_dir"]) / "probes" / f"after-{number}", ignore_errors=True)
+    if any(r["attempt"] == number for r in ctx.store(lambda s: s.retunes(run_id))):
+        ctx.set_state(run_id, RunState.QUEUED, "retuned before a daemon restart; waiting to start")
+        return None
+    attempt = ctx.store(lambda s: s.attempt(run_id, number))
+    if attempt is None:
+        interrupted(ctx, run)
+        return None
+    return Unfinished(run_id, attempt)
+
+
+def _restore_backoffs(ctx: Context) -> None:
+    """Queued runs waiting out a restart backoff keep waiting after a daemon restart."""
+    now = ctx.clock()
+    for run in ctx.store(lambda s: s.list_runs(states=(RunState.QUEUED,))):
+        at = _restart_at(ctx, str(run["id"]))
+        if at is not None and at > now:
+            ctx.not_before[run["id"]] = at
+
+
+def _restart_at(ctx: Context, run_id: str) -> float | None:
+    """When the run's latest scheduled restart was due (None: it was never restarted)."""
+    restarts = ctx.store(lambda s: s.events(run_id, limit=100_000, types=("restart",)))
+    return float(restarts[-1]["at"]) if restarts and restarts[-1].get("at") is not None else None
 
 
 def interrupted(ctx: Context, run: Mapping[str, Any]) -> None:

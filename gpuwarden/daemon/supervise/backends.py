@@ -7,13 +7,13 @@ the process layer, the GPUs' state, the clock, the OOM-kill counter, the host's 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from gpuwarden.daemon.placement import GpuState
-from gpuwarden.daemon.process import ExitStatus
+from gpuwarden.daemon.process import ExitStatus, Tagged
 
 
 class ChildProcess(Protocol):
@@ -55,6 +55,12 @@ class ProcessLayer(Protocol):
 
     def adopt(self, pid: int, create_time: float) -> ChildProcess:
         """A handle on (pid, create time); its `poll()` says whether that process still runs."""
+
+    def tagged(self) -> list[Tagged]:
+        """The live processes started for runs (attempts, probes, and what those started)."""
+
+    def kill(self, processes: Collection[Tagged]) -> None:
+        """Kill the process groups of `processes` and wait until they are gone."""
 
 
 def _thread(name: str, target: Callable[[], None]) -> None:

@@ -26,8 +26,10 @@ from gpuwarden.core.run_state import RunState
 from gpuwarden.core.store.runs import RunStore
 from gpuwarden.daemon.events_tail import EventsTail
 from gpuwarden.daemon.placement import Placement, place
+from gpuwarden.daemon.process import ExitStatus, ExitVerdict, Outcome
 from gpuwarden.daemon.stream import Broadcaster
 from gpuwarden.daemon.supervise.backends import Backends, ChildProcess
+from gpuwarden.daemon.supervise.hooks import AttemptEnd
 from gpuwarden.daemon.writer import StoreWriter
 
 T = TypeVar("T")
@@ -69,6 +71,33 @@ class Start:
     placement: Placement
 
 
+_STATE_OF: dict[Outcome, RunState] = {
+    "succeeded": RunState.SUCCEEDED,
+    "stopped": RunState.STOPPED,
+    "terminated": RunState.STOPPED,
+    "oom": RunState.RETUNING,
+    "failed": RunState.FAILED,
+    "interrupted": RunState.INTERRUPTED,
+}
+
+
+@dataclass(frozen=True)
+class Ending:
+    """An ended attempt: the verdict, how its process ended, and the run's next state."""
+
+    run_id: str
+    attempt: int
+    verdict: ExitVerdict
+    status: ExitStatus
+    message: str  # "attempt N: why", the run's message for its next state
+    end: AttemptEnd  # the facts a retune policy decides on
+    final_event: str | None  # the attempt's last decisive event (oom, error, finished), if any
+
+    @property
+    def state(self) -> RunState:
+        return _STATE_OF[self.verdict.outcome]
+
+
 # What a worker thread hands back to the loop: applied under the lock, it may start an attempt.
 Completion = Callable[[], Start | None]
 
@@ -105,6 +134,8 @@ class Context:
         self.active: dict[str, Active] = {}
         # GPUs of runs probing between attempts (autotune, retune): held for them meanwhile.
         self.held: dict[str, list[str]] = {}
+        # Queued runs that wait out a restart policy's backoff: not started before this time.
+        self.not_before: dict[str, float] = {}
         self._done: queue.SimpleQueue[Completion] = queue.SimpleQueue()
         self.wakeup = threading.Event()
 

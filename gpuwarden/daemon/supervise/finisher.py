@@ -1,51 +1,26 @@
 """What an ended attempt means: store everything it wrote, give the verdict, record it.
 
 The finisher says where the run goes next (`Ending`); the loop acts on it (a final state, a
-retune, a restart), so no part here starts another.
+retune, a restart), so nothing here starts another attempt.
 """
 
 from __future__ import annotations
 
 import logging
 import signal
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from gpuwarden.core.oom.classify import classify_text, oom_kill_grew
-from gpuwarden.core.run_state import RunState
-from gpuwarden.daemon.process import ExitStatus, ExitVerdict, Outcome, classify
-from gpuwarden.daemon.supervise.context import Active, Context
+from gpuwarden.daemon.process import ExitStatus, ExitVerdict, classify
+from gpuwarden.daemon.supervise.context import Active, Context, Ending
 from gpuwarden.daemon.supervise.hooks import AttemptEnd
 from gpuwarden.daemon.supervise.pump import pump
 
 log = logging.getLogger("gpuwarden.daemon.supervisor")
 
 STDERR_TAIL_BYTES = 65536
-_STATE_OF: dict[Outcome, RunState] = {
-    "succeeded": RunState.SUCCEEDED,
-    "stopped": RunState.STOPPED,
-    "terminated": RunState.STOPPED,
-    "oom": RunState.RETUNING,
-    "failed": RunState.FAILED,
-    "interrupted": RunState.INTERRUPTED,
-}
-
-
-@dataclass(frozen=True)
-class Ending:
-    """An ended attempt: the verdict, how its process ended, and the run's next state."""
-
-    run_id: str
-    attempt: int
-    verdict: ExitVerdict
-    status: ExitStatus
-    message: str  # "attempt N: why", the run's message for its next state
-    end: AttemptEnd  # the facts a retune (or restart) policy decides on
-
-    @property
-    def state(self) -> RunState:
-        return _STATE_OF[self.verdict.outcome]
 
 
 def finish(
@@ -94,7 +69,29 @@ def finish(
         adopted=active.child.adopted,
         pid=active.child.pid or None,
     )
-    return Ending(active.run_id, active.attempt, verdict, status, f"attempt {active.attempt}: {reason}", end)
+    message = f"attempt {active.attempt}: {reason}"
+    return Ending(active.run_id, active.attempt, verdict, status, message, end, active.decisive_event)
+
+
+def recorded_end(ctx: Context, run_id: str, attempt: Mapping[str, Any]) -> AttemptEnd:
+    """The facts of an attempt that ended out of memory, from its record: for a retune decided
+    again after a daemon restart."""
+    gpus = list(attempt["gpus"])
+    return AttemptEnd(
+        number=int(attempt["attempt"]),
+        outcome="oom",
+        reason=str(attempt["reason"] or "out of memory"),
+        exit_code=attempt["exit_code"],
+        signal=attempt["signal"],
+        # The counter only grows: growth since the attempt started still tells a kernel OOM kill.
+        oom_kill=oom_kill_grew(attempt["oom_kill_before"], ctx.backends.oom_kills()),
+        stderr_tail=tail_of(Path(attempt["stderr_path"])),
+        gpus=gpus,
+        gpu_capacity=gpu_capacity(ctx, gpus),
+        host_capacity=host_capacity(ctx, run_id),
+        adopted=bool(attempt["adopted"]),
+        pid=attempt["pid"],
+    )
 
 
 def _verdict(

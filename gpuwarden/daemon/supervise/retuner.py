@@ -18,9 +18,13 @@ from gpuwarden.daemon.supervise.hooks import AttemptEnd, NextAttempt, RetuneGive
 log = logging.getLogger("gpuwarden.daemon.supervisor")
 
 
-def begin(ctx: Context, run_id: str, end: AttemptEnd, message: str, hook: RetuneHook) -> None:
-    """Mark the run retuning and ask `hook` off the loop."""
-    ctx.set_state(run_id, RunState.RETUNING, f"{message}; deciding a retune")
+def begin(
+    ctx: Context, run_id: str, end: AttemptEnd, message: str, hook: RetuneHook, *, again: bool = False
+) -> None:
+    """Mark the run retuning and ask `hook` off the loop (`again`: after a daemon restart that
+    interrupted the decision)."""
+    doing = "deciding the retune again after a daemon restart" if again else "deciding a retune"
+    ctx.set_state(run_id, RunState.RETUNING, f"{message}; {doing}")
     ctx.held[run_id] = list(end.gpus)
 
     def work() -> None:
@@ -60,6 +64,7 @@ def apply(
     except UserError as exc:
         ctx.set_state(run_id, RunState.FAILED, f"{message}; the retune gave an invalid spec: {one_line(exc)}")
         return None
+    document = spec_document(spec)
     ctx.store(
         lambda s: s.add_retune(
             run_id,
@@ -69,9 +74,9 @@ def apply(
             decision.verdict,
             decision.evidence,
             decision.prediction,
+            spec=document,
         )
     )
-    ctx.store(lambda s: s.update_run(run_id, spec=spec_document(spec)))
     reason = ((decision.evidence or {}).get("decision") or {}).get("reason")
     ctx.event(run_id, end.number, "retuned", changes=decision.to, verdict=decision.verdict, reason=reason)
     placement = ctx.place(spec.resources)

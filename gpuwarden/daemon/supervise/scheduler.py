@@ -21,11 +21,11 @@ class Scheduled:
 
 def due(ctx: Context, *, can_tune: bool) -> list[Scheduled]:
     """The queued runs that fit now. A run whose stored spec no longer validates fails here."""
-    busy = ctx.busy()
+    busy, now = ctx.busy(), ctx.clock()
     out: list[Scheduled] = []
     queued = ctx.store(lambda s: s.list_runs(states=(RunState.QUEUED,)))
     for run in reversed(queued):  # oldest first
-        if run["id"] in ctx.active or run["id"] in ctx.held:
+        if run["id"] in ctx.active or run["id"] in ctx.held or ctx.not_before.get(run["id"], now) > now:
             continue
         try:
             spec = spec_from_mapping(run["spec"])
@@ -35,6 +35,7 @@ def due(ctx: Context, *, can_tune: bool) -> list[Scheduled]:
         placement = ctx.place(spec.resources, busy)
         if placement is None:
             continue
+        ctx.not_before.pop(run["id"], None)
         for uuid in placement.gpus:  # later runs of this pass see these GPUs taken
             busy[uuid] = busy.get(uuid, 0) + 1
         # `autotune` is cleared once tuned: this tunes before the first attempt, or once more

@@ -1,7 +1,8 @@
 """Starting one attempt: its folder, its record, its command line and environment, its process.
 
-The attempt is recorded (state `starting`) before the process exists and its pid right after, so
-a daemon that dies in between leaves a record a restarted daemon can settle.
+The attempt is recorded (state `starting`) before the process exists and its pid right after.
+The process carries the attempt's tag (`RUN_TAG` in its environment), so a daemon that dies in
+between leaves a record and a process a restarted daemon can find and adopt.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from gpuwarden.core.config.spec import RunSpec
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.run_state import RunState
 from gpuwarden.daemon.events_tail import EventsTail
+from gpuwarden.daemon.process import RUN_TAG, run_tag
 from gpuwarden.daemon.supervise.backends import ChildProcess
 from gpuwarden.daemon.supervise.context import Active, Context, Start, spec_document
 
@@ -71,7 +73,8 @@ def start(ctx: Context, start: Start) -> None:
         return
     if note:
         ctx.event(run_id, number, "prepared", message=note)
-    env.update(placement.env())  # placement is the daemon's: nothing overrides it
+    env.update(placement.env())  # placement and tag are the daemon's: nothing overrides them
+    env[RUN_TAG] = run_tag(run_id, number)
     limit = spec.resources.memory_limit
     try:
         child = ctx.backends.processes.spawn(

@@ -19,9 +19,18 @@ from gpuwarden.core.config.settings import Settings
 from gpuwarden.core.config.spec import RunSpec
 from gpuwarden.core.paths import Paths
 from gpuwarden.daemon.stream import Broadcaster
-from gpuwarden.daemon.supervise import actions, adoption, finisher, retuner, scheduler, spawner, tuning
+from gpuwarden.daemon.supervise import (
+    actions,
+    adoption,
+    finisher,
+    restarts,
+    retuner,
+    scheduler,
+    spawner,
+    tuning,
+)
 from gpuwarden.daemon.supervise.backends import Backends
-from gpuwarden.daemon.supervise.context import Active, Context, Start
+from gpuwarden.daemon.supervise.context import Active, Context, Ending, Start
 from gpuwarden.daemon.supervise.hooks import Hooks
 from gpuwarden.daemon.supervise.pump import pump
 from gpuwarden.daemon.writer import StoreWriter
@@ -93,11 +102,15 @@ class Supervisor:
             self.ctx.wakeup.clear()
 
     def adopt(self) -> None:
-        """After a restart: watch live attempts again, finish those that ended meanwhile."""
-        gone = adoption.adopt_live(self.ctx)
-        adoption.settle_between_attempts(self.ctx, skip={g.active.run_id for g in gone})
-        for g in gone:
+        """After a restart: watch live attempts again, finish those that ended meanwhile, and
+        decide again the retunes the previous daemon was deciding."""
+        found = adoption.adopt(self.ctx)
+        for g in found.gone:
             self._ended(finisher.finish(self.ctx, g.active, g.status, note=g.note, kill_group=False))
+        for u in found.retunes:
+            end = finisher.recorded_end(self.ctx, u.run_id, u.attempt)
+            message = f"attempt {end.number}: {end.reason}"
+            retuner.begin(self.ctx, u.run_id, end, message, self.hooks.retune, again=True)
 
     def step(self) -> None:
         """One pass: apply what worker threads decided, tail events, notice exits, enforce stop
@@ -127,11 +140,15 @@ class Supervisor:
         if start is not None:
             spawner.start(self.ctx, start)
 
-    def _ended(self, ending: finisher.Ending) -> None:
+    def _ended(self, ending: Ending) -> None:
         if ending.verdict.outcome == "oom":
             retuner.begin(self.ctx, ending.run_id, ending.end, ending.message, self.hooks.retune)
+            return
+        restart, message = restarts.decide(self.ctx, ending)
+        if restart is not None:
+            restarts.schedule(self.ctx, ending, restart)
         else:
-            self.ctx.set_state(ending.run_id, ending.state, ending.message)
+            self.ctx.set_state(ending.run_id, ending.state, message)
         self.wake()
 
     # -- what the API calls ---------------------------------------------------------------------------

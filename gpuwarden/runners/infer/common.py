@@ -18,7 +18,7 @@ import torch
 from gpuwarden.core.config.spec import RunSpec
 from gpuwarden.core.config.spec_infer import InferSpec
 from gpuwarden.core.errors import UserError
-from gpuwarden.core.events import EXIT_OOM, Oom, Progress, Warning
+from gpuwarden.core.events import EXIT_OOM, Oom, Progress, Warning, decode
 from gpuwarden.runners.device import (
     PrecisionChoice,
     device_name,
@@ -123,7 +123,24 @@ def make_context(
         precision=precision,
         report=report,
         energy=EnergyMeter(device.type),
+        step=steps_before(run_dir, attempt),
     )
+
+
+def steps_before(run_dir: Path, attempt: int) -> int:
+    """The last `step` earlier attempts of this run reported: batches count on from there, as a
+    training run's steps do across attempts."""
+    last = 0
+    for earlier in range(1, attempt):
+        try:
+            lines = (run_dir / "attempts" / str(earlier) / "events.jsonl").read_text(errors="replace")
+        except OSError:
+            continue
+        for event in filter(None, map(decode, lines.splitlines())):
+            step = event.get("step")
+            if event["type"] == "progress" and isinstance(step, int) and not isinstance(step, bool):
+                last = max(last, step)
+    return last
 
 
 def warn_precision(ctx: InferContext) -> None:
