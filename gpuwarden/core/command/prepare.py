@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwarden.core.command.checkpoints import FoundCheckpoint, newest_checkpoint
-from gpuwarden.core.command.config_file import load_config, unified_diff
+from gpuwarden.core.command.config_file import ConfigDocument, load_config, unified_diff
 from gpuwarden.core.command.record import attempt_dir, read_record, write_record
 from gpuwarden.core.config.spec import RunSpec
 from gpuwarden.core.config.templating import render, render_argv, template_values
@@ -68,6 +68,18 @@ def _resume_note(attempt: int, found: FoundCheckpoint | None) -> str:
     return f"attempt {attempt} resumes from {found.path}{step}"
 
 
+def _set_switch(doc: ConfigDocument, key: str, on: bool, changes: dict[str, list[Any]]) -> None:
+    """A switch of a `flags` binding: set where it differs (an absent switch is off already)."""
+    try:
+        current: Any = doc.get(key)
+    except KeyError:
+        current = None
+    if current is on or (current is None and not on):
+        return
+    doc.set(key, on)
+    changes[key] = [current, on]
+
+
 def _config_copy(spec: RunSpec, knobs: dict[str, Any], copy: Path, resume_from: str) -> dict[str, Any]:
     """Write the attempt's copy of the user's config file; its record (changes and diff)."""
     command = spec.command
@@ -75,6 +87,8 @@ def _config_copy(spec: RunSpec, knobs: dict[str, Any], copy: Path, resume_from: 
     doc = load_config(command.config_file)
     changes: dict[str, list[Any]] = {}
     for name, binding in command.bind.items():
+        for key, when in (binding.flags or {}).items():
+            _set_switch(doc, key, env_text(knobs[name]) == env_text(when), changes)
         if binding.config is None:
             continue
         try:
