@@ -20,7 +20,7 @@ from gpuwarden.core.config.spec import RunSpec
 from gpuwarden.core.oom.profiles import profile_for
 from gpuwarden.core.telemetry.types import GpuStatic
 from gpuwarden.core.tune.cache import TuneCache
-from gpuwarden.core.tune.session import tune_spec
+from gpuwarden.core.tune.session import tune_spec, tuned_section
 from gpuwarden.core.tune.target import pick_target
 
 log = logging.getLogger("gpuwarden.daemon.autotune")
@@ -84,7 +84,7 @@ class Autotuner:
         target = pick_target(placed, [g for g in self._gpu_statics() if g.uuid in gpus])
         outcome = tune_spec(spec, target, self._cache, run_dir / "autotune", env=dict(os.environ))
         doc = spec.model_dump(mode="json")
-        section = "train" if spec.train is not None else "infer"
+        section = tuned_section(spec)
         doc[section].update(outcome.knobs)
         if "precision" in outcome.knobs and section == "train":
             doc["train"]["amp"] = None

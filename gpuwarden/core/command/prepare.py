@@ -117,8 +117,38 @@ def _config_copy(spec: RunSpec, knobs: dict[str, Any], copy: Path, resume_from: 
     }
 
 
-def prepare_attempt(spec: RunSpec, run_id: str, run_dir: Path, attempt: int) -> PreparedAttempt:
-    """Everything attempt `attempt` of a command run starts with; its record is written."""
+def _builtins(spec: RunSpec, run_id: str, run_dir: Path, attempt: int) -> dict[str, Any]:
+    """The built-in placeholders of an attempt, `resume_from` still empty."""
+    assert spec.command is not None
+    folder = attempt_dir(run_dir, attempt)
+    config = spec.command.config_file
+    return {
+        "run_id": run_id,
+        "run_dir": str(run_dir),
+        "attempt": attempt,
+        "events_file": str(folder / "events.jsonl"),
+        "config_file": str(folder / config.name) if config is not None else "",
+        "resume_from": "",
+        "python": sys.executable,
+    }
+
+
+def resume_point(spec: RunSpec, run_id: str, run_dir: Path, attempt: int) -> FoundCheckpoint | None:
+    """The checkpoint attempt `attempt` will resume from (None on a first attempt, or when no
+    complete one exists): what `{resume_from}` becomes, for those who must know it beforehand."""
+    assert spec.command is not None
+    values = template_values(spec, _builtins(spec, run_id, run_dir, attempt))
+    cwd = spec.command.cwd or run_dir
+    return _find_resume(spec, values, run_dir, attempt, cwd, _first_started(run_dir, attempt, time.time()))
+
+
+def prepare_attempt(
+    spec: RunSpec, run_id: str, run_dir: Path, attempt: int, *, resume: FoundCheckpoint | None = None
+) -> PreparedAttempt:
+    """Everything attempt `attempt` of a command run starts with; its record is written.
+
+    `resume` names the checkpoint to start from instead of looking for the run's newest (a probe
+    of a restart passes the run's checkpoint this way)."""
     command = spec.command
     if command is None:
         raise ValueError("prepare_attempt is for command runs")
@@ -126,18 +156,10 @@ def prepare_attempt(spec: RunSpec, run_id: str, run_dir: Path, attempt: int) -> 
     cwd = command.cwd or run_dir
     folder = attempt_dir(run_dir, attempt)
     folder.mkdir(parents=True, exist_ok=True)
-    events_file = folder / "events.jsonl"
-    copy = folder / command.config_file.name if command.config_file is not None else None
-    builtins: dict[str, Any] = {
-        "run_id": run_id,
-        "run_dir": str(run_dir),
-        "attempt": attempt,
-        "events_file": str(events_file),
-        "config_file": str(copy or ""),
-        "resume_from": "",
-        "python": sys.executable,
-    }
-    found = _find_resume(
+    builtins = _builtins(spec, run_id, run_dir, attempt)
+    events_file = Path(builtins["events_file"])
+    copy = Path(builtins["config_file"]) if command.config_file is not None else None
+    found = resume or _find_resume(
         spec, template_values(spec, builtins), run_dir, attempt, cwd, _first_started(run_dir, attempt, now)
     )
     builtins["resume_from"] = str(found.path) if found is not None else ""
