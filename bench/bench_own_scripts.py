@@ -362,7 +362,7 @@ def _rows(arms: list[Arm]) -> list[dict[str, Any]]:
                     + (f"; {s['notes']}" if s["notes"] else "")
                 ),
                 "target": "" if arm is not ours else "batch kept, same weights, ≤ best finder's attempts",
-                "ok": True if arm is not ours else (kept and matched and ours_attempts <= best_other),
+                "ok": None if arm is not ours else (kept and matched and ours_attempts <= best_other),
             }
         )
     return rows
