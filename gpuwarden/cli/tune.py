@@ -43,7 +43,7 @@ def tune(
     from gpuwarden.core.telemetry.nvml import open_gpu_reader
     from gpuwarden.core.tune.cache import TuneCache
     from gpuwarden.core.tune.search import ProbeResult
-    from gpuwarden.core.tune.session import tune_spec
+    from gpuwarden.core.tune.session import tune_spec, tuned_section
     from gpuwarden.core.tune.target import pick_target
     from gpuwarden.core.tune.write import write_tuned_spec
 
@@ -91,7 +91,7 @@ def tune(
     )
     if outcome.cached and not as_json:
         note(f"this setup was tuned before (fingerprint {outcome.fingerprint}); --force probes again")
-    section = "train" if spec.train is not None else "infer"
+    section = tuned_section(spec)
     write_tuned_spec(spec_path, out_path, section, outcome.knobs, "best: " + outcome.summary)
     if as_json:
         print_json(

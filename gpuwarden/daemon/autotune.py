@@ -17,10 +17,11 @@ from typing import Any
 from pydantic import BaseModel
 
 from gpuwarden.core.config.spec import RunSpec
+from gpuwarden.core.oom.profile_command import command_profile
 from gpuwarden.core.oom.profiles import profile_for
 from gpuwarden.core.telemetry.types import GpuStatic
 from gpuwarden.core.tune.cache import TuneCache
-from gpuwarden.core.tune.session import tune_spec
+from gpuwarden.core.tune.session import tune_spec, tuned_section
 from gpuwarden.core.tune.target import pick_target
 from gpuwarden.daemon.process import RUN_TAG, run_tag
 
@@ -49,9 +50,10 @@ def _unset_updates(
 
 def apply_profile(spec: RunSpec, gpus: list[GpuStatic]) -> tuple[dict[str, Any] | None, str]:
     """The spec document with the GPU tier's values for keys the user left unset, and a line
-    saying what happened. None when nothing applies (not a train/infer run, or no GPU)."""
+    saying what happened. None when nothing applies (no GPU, or nothing to change); a command
+    run gets the tier's split of its own effective batch (`core.oom.profile_command`)."""
     section = spec.train if spec.train is not None else spec.infer
-    if spec.profile != "auto" or section is None:
+    if spec.profile != "auto" or (section is None and spec.command is None):
         return None, ""
     wanted = spec.resources.gpus
     candidates = [
@@ -61,6 +63,13 @@ def apply_profile(spec: RunSpec, gpus: list[GpuStatic]) -> tuple[dict[str, Any] 
     if not memories or wanted == 0:
         return None, "profile: auto needs a GPU; none is here, so the spec's own values are used"
     memory = min(memories)
+    if section is None:  # a command run: the tier's split of the program's own batch
+        knobs, line = command_profile(spec, memory)
+        if not knobs:
+            return None, line
+        document = spec.model_dump(mode="json")
+        document["knobs"].update(knobs)
+        return document, f"{line} (smallest candidate GPU: {memory / 2**30:.0f} GiB)"
     values = profile_for(memory, spec.kind, section.task)
     tier = values.pop("tier", "?")
     name = "train" if spec.train is not None else "infer"
@@ -87,7 +96,7 @@ class Autotuner:
         env = {**os.environ, RUN_TAG: run_tag(run_dir.name, None)}
         outcome = tune_spec(spec, target, self._cache, run_dir / "autotune", env=env)
         doc = spec.model_dump(mode="json")
-        section = "train" if spec.train is not None else "infer"
+        section = tuned_section(spec)
         doc[section].update(outcome.knobs)
         if "precision" in outcome.knobs and section == "train":
             doc["train"]["amp"] = None

@@ -20,6 +20,7 @@ from typing import Any
 from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
 from gpuwarden.core.oom.recovery import AttemptFacts, RecoveryPlan, plan_recovery
 from gpuwarden.core.telemetry.types import GpuProcess
+from gpuwarden.core.tune.command_probe import recovery_probe
 from gpuwarden.core.tune.probe import SubprocessProber
 from gpuwarden.core.tune.search import Candidate
 from gpuwarden.daemon.placement import GpuState
@@ -76,6 +77,8 @@ class OomRetune:
         )
         probe_dir = Path(str(run["run_dir"])) / "probes" / f"after-{end.number}"
         probe = self._probe_for(run_id, spec, end, probe_dir) if spec.kind in ("train", "infer") else None
+        if spec.command is not None:
+            probe = self._command_probe_for(spec, run, end, probe_dir)
         try:
             plan = plan_recovery(
                 spec,
@@ -151,6 +154,31 @@ class OomRetune:
             return result.mem_peak, result.oom
 
         return probe
+
+    def _command_probe_for(
+        self, spec: RunSpec, run: Mapping[str, Any], end: AttemptEnd, work_dir: Path
+    ) -> Callable[[int], tuple[int | None, bool]] | None:
+        """The user's program itself as the probe (None when its spec does not name the knobs
+        a probe needs: then the ladder decides without measurements)."""
+        env = dict(os.environ)
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(end.gpus)
+        env[RUN_TAG] = run_tag(str(run["id"]), None)  # a restarted daemon finds leftover probes by it
+
+        def gpu_used(pgid: int) -> int | None:
+            held = [p.used_memory for p in self._gpu_processes() if _in_group(p.pid, pgid) and p.used_memory]
+            return sum(held) if held else None
+
+        return recovery_probe(
+            spec,
+            str(run["id"]),
+            Path(str(run["run_dir"])),
+            end.number + 1,
+            work_dir,
+            env=env,
+            on_gpu=bool(end.gpus),
+            gpu_used=gpu_used if end.gpus else None,
+        )
 
     def _move(self, plan: RecoveryPlan, end: AttemptEnd) -> None:
         """Point the next attempt at the GPU with the most free memory that it did not use."""

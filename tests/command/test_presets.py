@@ -5,9 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gpuwarden.core.command.complete import complete_command
 from gpuwarden.core.command.prepare import prepare_attempt
 from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
+from gpuwarden.core.errors import UserError
 from gpuwarden.core.oom.recovery import apply_decision, current_knobs
 from gpuwarden.core.oom.retune import RetuneDecision
 from gpuwarden.core.oom.roles import effective_batch_of
@@ -140,3 +143,72 @@ def test_nothing_the_user_set_is_overridden() -> None:
         "--resume",
         "{resume_from?}",
     ]
+
+
+def test_trainer_precision_flags_become_one_precision_knob() -> None:
+    spec = _command(["python", "ft.py", "--bf16", "--per_device_train_batch_size", "8"], "transformers")
+    assert spec.command is not None
+    assert spec.command.argv[2:6] == ["--bf16", "{precision=bf16}", "--fp16", "{precision=fp16}"]
+    assert spec.knobs["precision"] == "bf16"
+    assert spec.command.roles.precision == "precision"
+    assert complete_command(spec) == spec  # a completed spec stays as it is
+    assert current_knobs(spec)["precision"] == "bf16"
+
+
+def test_trainer_precision_renders_both_switches_and_a_retune_moves_them(tmp_path: Path) -> None:
+    spec = _command(["python", "ft.py", "--fp16=true", "--bf16", "false"], "transformers")
+    assert spec.knobs["precision"] == "fp16"
+    argv = prepare_attempt(spec, "r", tmp_path / "run", 1).argv
+    assert argv[2:6] == ["--bf16", "false", "--fp16", "true"]
+    decision = RetuneDecision("lower_precision", {"precision": ("fp16", "bf16")})
+    doc, _, after = apply_decision(spec, decision)
+    assert after == {"knobs.precision": "bf16"}
+    retuned = spec_from_mapping(doc)
+    argv = prepare_attempt(retuned, "r", tmp_path / "run", 2).argv
+    assert argv[2:6] == ["--bf16", "true", "--fp16", "false"]
+
+
+def test_trainer_without_precision_flags_gets_no_precision_knob() -> None:
+    spec = _command(["python", "ft.py", "--per_device_train_batch_size", "8"], "transformers")
+    assert spec.command is not None
+    assert "precision" not in spec.knobs and spec.command.roles.precision is None
+    assert not any("bf16" in a for a in spec.command.argv)
+
+
+def test_both_precision_switches_on_is_one_line() -> None:
+    with pytest.raises(UserError, match="bf16 and fp16 are both on"):
+        _command(["python", "ft.py", "--bf16", "--fp16", "true"], "transformers")
+
+
+def test_trainer_args_file_precision_keys_are_switched_in_the_copy(tmp_path: Path) -> None:
+    args = tmp_path / "args.json"
+    args.write_text('{\n  "per_device_train_batch_size": 8,\n  "bf16": true\n}\n')
+    spec = _command(["python", "ft.py", str(args)], "transformers", config_file=str(args), cwd=str(tmp_path))
+    assert spec.command is not None
+    assert spec.knobs["precision"] == "bf16"
+    assert spec.command.bind["precision"].flags == {"bf16": "bf16", "fp16": "fp16"}
+    assert complete_command(spec) == spec
+    retuned = spec_from_mapping(
+        apply_decision(spec, RetuneDecision("lower_precision", {"precision": ("bf16", "fp16")}))[0]
+    )
+    record = prepare_attempt(retuned, "r", tmp_path / "run", 1).record
+    assert record.config is not None
+    assert record.config.changes == {"bf16": (True, False), "fp16": (None, True)}
+    assert args.read_text().count("true") == 1  # the user's file is only read
+
+
+def test_a_knob_value_in_the_spec_wins_over_the_flag_text() -> None:
+    # What a tuned spec looks like: the user's argv, the tuned values under `knobs:`.
+    spec = _command(
+        ["python", "ft.py", "--per_device_train_batch_size", "16"],
+        "transformers",
+        knobs={"per_device_train_batch_size": 4, "gradient_accumulation_steps": 4},
+    )
+    assert spec.command is not None
+    assert spec.command.argv[2:6] == [
+        "--per_device_train_batch_size",
+        "{per_device_train_batch_size}",
+        "--gradient_accumulation_steps",
+        "{gradient_accumulation_steps}",
+    ]
+    assert current_knobs(spec) == {"batch_size": 4, "grad_accum_steps": 4}

@@ -41,6 +41,25 @@ def test_profile_auto_fills_only_what_the_user_left_unset(gw: DaemonHandle) -> N
     gw.cli("stop", detail["id"])
 
 
+def test_profile_auto_on_an_own_script_splits_its_batch_for_the_card(gw: DaemonHandle) -> None:
+    # `gpuwarden run -- …` of a Trainer script that asks for micro-batch 2 × 8 on an 80 GB card:
+    # the tier's micro-batch, with the same effective batch.
+    submitted = gw.cli(
+        "run", "--framework", "transformers", "--name", "own-profiled", "--print-spec", "--",
+        "python", "ft.py", "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "8",
+    )  # fmt: skip
+    assert submitted.returncode == 0, submitted.stderr
+    spec = gw.write_spec("own-profiled", "profile: auto\n" + submitted.stdout)
+    assert gw.cli("run", str(spec), "--json").returncode == 0
+    detail = gw.cli_json("show", "own-profiled")
+    knobs = detail["spec"]["knobs"]
+    assert (knobs["per_device_train_batch_size"], knobs["gradient_accumulation_steps"]) == (16, 1)
+    assert detail["effective_batch"] == 16
+    (event,) = _events(gw, detail["id"], "profile")
+    assert event["message"].startswith("profile 80 GB (causal_lm row, effective batch kept)")
+    gw.cli("stop", detail["id"])
+
+
 def test_profile_auto_without_a_gpu_says_so(daemon_factory: Any) -> None:
     gw: DaemonHandle = daemon_factory({"GPUWARDEN_FAKE_NVML": "none"})
     spec = gw.write_spec(

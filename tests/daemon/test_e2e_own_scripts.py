@@ -226,3 +226,27 @@ def test_lightning_script_with_its_callback_is_recovered_from_its_own_checkpoint
     )
     recovered = torch.load(Path(detail["run_dir"]) / "outputs" / "final.pt", weights_only=True)
     _assert_same_weights(recovered, torch.load(reference / "final.pt", weights_only=True))
+
+
+@pytest.mark.slow
+def test_an_own_script_run_with_autotune_probes_the_script_then_runs_without_running_out(
+    gw: DaemonHandle, tmp_path: Path
+) -> None:
+    text = (EXAMPLES / "own-script-plain-cpu.yaml").read_text()
+    spec = tmp_path / "autotuned.yaml"
+    spec.write_text(
+        text.replace("name: own-script-plain-cpu", "name: autotuned-script\nautotune: true")
+        .replace("cwd: ../..", f"cwd: {REPO}")
+        .replace("config_file: ../..", f"config_file: {REPO}")
+    )
+    result = gw.cli("run", str(spec), "--follow", timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    detail = gw.cli_json("show", "autotuned-script")
+    assert detail["state"] == "succeeded", detail["message"]
+    # The probes found that 16 × 1 does not fit: the one attempt runs 8 × 2 and never fails.
+    assert [a["classification"] for a in detail["attempts"]] == ["succeeded"]
+    assert detail["spec"]["knobs"]["batch_size"] == 8 and detail["spec"]["knobs"]["grad_accum"] == 2
+    assert detail["effective_batch"] == 16
+    (tuned,) = [e for e in gw.cli_json("events", detail["id"])["events"] if e["type"] == "autotuned"]
+    assert "micro-batch 8 × 2" in tuned["message"] and "probed" in tuned["message"]
+    assert detail["attempts"][0]["prepared"]["config"]["changes"]["training.batch_size"] == [16, 8]

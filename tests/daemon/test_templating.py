@@ -91,3 +91,16 @@ def test_optional_placeholders_drop_their_item_and_its_flag_when_empty(
 def test_an_empty_optional_placeholder_still_checks_its_item() -> None:
     with pytest.raises(UserError, match=r"unknown placeholder \{nope\}"):
         render_argv(["t", "--r={resume_from?}{nope}"], {"resume_from": ""})
+
+
+def test_a_comparison_placeholder_is_a_switch() -> None:
+    spec = _spec(
+        ["train", "--bf16", "{precision=bf16}", "--fp16={precision=fp16}", "--ckpt={gc=true}"],
+        env={"AMP": "{precision=bf16}"},
+        knobs={"precision": "bf16", "gc": True},
+    )
+    argv, env = render_command(spec, {"run_id": "r", "run_dir": "/r", "attempt": 1, "events_file": "/e"})
+    assert argv == ["train", "--bf16", "true", "--fp16=false", "--ckpt=true"]
+    assert env == {"AMP": "true"}
+    with pytest.raises(UserError, match=r"unknown placeholder \{precison=bf16\}"):
+        check_command(_spec(["x", "{precison=bf16}"], knobs={"precision": "bf16"}))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -92,11 +93,22 @@ def test_edit_revalidates_the_whole_spec_and_keeps_the_state(rig: Rig) -> None:
     assert rig.run(run_id)["spec"]["train"]["batch_size"] == 2  # a refused edit loses nothing
 
 
-def test_a_command_run_cannot_be_tuned(rig: Rig) -> None:
+def test_a_command_run_is_tuned_only_when_its_roles_let_a_probe_run(rig: Rig) -> None:
     run_id = rig.submit(command(resources=NEVER_FITS))
     with pytest.raises(UserError) as refused:
         rig.sup.tune_run(run_id)
-    assert refused.value.code != "conflict" and "only train and infer runs" in str(refused.value)
+    assert refused.value.code != "conflict" and "command.roles.micro_batch" in str(refused.value)
+    probeable = command(
+        "probeable",
+        resources=NEVER_FITS,
+        knobs={"bs": 16, "acc": 1, "steps": 100, "out": "{run_dir}/out"},
+        command={
+            "argv": [sys.executable, "-c", "pass", "{bs}", "{acc}", "{steps}", "{out}"],
+            "roles": {"micro_batch": "bs", "accum_steps": "acc", "max_steps": "steps", "output_dir": "out"},
+        },
+    )
+    tuned = rig.sup.tune_run(rig.submit(probeable))
+    assert tuned["spec"]["autotune"] is True
 
 
 def test_delete_forgets_the_run_and_its_folder(rig: Rig) -> None:

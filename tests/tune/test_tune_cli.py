@@ -71,13 +71,15 @@ def test_tune_writes_a_tuned_spec_and_remembers_it(tmp_path: Path) -> None:
     assert remembered["knobs"] == out["knobs"]
 
 
-def test_tune_refuses_a_command_run_in_one_line(tmp_path: Path) -> None:
+def test_tune_of_a_command_run_without_roles_says_what_to_name(tmp_path: Path) -> None:
     spec = tmp_path / "cmd.yaml"
     spec.write_text("name: c\nkind: command\ncommand: {argv: [echo]}\n")
     r = _tune(tmp_path, str(spec))
     assert r.returncode == 2
-    assert "only train and infer runs can be tuned" in r.stderr
-    assert "Traceback" not in r.stderr
+    assert r.stderr.strip() == (
+        f"gpuwarden: {spec}: cannot probe this program — name the knob that is the micro-batch "
+        "(command.roles.micro_batch)"
+    )
 
 
 def test_tune_missing_spec(tmp_path: Path) -> None:
@@ -99,3 +101,36 @@ def test_tune_with_a_missing_model_says_so_before_probing(tmp_path: Path) -> Non
         " — fix the path, then tune"
     )
     assert not (tmp_path / "lm.tuned.yaml").exists()
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_tune_of_an_own_script_spec_writes_a_tuned_spec_with_the_effective_batch_kept(tmp_path: Path) -> None:
+    from gpuwarden.core.command.complete import complete_command
+    from gpuwarden.core.command.prepare import prepare_attempt
+    from gpuwarden.core.oom.roles import effective_batch_of
+
+    config = REPO / "examples" / "plain_pytorch" / "config.yaml"
+    before = config.read_bytes()
+    text = (REPO / "configs" / "examples" / "own-script-plain-cpu.yaml").read_text()
+    spec = tmp_path / "own.yaml"
+    spec.write_text(
+        text.replace("cwd: ../..", f"cwd: {REPO}").replace("config_file: ../..", f"config_file: {REPO}")
+    )
+    result = _tune(tmp_path, str(spec), "--json")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    # The script itself, probed: 16 × 1 runs out of memory on the long texts of step 4 under the
+    # spec's limit; 8 × 2 (the same 16 samples per step) is the largest that fits.
+    assert out["trials"][0]["candidate"]["batch_size"] == 16 and out["trials"][0]["oom"]
+    assert all(t["candidate"]["batch_size"] * t["candidate"]["grad_accum_steps"] == 16 for t in out["trials"])
+    assert out["knobs"] == {"batch_size": 8, "grad_accum": 2}
+    tuned = complete_command(load_spec(Path(out["output"])))  # a valid spec, as the daemon reads it
+    assert effective_batch_of(tuned.model_dump(mode="json")) == 16
+    record = prepare_attempt(tuned, "r", tmp_path / "run", 1).record
+    assert record["config"]["changes"]["training.batch_size"] == [16, 8]
+    assert record["config"]["changes"]["training.gradient_accumulation_steps"] == [1, 2]
+    assert config.read_bytes() == before  # the user's file is only read
+    assert not (REPO / "outputs").exists()  # probes wrote into their own folders

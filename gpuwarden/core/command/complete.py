@@ -15,6 +15,7 @@ from typing import Any
 from gpuwarden.core.command.config_file import ConfigDocument, load_config
 from gpuwarden.core.command.presets import apply_preset
 from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
+from gpuwarden.core.config.spec_command import KnobBinding
 from gpuwarden.core.config.templating import check_command
 from gpuwarden.core.errors import UserError
 
@@ -30,10 +31,40 @@ _INT_ROLES = (
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
 
+def _switched_on(config: ConfigDocument, key: str) -> bool:
+    try:
+        value = config.get(key)
+    except KeyError:
+        return False
+    return value is True or (isinstance(value, str) and value.strip().lower() == "true")
+
+
+def _from_flags(name: str, binding: KnobBinding, config: ConfigDocument) -> Any:
+    """The knob's value from its switches: the one switched on, else the binding's default."""
+    assert binding.flags is not None
+    on = [key for key in binding.flags if _switched_on(config, key)]
+    if len(on) > 1:
+        raise UserError(
+            f"command.bind.{name}: {' and '.join(repr(k) for k in on)} are all true in {config.path} "
+            "— switch one on at most"
+        )
+    if on:
+        return binding.flags[on[0]]
+    if binding.default is None:
+        keys = ", ".join(repr(k) for k in binding.flags)
+        raise UserError(
+            f"command.bind.{name}: none of {keys} is true in {config.path} — give the knob's value "
+            "for that case as `default:`"
+        )
+    return binding.default
+
+
 def _fill_from_config(spec: RunSpec, config: ConfigDocument) -> RunSpec:
     assert spec.command is not None
     knobs = dict(spec.knobs)
     for name, binding in spec.command.bind.items():
+        if binding.flags is not None and name not in knobs:
+            knobs[name] = _from_flags(name, binding, config)
         if binding.config is None:
             continue
         try:

@@ -17,7 +17,7 @@ from typing import Any
 
 from gpuwarden.core.api.runs import AttemptRecord, ConfigCopy
 from gpuwarden.core.command.checkpoints import FoundCheckpoint, newest_checkpoint
-from gpuwarden.core.command.config_file import load_config, unified_diff
+from gpuwarden.core.command.config_file import ConfigDocument, load_config, unified_diff
 from gpuwarden.core.command.record import attempt_dir, read_record, write_record
 from gpuwarden.core.config.spec import RunSpec
 from gpuwarden.core.config.templating import render, render_argv, template_values
@@ -68,6 +68,18 @@ def _resume_note(attempt: int, found: FoundCheckpoint | None) -> str:
     return f"attempt {attempt} resumes from {found.path}{step}"
 
 
+def _set_switch(doc: ConfigDocument, key: str, on: bool, changes: dict[str, tuple[Any, Any]]) -> None:
+    """A switch of a `flags` binding: set where it differs (an absent switch is off already)."""
+    try:
+        current: Any = doc.get(key)
+    except KeyError:
+        current = None
+    if current is on or (current is None and not on):
+        return
+    doc.set(key, on)
+    changes[key] = (current, on)
+
+
 def _config_copy(spec: RunSpec, knobs: dict[str, Any], copy: Path, resume_from: str) -> ConfigCopy:
     """Write the attempt's copy of the user's config file; its record (changes and diff)."""
     command = spec.command
@@ -75,6 +87,8 @@ def _config_copy(spec: RunSpec, knobs: dict[str, Any], copy: Path, resume_from: 
     doc = load_config(command.config_file)
     changes: dict[str, tuple[Any, Any]] = {}
     for name, binding in command.bind.items():
+        for key, when in (binding.flags or {}).items():
+            _set_switch(doc, key, env_text(knobs[name]) == env_text(when), changes)
         if binding.config is None:
             continue
         try:
@@ -103,8 +117,38 @@ def _config_copy(spec: RunSpec, knobs: dict[str, Any], copy: Path, resume_from: 
     )
 
 
-def prepare_attempt(spec: RunSpec, run_id: str, run_dir: Path, attempt: int) -> PreparedAttempt:
-    """Everything attempt `attempt` of a command run starts with; its record is written."""
+def _builtins(spec: RunSpec, run_id: str, run_dir: Path, attempt: int) -> dict[str, Any]:
+    """The built-in placeholders of an attempt, `resume_from` still empty."""
+    assert spec.command is not None
+    folder = attempt_dir(run_dir, attempt)
+    config = spec.command.config_file
+    return {
+        "run_id": run_id,
+        "run_dir": str(run_dir),
+        "attempt": attempt,
+        "events_file": str(folder / "events.jsonl"),
+        "config_file": str(folder / config.name) if config is not None else "",
+        "resume_from": "",
+        "python": sys.executable,
+    }
+
+
+def resume_point(spec: RunSpec, run_id: str, run_dir: Path, attempt: int) -> FoundCheckpoint | None:
+    """The checkpoint attempt `attempt` will resume from (None on a first attempt, or when no
+    complete one exists): what `{resume_from}` becomes, for those who must know it beforehand."""
+    assert spec.command is not None
+    values = template_values(spec, _builtins(spec, run_id, run_dir, attempt))
+    cwd = spec.command.cwd or run_dir
+    return _find_resume(spec, values, run_dir, attempt, cwd, _first_started(run_dir, attempt, time.time()))
+
+
+def prepare_attempt(
+    spec: RunSpec, run_id: str, run_dir: Path, attempt: int, *, resume: FoundCheckpoint | None = None
+) -> PreparedAttempt:
+    """Everything attempt `attempt` of a command run starts with; its record is written.
+
+    `resume` names the checkpoint to start from instead of looking for the run's newest (a probe
+    of a restart passes the run's checkpoint this way)."""
     command = spec.command
     if command is None:
         raise ValueError("prepare_attempt is for command runs")
@@ -112,18 +156,10 @@ def prepare_attempt(spec: RunSpec, run_id: str, run_dir: Path, attempt: int) -> 
     cwd = command.cwd or run_dir
     folder = attempt_dir(run_dir, attempt)
     folder.mkdir(parents=True, exist_ok=True)
-    events_file = folder / "events.jsonl"
-    copy = folder / command.config_file.name if command.config_file is not None else None
-    builtins: dict[str, Any] = {
-        "run_id": run_id,
-        "run_dir": str(run_dir),
-        "attempt": attempt,
-        "events_file": str(events_file),
-        "config_file": str(copy or ""),
-        "resume_from": "",
-        "python": sys.executable,
-    }
-    found = _find_resume(
+    builtins = _builtins(spec, run_id, run_dir, attempt)
+    events_file = Path(builtins["events_file"])
+    copy = Path(builtins["config_file"]) if command.config_file is not None else None
+    found = resume or _find_resume(
         spec, template_values(spec, builtins), run_dir, attempt, cwd, _first_started(run_dir, attempt, now)
     )
     builtins["resume_from"] = str(found.path) if found is not None else ""

@@ -6,7 +6,9 @@ role: `--per_device_train_batch_size 8` becomes `--per_device_train_batch_size {
 with the knob's value 8 and the role micro_batch. It also adds what a restart needs: the
 accumulation flag when the program did not pass one (so the effective batch can be kept), the
 resume flag with an optional `{resume_from?}`, and where the framework writes its checkpoints.
-Nothing the user set in the spec is overridden.
+The Trainer's `--bf16`/`--fp16` switches (flags or args-file keys) become one `precision` knob.
+Nothing the user set in the spec is overridden: a placeholder or binding of theirs stays, and a
+value under `knobs:` wins over the flag's text (that is how a tuned spec takes effect).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 from gpuwarden.core.command.config_file import ConfigDocument
 from gpuwarden.core.config.spec import RunSpec
 from gpuwarden.core.config.spec_command import Checkpoints, CommandSpec, KnobBinding
+from gpuwarden.core.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,9 @@ class Preset:
     checkpoint_glob_default: str  # when there is no output_dir knob
     complete_when: str | None
     bools: frozenset[str] = field(default_factory=frozenset)
+    # Switches that together say the precision (flag or key name → the precision it turns on);
+    # they become one `precision` knob with the precision role.
+    precision_switches: dict[str, str] = field(default_factory=dict)
 
 
 TRANSFORMERS = Preset(
@@ -52,6 +58,7 @@ TRANSFORMERS = Preset(
     # The Trainer writes trainer_state.json after the weights and the optimizer state.
     complete_when="trainer_state.json",
     bools=frozenset({"gradient_checkpointing"}),
+    precision_switches={"bf16": "bf16", "fp16": "fp16"},
 )
 
 LIGHTNING = Preset(
@@ -78,8 +85,11 @@ LIGHTNING = Preset(
 PRESETS: dict[str, Preset] = {"transformers": TRANSFORMERS, "lightning": LIGHTNING}
 
 
-# A value that is one placeholder alone (`{bs}`) is a knob the user made; `{run_dir}/out` is text.
-_OWN_KNOB_RE = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*\??\}")
+# A value that is one placeholder alone (`{bs}`, `{precision=bf16}`) is a knob already in place;
+# `{run_dir}/out` is text.
+_OWN_KNOB_RE = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*(\?|=[^{}]*)?\}")
+PRECISION_KNOB = "precision"
+_TRUE_TEXT = ("true", "1", "yes")
 
 
 def parse_value(text: str) -> int | float | bool | str:
@@ -111,16 +121,19 @@ class _Draft:
     knobs: dict[str, Any]
     bind: dict[str, KnobBinding]
     roles: dict[str, Any]
+    claimed: set[str] = field(default_factory=set)  # knobs this preset has put in place
 
 
 def _claim(draft: _Draft, preset: Preset, name: str, value: Any) -> str | None:
     """Record a recognised setting as a knob with its role; the knob name, or None when the
-    user's spec already decides it."""
+    user's spec already decides where it goes. A value the user gave under `knobs:` wins over
+    the text of the flag or key (so a tuned spec's knobs take effect)."""
     knob, role = preset.names[name]
-    if knob in draft.knobs or knob in draft.bind:
+    if knob in draft.bind or knob in draft.claimed:
         return None
-    draft.knobs[knob] = value
+    draft.knobs.setdefault(knob, value)
     draft.roles.setdefault(role, knob)
+    draft.claimed.add(knob)
     return knob
 
 
@@ -139,7 +152,8 @@ def _scan_argv(draft: _Draft, preset: Preset) -> None:
         knob_name = preset.names[name][0]
         has_next = i + 1 < len(items) and not items[i + 1].startswith("--")
         if has_next and _OWN_KNOB_RE.fullmatch(items[i + 1]):
-            out += [item, items[i + 1]]  # the user's own knob: theirs to keep
+            out += [item, items[i + 1]]  # the user's own knob, or one put in place before
+            draft.claimed.add(items[i + 1].strip("{}?"))
             i += 2
         elif inline is not None:
             knob = _claim(draft, preset, name, parse_value(inline))
@@ -160,9 +174,84 @@ def _scan_argv(draft: _Draft, preset: Preset) -> None:
     draft.argv = out
 
 
+def _switch_on(text: Any) -> bool:
+    return text is True or (isinstance(text, str) and text.strip().lower() in _TRUE_TEXT)
+
+
+def _precision_of(draft: _Draft, on: list[str], where: str) -> str:
+    """The precision the switches say (fp32 when none is on); a value under `knobs:` wins."""
+    if len(on) > 1:
+        raise UserError(f"{where}: {' and '.join(on)} are both on — a run has one precision; keep one")
+    return str(draft.knobs.get(PRECISION_KNOB, on[0] if on else "fp32"))
+
+
+def _scan_precision_argv(draft: _Draft, preset: Preset) -> None:
+    """`--bf16`, `--fp16 true`, `--bf16=false` … become one precision knob: the argv passes
+    every switch as `--bf16 {precision=bf16}`, so a retune can move from one to another."""
+    switches = preset.precision_switches
+    if not switches or PRECISION_KNOB in draft.bind or PRECISION_KNOB in draft.claimed:
+        return
+    out: list[str] = []
+    on: list[str] = []
+    at: int | None = None
+    items = draft.argv
+    i = 0
+    while i < len(items):
+        parsed = _flag_name(items[i])
+        has_next = i + 1 < len(items) and not items[i + 1].startswith("--")
+        if parsed is None or parsed[0] not in switches:
+            out.append(items[i])
+            i += 1
+            continue
+        name, inline = parsed
+        if has_next and _OWN_KNOB_RE.fullmatch(items[i + 1]):
+            return  # already in place (a completed spec), or the user's own placeholder
+        if inline is not None:
+            value: Any = inline
+        elif has_next and items[i + 1].strip().lower() in (*_TRUE_TEXT, "false", "0", "no"):
+            value, i = items[i + 1], i + 1
+        else:
+            value = True  # the flag alone means true
+        if _switch_on(value):
+            on.append(switches[name])
+        at = len(out) if at is None else at
+        i += 1
+    if at is None:
+        return
+    precision = _precision_of(draft, on, "command.argv")
+    placed = [x for flag, p in switches.items() for x in (f"--{flag}", f"{{{PRECISION_KNOB}={p}}}")]
+    draft.argv = out[:at] + placed + out[at:]
+    _set_precision(draft, precision)
+
+
+def _scan_precision_config(draft: _Draft, preset: Preset, config: ConfigDocument) -> None:
+    """`bf16: true` in an args file: the precision knob, bound to the switches of the copy."""
+    switches = preset.precision_switches
+    if not switches or PRECISION_KNOB in draft.bind or PRECISION_KNOB in draft.claimed:
+        return
+    present: dict[str, Any] = {}
+    for key in switches:
+        try:
+            present[key] = config.get(key)
+        except KeyError:
+            continue
+    if not present:
+        return
+    on = [switches[k] for k, v in present.items() if _switch_on(v)]
+    precision = _precision_of(draft, on, str(config.path))
+    draft.bind[PRECISION_KNOB] = KnobBinding(flags=dict(switches), default="fp32")
+    _set_precision(draft, precision)
+
+
+def _set_precision(draft: _Draft, precision: str) -> None:
+    draft.knobs[PRECISION_KNOB] = precision
+    draft.roles.setdefault("precision", PRECISION_KNOB)
+    draft.claimed.add(PRECISION_KNOB)
+
+
 def _scan_config(draft: _Draft, preset: Preset, config: ConfigDocument) -> None:
     for name, (knob, _) in preset.names.items():
-        if knob in draft.knobs or knob in draft.bind:
+        if knob in draft.claimed or knob in draft.bind:
             continue
         try:
             value = config.get(name)
@@ -178,10 +267,11 @@ def _add_accumulation(draft: _Draft, preset: Preset, from_config: bool, user_rol
     if "micro_batch" not in draft.roles or "micro_batch" in user_roles or "accum_steps" in draft.roles:
         return
     knob = preset.accum_knob
-    if knob in draft.knobs or knob in draft.bind:
+    if knob in draft.claimed or knob in draft.bind:
         return
-    draft.knobs[knob] = 1
+    draft.knobs.setdefault(knob, 1)  # a value under `knobs:` (a tuned spec's) wins
     draft.roles["accum_steps"] = knob
+    draft.claimed.add(knob)
     if from_config:
         key = "trainer.accumulate_grad_batches" if preset is LIGHTNING else knob
         draft.bind[knob] = KnobBinding(config=key, default=1)
@@ -206,12 +296,15 @@ def apply_preset(spec: RunSpec, config: ConfigDocument | None) -> RunSpec:
     )
     user_roles = set(draft.roles)
     _scan_argv(draft, preset)
+    _scan_precision_argv(draft, preset)
     from_config = config is not None and "micro_batch" not in draft.roles
     if config is not None:
         _scan_config(draft, preset, config)
+        _scan_precision_config(draft, preset, config)
     _add_accumulation(draft, preset, from_config and "micro_batch" in draft.roles, user_roles)
     checkpoints = command.checkpoints
-    resumable = any("{resume_from" in a for a in draft.argv)
+    # A completed spec already passes the checkpoint: in argv, or through the args file's key.
+    resumable = any("{resume_from" in a for a in draft.argv) or bool(checkpoints and checkpoints.config_key)
     if checkpoints is None:
         out_knob = draft.roles.get("output_dir")
         pattern = (

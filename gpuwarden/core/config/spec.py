@@ -119,7 +119,7 @@ class RunSpec(StrictModel):
         if self.command is None:
             return self
         # A knob bound to a config key takes its value from the file when `knobs` has none.
-        known = set(self.knobs) | {n for n, b in self.command.bind.items() if b.config is not None}
+        known = set(self.knobs) | {n for n, b in self.command.bind.items() if b.in_config}
         for name, binding in self.command.bind.items():
             if name not in known:
                 raise ValueError(

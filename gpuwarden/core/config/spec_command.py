@@ -38,9 +38,21 @@ class KnobBinding(StrictModel):
         None, description="key path in command.config_file, e.g. training.batch_size (digits index lists)"
     )
     env: str | None = Field(None, description="environment variable that carries the value")
-    default: KnobValue | None = Field(
-        None, description="the value the program uses when the config file lacks the key"
+    flags: dict[str, KnobValue] | None = Field(
+        None,
+        description="config keys that are switches, each true when the knob holds its value and "
+        "false otherwise, e.g. {bf16: bf16, fp16: fp16} for a precision knob",
     )
+    default: KnobValue | None = Field(
+        None,
+        description="the value the program uses when the config file lacks the key (with `flags`: "
+        "when none of the switches is true)",
+    )
+
+    @property
+    def in_config(self) -> bool:
+        """Whether the knob lives in the config file (a key, or switches)."""
+        return self.config is not None or self.flags is not None
 
     @field_validator("config")
     @classmethod
@@ -56,11 +68,22 @@ class KnobBinding(StrictModel):
             raise ValueError(f"{v!r} is not a valid environment variable name — use letters, digits, _")
         return v
 
+    @field_validator("flags")
+    @classmethod
+    def _flag_keys(cls, v: dict[str, KnobValue] | None) -> dict[str, KnobValue] | None:
+        if v is not None:
+            if not v:
+                raise ValueError("no switches — give them as {key.path: knob value}")
+            bad = [key for key in v if not KEY_PATH_RE.match(key)]
+            if bad:
+                raise ValueError(f"{bad[0]!r} is not a key path — write it like training.bf16")
+        return v
+
     @model_validator(mode="after")
     def _one_place(self) -> KnobBinding:
-        if (self.config is None) == (self.env is None):
-            raise ValueError("give exactly one of `config: key.path` or `env: VARIABLE`")
-        if self.default is not None and self.config is None:
+        if sum(x is not None for x in (self.config, self.env, self.flags)) != 1:
+            raise ValueError("give exactly one of `config: key.path`, `env: VARIABLE`, `flags: {key: value}`")
+        if self.default is not None and not self.in_config:
             raise ValueError("`default` is for config keys (the value used when the file lacks the key)")
         return self
 
@@ -174,7 +197,7 @@ class CommandSpec(StrictModel):
 
     @model_validator(mode="after")
     def _bindings_need_a_file(self) -> CommandSpec:
-        keyed = [name for name, b in self.bind.items() if b.config is not None]
+        keyed = [name for name, b in self.bind.items() if b.in_config]
         if keyed and self.config_file is None:
             raise ValueError(f"bind.{keyed[0]} names a config key, but command.config_file is not set")
         if self.checkpoints and self.checkpoints.config_key and self.config_file is None:

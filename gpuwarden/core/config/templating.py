@@ -10,6 +10,10 @@ wherever the knob goes (argv, a config key, a variable) it carries the filled-in
 Placeholders are checked when the run is submitted, so a typo fails there with one line, not
 minutes later in the child.
 
+`{name=value}` is `true` when the knob's value (as text) is `value`, else `false`: one knob can
+drive several switches, as `--bf16 {precision=bf16} --fp16 {precision=fp16}` does for a
+program whose precision is two flags.
+
 Optional placeholders, `{name?}`, may be empty. The rule for argv: an item that holds an empty
 optional placeholder is left out; when that item is the placeholder alone and the item before it
 is a flag (it starts with `-`, and has no `=` and no placeholder), the flag is left out too. So
@@ -42,7 +46,8 @@ def render(template: str, values: Mapping[str, Any], where: str) -> str:
         out.append(literal)
         if field is None:
             continue
-        name = field.removesuffix("?")
+        name, equals, expected = field.partition("=")
+        name = name.removesuffix("?") if not equals else name
         if not name.isidentifier():
             raise UserError(
                 f"{where}: placeholder {{{field}}} is not a knob name — use {{name}}, or {{{{ for a brace"
@@ -51,6 +56,9 @@ def render(template: str, values: Mapping[str, Any], where: str) -> str:
             known = ", ".join(sorted(values)) or "none"
             raise UserError(f"{where}: unknown placeholder {{{field}}} — knobs and built-ins are: {known}")
         value = values[name]
+        if equals:
+            out.append("true" if _as_text(value) == expected else "false")
+            continue
         if conversion == "r":
             value = repr(value)
         elif conversion == "a":
@@ -63,6 +71,10 @@ def render(template: str, values: Mapping[str, Any], where: str) -> str:
         except (ValueError, TypeError) as exc:
             raise UserError(f"{where}: {{{field}:{spec}}}: {exc}") from None
     return "".join(out)
+
+
+def _as_text(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def optional_fields(template: str) -> list[str]:

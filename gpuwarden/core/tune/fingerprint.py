@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwarden.core.config.spec import RunSpec
+from gpuwarden.core.tune.fingerprint_command import command_fingerprint_inputs
 
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 
@@ -71,6 +72,8 @@ def fingerprint_inputs(spec: RunSpec, device: dict[str, Any]) -> dict[str, Any]:
             kv_cache=i.kv_cache,
             attn_implementation=i.attn_implementation,
         )
+    elif spec.command is not None:
+        inputs["command"] = command_fingerprint_inputs(spec)
     return inputs
 
 

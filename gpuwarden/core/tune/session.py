@@ -17,9 +17,11 @@ from gpuwarden.core.config.inputs import require_inputs
 from gpuwarden.core.config.spec import RunSpec
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.tune.cache import TuneCache
+from gpuwarden.core.tune.command_probe import CommandProber
+from gpuwarden.core.tune.command_tune import command_knobs, command_start, setup_command_tune
 from gpuwarden.core.tune.fingerprint import fingerprint, fingerprint_inputs
 from gpuwarden.core.tune.probe import SubprocessProber
-from gpuwarden.core.tune.search import Candidate, ProbeResult, Search
+from gpuwarden.core.tune.search import Candidate, ProbeFn, ProbeResult, Search
 from gpuwarden.core.tune.target import Target
 
 
@@ -51,12 +53,21 @@ def start_candidate(spec: RunSpec) -> tuple[Candidate, int | None]:
     if spec.infer is not None:
         i = spec.infer
         return Candidate(i.batch_size, 1, i.precision, i.compile), None
+    if spec.command is not None:
+        return command_start(spec)
     raise UserError(f"{spec.name}: only train and infer runs can be tuned — a command run has no known batch")
+
+
+def tuned_section(spec: RunSpec) -> str:
+    """The spec key whose values a tune sets: `train`, `infer`, or a command run's `knobs`."""
+    return "train" if spec.train is not None else "infer" if spec.infer is not None else "knobs"
 
 
 def tuned_knobs(spec: RunSpec, c: Candidate) -> dict[str, Any]:
     """The section keys a tuned candidate sets; the learning rate follows a changed effective
     batch (linear scaling rule)."""
+    if spec.command is not None:
+        return command_knobs(spec, c)
     if spec.train is None:
         return {"batch_size": c.batch_size, "precision": c.precision, "compile": c.compile}
     t = spec.train
@@ -96,6 +107,10 @@ def tune_spec(
     `on_probing` is called once when a search starts (not for a remembered result); `label`
     names the spec in errors (default: its name).
     """
+    if spec.command is not None:  # the user's own program: its roles, its probes
+        spec, target = setup_command_tune(
+            spec, target, change_effective_batch=change_effective_batch, label=label or spec.name
+        )
     # Every probe would fail the same way: say it once instead of after a ladder of probes.
     require_inputs(spec, label or spec.name, "fix the path, then tune")
     inputs = fingerprint_inputs(spec, target.device)
@@ -109,7 +124,11 @@ def tune_spec(
     work_parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f"tune-{fp[:8]}-", dir=work_parent))
     try:
-        prober = SubprocessProber(spec, work, env={**env, **target.env}, on_result=on_result)
+        prober: ProbeFn = (
+            CommandProber(spec, work, env={**env, **target.env}, on_result=on_result)
+            if spec.command is not None
+            else SubprocessProber(spec, work, env={**env, **target.env}, on_result=on_result)
+        )
         search = Search(
             prober, capacity=target.capacity, headroom=headroom, min_gain=min_gain, max_trials=max_trials
         )

@@ -20,6 +20,7 @@ from gpuwarden.core.config.inputs import require_inputs
 from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.run_state import ACTIVE_STATES, RESUMABLE_STATES, RunState
+from gpuwarden.core.tune.command_tune import tune_blocker
 from gpuwarden.daemon.placement import check_feasible
 from gpuwarden.daemon.supervise.context import Conflict, Context, spec_document
 from gpuwarden.daemon.supervise.hooks import ProfileHook
@@ -112,8 +113,9 @@ def tune(ctx: Context, run_id: str) -> dict[str, Any]:
         if state not in CHANGEABLE_STATES:
             raise Conflict(f"run {run_id} is {state}: stop it first, then tune")
         spec = spec_from_mapping(dict(run["spec"]))
-        if spec.kind == "command":
-            raise UserError(f"run {run_id} is a command run: only train and infer runs can be tuned")
+        blocker = tune_blocker(complete_command(spec)) if spec.kind == "command" else None
+        if blocker is not None:
+            raise UserError(f"run {run_id}: {blocker}")
         tuned = spec.model_copy(update={"autotune": True})
         ctx.store(lambda s: s.update_run(run_id, spec=spec_document(tuned)))
         if state is not RunState.QUEUED:

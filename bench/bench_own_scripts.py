@@ -1,0 +1,373 @@
+"""A user's own training script that runs out of memory: gpuwarden against the frameworks' own
+batch-size finders, all on the same script, model, data and memory limit.
+
+The script is the Hugging Face Trainer example (`examples/hf_trainer/finetune.py`) on the tiny
+local LM and the ramp texts: the first three optimizer steps see short texts, the fourth long
+ones, and micro-batch 16 no longer fits under a 1.8 GiB address-space limit (torch's CPU
+allocator fails for real). Arms, each repeated (interleaved) `REPEATS` times:
+
+- gpuwarden: a real daemon runs `gpuwarden run --framework transformers -- python finetune.py …`
+  (the Trainer callback on) and recovers it;
+- HF `auto_find_batch_size=True`: the same command with that flag, under the same limit;
+- Lightning `Tuner.scale_batch_size` (power mode, defaults): the same model and texts in a thin
+  LightningModule (`bench/own_scripts/lightning_lm.py`) under the same limit.
+
+Columns: attempts to a running fit (every start of training counts: process attempts, in-process
+retries, finder trials), wall time, effective batch at the end, distance of the final weights to
+the same script's uninterrupted run at micro-batch 16 × 1 without a limit (‖w − w_ref‖ / ‖w_ref‖),
+and the peak RSS of the process that finished. Target: gpuwarden keeps the effective batch,
+matches the uninterrupted run, and needs no more attempts than the best finder.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+HF_SCRIPT = REPO / "examples" / "hf_trainer" / "finetune.py"
+LIGHTNING_SCRIPT = REPO / "bench" / "own_scripts" / "lightning_lm.py"
+RECORDER = REPO / "bench" / "own_scripts" / "record_trainer.py"
+LIMIT = "1.8GiB"
+LIMIT_BYTES = int(1.8 * 2**30)
+MICRO = 16
+REPEATS = int(os.environ.get("BENCH_OWN_SCRIPTS_REPEATS", "3"))
+PINNED = {"OMP_NUM_THREADS": "2", "MALLOC_ARENA_MAX": "2"}
+# Identical distance below this: float noise between two runs of the same maths.
+SAME_WEIGHTS = 1e-5
+
+
+@dataclass
+class Outcome:
+    """One arm's repetition."""
+
+    attempts: int
+    ran: bool
+    wall_s: float
+    effective_batch: int | None
+    distance: float | None
+    peak_rss: int | None
+    note: str = ""
+    probes: int = 0
+
+
+@dataclass
+class Arm:
+    name: str
+    outcomes: list[Outcome] = field(default_factory=list)
+
+
+def _env() -> dict[str, str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("GPUWARDEN_", "XDG_"))}
+    return {**clean, **PINNED, "PYTHONPATH": str(REPO)}
+
+
+def _hf_args(assets: Path, out: Path) -> list[str]:
+    return [
+        "--model", str(assets / "train-lm"),
+        "--data", str(assets / "ramp-texts.jsonl"),
+        "--output_dir", str(out),
+        "--per_device_train_batch_size", str(MICRO),
+        "--max_steps", "4",
+        "--save_steps", "2",
+        "--logging_steps", "1",
+        "--train_sampling_strategy", "sequential",
+        "--learning_rate", "1e-3",
+        "--use_cpu", "true",
+        "--report_to", "none",
+        "--disable_tqdm", "true",
+    ]  # fmt: skip
+
+
+def _measured(argv: list[str], limit: int | None, log: Path) -> tuple[int, float, int]:
+    """Run a process to its end: (exit status, seconds, its peak RSS in bytes from wait4)."""
+    if limit is not None:
+        argv = [sys.executable, "-m", "gpuwarden.core.rlimit", str(limit), "--", *argv]
+    start = time.perf_counter()
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(argv, env=_env(), cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, time.perf_counter() - start, int(usage.ru_maxrss) * 1024
+
+
+def _tensors(path: Path) -> dict[str, Any]:
+    from safetensors.torch import load_file
+
+    return dict(load_file(str(path)))
+
+
+def _distance(path: Path, reference: dict[str, Any]) -> float | None:
+    if not path.exists():
+        return None
+    got = _tensors(path)
+    diff = sum(float((got[k].double() - v.double()).pow(2).sum()) for k, v in reference.items())
+    norm = sum(float(v.double().pow(2).sum()) for v in reference.values())
+    return math.sqrt(diff / norm)
+
+
+def _starts(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+class Daemon:
+    """A gpuwarden daemon in private XDG folders, on the CPU only."""
+
+    def __init__(self, root: Path) -> None:
+        (root / "r").mkdir(parents=True, exist_ok=True)
+        self.env = {
+            **_env(),
+            "XDG_CONFIG_HOME": str(root / "c"),
+            "XDG_STATE_HOME": str(root / "s"),
+            "XDG_RUNTIME_DIR": str(root / "r"),
+            "GPUWARDEN_FAKE_NVML": "none",
+        }
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gpuwarden", "daemon"],
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 60
+        while self.cli("status").returncode != 0:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the daemon did not come up")
+            time.sleep(0.2)
+
+    def cli(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "gpuwarden", *args],
+            env=self.env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def json(self, *args: str) -> Any:
+        done = self.cli(*args, "--json")
+        if done.returncode != 0:
+            raise RuntimeError(f"gpuwarden {' '.join(args)}: {done.stderr.strip()}")
+        return json.loads(done.stdout)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _gpuwarden(daemon: Daemon, assets: Path, work: Path, n: int, reference: dict[str, Any]) -> Outcome:
+    out = work / f"gpuwarden-{n}"
+    name = f"bench-own-script-{n}"
+    start = time.perf_counter()
+    done = daemon.cli(
+        "run", "--framework", "transformers", "--gpus", "0", "--memory-limit", LIMIT,
+        "--env", "OMP_NUM_THREADS=2", "--env", "MALLOC_ARENA_MAX=2", "--name", name, "--follow",
+        "--", sys.executable, str(HF_SCRIPT), *_hf_args(assets, out), "--gpuwarden_callback", "true",
+    )  # fmt: skip
+    wall = time.perf_counter() - start
+    detail = daemon.json("show", name)
+    ran = done.returncode == 0 and detail["state"] == "succeeded"
+    last = len(detail["attempts"])
+    events = daemon.json("events", detail["id"])["events"]
+    peaks = [
+        int(e["mem_peak"])
+        for e in events
+        if e["type"] == "progress" and e.get("attempt") == last and isinstance(e.get("mem_peak"), int)
+    ]
+    probes = sum(len((r.get("evidence") or {}).get("probes") or []) for r in detail["retunes"])
+    return Outcome(
+        attempts=last,
+        ran=ran,
+        wall_s=wall,
+        effective_batch=detail.get("effective_batch"),
+        distance=_distance(out / "model.safetensors", reference) if ran else None,
+        peak_rss=max(peaks) if peaks else None,
+        note="" if ran else f"{detail['state']}: {detail.get('message')}",
+        probes=probes,
+    )
+
+
+def _auto_find(assets: Path, work: Path, n: int, reference: dict[str, Any]) -> Outcome:
+    out = work / f"auto-find-{n}"
+    out.mkdir(parents=True)
+    starts = out / "starts.jsonl"
+    argv = [sys.executable, str(RECORDER), str(starts), str(HF_SCRIPT), *_hf_args(assets, out)]
+    code, wall, peak = _measured([*argv, "--auto_find_batch_size", "true"], LIMIT_BYTES, out / "log.txt")
+    seen = _starts(starts)
+    final = seen[-1] if seen else {}
+    ran = code == 0
+    return Outcome(
+        attempts=len(seen),
+        ran=ran,
+        wall_s=wall,
+        effective_batch=int(final["batch_size"]) * int(final["accum"]) if ran and final else None,
+        distance=_distance(out / "model.safetensors", reference) if ran else None,
+        peak_rss=peak,
+        note="" if ran else f"exit {code}",
+    )
+
+
+def _lightning_argv(assets: Path, out: Path) -> list[str]:
+    return [
+        sys.executable, str(LIGHTNING_SCRIPT), "--model", str(assets / "train-lm"),
+        "--data", str(assets / "ramp-texts.jsonl"), "--out", str(out), "--batch_size", str(MICRO),
+    ]  # fmt: skip
+
+
+def _lightning(assets: Path, work: Path, n: int, reference: dict[str, Any]) -> Outcome:
+    out = work / f"lightning-{n}"
+    argv = [*_lightning_argv(assets, out), "--find-batch-size"]
+    code, wall, peak = _measured(argv, LIMIT_BYTES, work / f"lightning-{n}.log")
+    seen = _starts(out / "starts.jsonl")
+    final = seen[-1] if seen else {}
+    ran = code == 0
+    note = ""
+    if not ran:
+        text = (work / f"lightning-{n}.log").read_text(errors="replace")
+        oom = "DefaultCPUAllocator" in text.splitlines()[-1] if text.strip() else False
+        what = "ran out of memory" if oom else f"exit {code}"
+        note = f"the fit at batch {final.get('batch_size')} {what}"
+    return Outcome(
+        attempts=len(seen),
+        ran=ran,
+        wall_s=wall,
+        effective_batch=int(final["batch_size"]) * int(final["accum"]) if ran and final else None,
+        distance=_distance(out / "final.safetensors", reference) if ran else None,
+        peak_rss=peak if ran else None,
+        note=note,
+    )
+
+
+def _references(assets: Path, work: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Each script uninterrupted at micro-batch 16 × 1 with no memory limit."""
+    hf_out, lt_out = work / "reference-hf", work / "reference-lightning"
+    hf_argv = [sys.executable, str(HF_SCRIPT), *_hf_args(assets, hf_out)]
+    code, _, _ = _measured(hf_argv, None, work / "ref-hf.log")
+    if code != 0:
+        raise RuntimeError(f"the HF reference run failed (exit {code}): see {work / 'ref-hf.log'}")
+    code, _, _ = _measured(_lightning_argv(assets, lt_out), None, work / "ref-lightning.log")
+    if code != 0:
+        raise RuntimeError(f"the Lightning reference run failed (exit {code})")
+    return _tensors(hf_out / "model.safetensors"), _tensors(lt_out / "final.safetensors")
+
+
+def _median_range(values: list[float]) -> tuple[float, float, float] | None:
+    if not values:
+        return None
+    return statistics.median(values), min(values), max(values)
+
+
+def _fmt(values: list[float], fmt: str, unit: str = "") -> str:
+    stats = _median_range(values)
+    if stats is None:
+        return "—"
+    med, lo, hi = stats
+    spread = "" if lo == hi else f" ({fmt.format(lo)}–{fmt.format(hi)})"
+    return f"{fmt.format(med)}{unit}{spread}"
+
+
+def summary(arm: Arm) -> dict[str, Any]:
+    """The arm's table cells: medians with their range over the repetitions."""
+    ran = [o for o in arm.outcomes if o.ran]
+    attempts = (
+        _fmt([float(o.attempts) for o in ran], "{:.0f}")
+        if len(ran) == len(arm.outcomes)
+        else f"no running fit in {len(arm.outcomes) - len(ran)} of {len(arm.outcomes)}"
+    )
+    distances = [o.distance for o in ran if o.distance is not None]
+    return {
+        "arm": arm.name,
+        "attempts": attempts,
+        "wall": _fmt([o.wall_s for o in arm.outcomes], "{:.0f}", " s"),
+        "effective_batch": ", ".join(sorted({str(o.effective_batch) for o in ran})) or "—",
+        "distance": _fmt(distances, "{:.2g}") if distances else "—",
+        "peak": _fmt([o.peak_rss / 2**30 for o in ran if o.peak_rss], "{:.2f}", " GiB"),
+        "probes": _fmt([float(o.probes) for o in arm.outcomes], "{:.0f}"),
+        "notes": "; ".join(sorted({o.note for o in arm.outcomes if o.note})),
+    }
+
+
+def markdown(arms: list[Arm]) -> str:
+    head = "| arm | attempts to a running fit | wall time | effective batch | weight distance | peak RSS |"
+    lines = [head, "|---|---|---|---|---|---|"]
+    for arm in arms:
+        s = summary(arm)
+        lines.append(
+            f"| {s['arm']} | {s['attempts']} | {s['wall']} | {s['effective_batch']} | "
+            f"{s['distance']} | {s['peak']} |"
+        )
+    return "\n".join(lines)
+
+
+def run() -> list[dict[str, Any]]:
+    from gpuwarden.runners.testing_models import build_example_assets
+
+    work = Path(tempfile.mkdtemp(prefix="bench-own-scripts-"))
+    arms = [Arm("gpuwarden"), Arm("HF auto_find_batch_size"), Arm("Lightning scale_batch_size")]
+    daemon: Daemon | None = None
+    try:
+        assets = work / "assets"
+        build_example_assets(assets)
+        hf_reference, lightning_reference = _references(assets, work)
+        daemon = Daemon(work / "daemon")
+        for n in range(REPEATS):  # interleaved, so load changes touch every arm alike
+            arms[0].outcomes.append(_gpuwarden(daemon, assets, work, n, hf_reference))
+            arms[1].outcomes.append(_auto_find(assets, work, n, hf_reference))
+            arms[2].outcomes.append(_lightning(assets, work, n, lightning_reference))
+            print(f"  repetition {n + 1}/{REPEATS} done", file=sys.stderr, flush=True)
+    finally:
+        if daemon is not None:
+            daemon.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    print(markdown(arms), file=sys.stderr, flush=True)
+    return _rows(arms)
+
+
+def _rows(arms: list[Arm]) -> list[dict[str, Any]]:
+    ours, *others = arms
+    best_other = min(
+        (statistics.median(o.attempts for o in a.outcomes) for a in others if all(o.ran for o in a.outcomes)),
+        default=math.inf,
+    )
+    ours_attempts = statistics.median(o.attempts for o in ours.outcomes)
+    kept = all(o.ran and o.effective_batch == MICRO for o in ours.outcomes)
+    matched = all(o.distance is not None and o.distance < SAME_WEIGHTS for o in ours.outcomes)
+    rows: list[dict[str, Any]] = []
+    for arm in arms:
+        s = summary(arm)
+        rows.append(
+            {
+                "benchmark": f"own script OOM (HF example, {LIMIT} limit, {REPEATS}×): {arm.name}",
+                "value": s["attempts"],
+                "unit": (
+                    f"attempts; wall {s['wall']}; effective batch {s['effective_batch']} (of {MICRO}); "
+                    f"weight distance {s['distance']}; peak RSS {s['peak']}; probes {s['probes']}"
+                    + (f"; {s['notes']}" if s["notes"] else "")
+                ),
+                "target": "" if arm is not ours else "batch kept, same weights, ≤ best finder's attempts",
+                "ok": None if arm is not ours else (kept and matched and ours_attempts <= best_other),
+            }
+        )
+    return rows
+
+
+if __name__ == "__main__":
+    for row in run():
+        print(row)
