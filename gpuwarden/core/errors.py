@@ -7,6 +7,12 @@ turns it into a JSON error with a 4xx status. Anything else that escapes is a bu
 from __future__ import annotations
 
 
+def one_line(text: str | BaseException) -> str:
+    """A possibly multi-line message as the one line an error event, a log line or an API error
+    carries: its non-blank lines joined with "; " ("error" when there is nothing)."""
+    return "; ".join(part.strip() for part in str(text).splitlines() if part.strip()) or "error"
+
+
 class UserError(Exception):
     """A problem in the user's input or environment, with the fix in its message."""
 

@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gpuwarden.core.api import ErrorBody, ErrorDetail
-from gpuwarden.core.errors import ConfigError, UserError
+from gpuwarden.core.errors import ConfigError, UserError, one_line
 
 log = logging.getLogger("gpuwarden.daemon.http")
 
@@ -46,10 +46,6 @@ def cut(text: str) -> str:
     kept under MESSAGE_MAX."""
     short = _LONG_VALUE.sub(lambda m: f"{m.group()[: VALUE_MAX - 20]}…({len(m.group())} characters)", text)
     return short if len(short) <= MESSAGE_MAX else short[: MESSAGE_MAX - 1] + "…"
-
-
-def one_line(text: str) -> str:
-    return "; ".join(line.strip() for line in text.splitlines() if line.strip()) or "error"
 
 
 def error_response(

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpuwarden.core.config.spec import RunSpec, load_spec
-from gpuwarden.core.errors import UserError
+from gpuwarden.core.errors import UserError, one_line
 from gpuwarden.core.events import (
     EXIT_FAILED,
     EXIT_GANG_ABORTED,
@@ -67,11 +67,6 @@ def next_attempt(run_dir: Path) -> int:
     attempts = run_dir / "attempts"
     numbers = [int(p.name) for p in attempts.iterdir() if p.name.isdigit()] if attempts.is_dir() else []
     return max(numbers, default=0) + 1
-
-
-def one_line(text: str) -> str:
-    """Collapse a possibly multi-line message into the one line an `error` event carries."""
-    return "; ".join(part.strip() for part in text.splitlines() if part.strip()) or text
 
 
 def load_body(kind: str) -> RunnerBody:

@@ -12,9 +12,9 @@ import torch
 from gpuwarden.core.config.resolve import resolve_relative_paths
 from gpuwarden.core.config.spec import parse_spec
 from gpuwarden.core.config.spec_train import SchedulerSpec
-from gpuwarden.core.errors import UserError
+from gpuwarden.core.errors import UserError, one_line
 from gpuwarden.core.events import Progress, decode
-from gpuwarden.runners.__main__ import next_attempt, one_line
+from gpuwarden.runners.__main__ import next_attempt
 from gpuwarden.runners.checkpoint import (
     CheckpointPayload,
     RngState,

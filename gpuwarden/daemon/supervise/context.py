@@ -109,10 +109,6 @@ def spec_document(spec: RunSpec) -> dict[str, Any]:
     return spec.model_dump(mode="json")
 
 
-def one_line(exc: Exception) -> str:
-    return "; ".join(line for line in str(exc).splitlines() if line.strip())
-
-
 class Context:
     """Shared by every part; see the module docstring. Parts call it under `lock`."""
 

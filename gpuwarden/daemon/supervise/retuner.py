@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 
 from gpuwarden.core.config.spec import spec_from_mapping
-from gpuwarden.core.errors import UserError
+from gpuwarden.core.errors import UserError, one_line
 from gpuwarden.core.run_state import RunState
-from gpuwarden.daemon.supervise.context import Context, Start, one_line, spec_document
+from gpuwarden.daemon.supervise.context import Context, Start, spec_document
 from gpuwarden.daemon.supervise.hooks import AttemptEnd, NextAttempt, RetuneGiveUp, RetuneHook
 
 log = logging.getLogger("gpuwarden.daemon.supervisor")

@@ -7,8 +7,9 @@ import logging
 from pathlib import Path
 
 from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
+from gpuwarden.core.errors import one_line
 from gpuwarden.core.run_state import RunState
-from gpuwarden.daemon.supervise.context import Context, Start, one_line, spec_document
+from gpuwarden.daemon.supervise.context import Context, Start, spec_document
 from gpuwarden.daemon.supervise.hooks import AutotuneHook
 
 log = logging.getLogger("gpuwarden.daemon.supervisor")
