@@ -106,8 +106,8 @@ def _oom_to_stopped(work: Path, model: Path, texts: Path) -> list[float]:
 
 def _stall_to_stopped(work: Path, model: Path, texts: Path) -> float:
     _, _, end, events = _attempt(work / "stall", _lm_section(model, texts), env={STALL_ENV: "1:2"})
-    last = max(e["ts"] for e in events[1] if e["type"] == "progress")
-    return end - last
+    last = max(float(e["ts"]) for e in events[1] if e["type"] == "progress")
+    return float(end) - last
 
 
 SHAPES: dict[str, tuple[dict[str, Any], dict[str, str]]] = {

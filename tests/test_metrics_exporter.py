@@ -17,7 +17,7 @@ MIB = 1024**2
 
 class Source:
     def __init__(self) -> None:
-        self.gpus = [
+        self.gpus: list[tuple[GpuStatic, GpuSample | None]] = [
             (
                 GpuStatic(uuid="GPU-a", index=0, name="NVIDIA H100"),
                 GpuSample(

@@ -19,7 +19,7 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.tuner import Tuner
+from lightning.pytorch.tuner.tuning import Tuner
 from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM, AutoTokenizer, DataCollatorForLanguageModeling
 

@@ -107,7 +107,7 @@ SHUTDOWN_APP = TestClient(create_app(cast(Any, SHUTDOWN)), base_url=BASE)
 def _send(http: httpx.Client, case: Any) -> httpx.Response:
     kwargs = case.as_transport_kwargs(base_url=BASE)
     if case.path == "/v1/shutdown":
-        http = SHUTDOWN_APP
+        http = cast(httpx.Client, SHUTDOWN_APP)  # a TestClient is an httpx.Client bound to the app
     request = http.build_request(
         kwargs["method"],
         kwargs["url"],

@@ -57,7 +57,7 @@ def _progress_steps(gw: DaemonHandle, run_id: str, attempt: int) -> list[int]:
 
 
 def _check_recovered_plain(gw: DaemonHandle, name: str, resumed_step: int) -> dict[str, Any]:
-    detail = gw.cli_json("show", name)
+    detail: dict[str, Any] = gw.cli_json("show", name)
     assert detail["state"] == "succeeded", detail["message"]
     assert [a["classification"] for a in detail["attempts"]] == ["oom", "succeeded"]
     assert detail["effective_batch"] == 16

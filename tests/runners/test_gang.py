@@ -156,7 +156,8 @@ def oom_run(data: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 def test_one_rank_runs_out_of_memory_and_torchrun_ends_the_gang(oom_run: Gang) -> None:
-    assert oom_run.child.poll() is not None and oom_run.child.poll().code == 1, oom_run.stderr()[-3000:]
+    status = oom_run.child.poll()
+    assert status is not None and status.code == 1, oom_run.stderr()[-3000:]
     events = oom_run.events()
     oom = [e for e in events[1] if e["type"] == "oom"]
     assert len(oom) == 1, events[1]

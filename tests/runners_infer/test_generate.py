@@ -8,6 +8,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,7 +26,7 @@ def input_ids(prompts: Path) -> list[str]:
     ]
 
 
-def assert_each_item_once(output: Path, prompts: Path) -> list[dict[str, object]]:
+def assert_each_item_once(output: Path, prompts: Path) -> list[dict[str, Any]]:
     rows = read_jsonl(output)
     ids = [row["id"] for row in rows]
     assert len(ids) == len(set(ids)), f"duplicated items: {sorted(i for i in ids if ids.count(i) > 1)}"

@@ -79,7 +79,7 @@ def test_an_attempt_spawned_but_not_recorded_is_found_by_its_tag_and_adopted(rig
         spawn(*args, **kwargs)  # type: ignore[arg-type]
         raise DaemonDied
 
-    rig.procs.spawn = spawn_then_die  # type: ignore[method-assign]
+    rig.procs.spawn = spawn_then_die  # type: ignore[method-assign,assignment]
     with pytest.raises(DaemonDied):
         rig.step()
     rig.procs.spawn = spawn  # type: ignore[method-assign]

@@ -130,7 +130,8 @@ def test_tune_of_an_own_script_spec_writes_a_tuned_spec_with_the_effective_batch
     tuned = complete_command(load_spec(Path(out["output"])))  # a valid spec, as the daemon reads it
     assert effective_batch_of(tuned.model_dump(mode="json")) == 16
     record = prepare_attempt(tuned, "r", tmp_path / "run", 1).record
-    assert record["config"]["changes"]["training.batch_size"] == [16, 8]
-    assert record["config"]["changes"]["training.gradient_accumulation_steps"] == [1, 2]
+    assert record.config is not None
+    assert record.config.changes["training.batch_size"] == (16, 8)
+    assert record.config.changes["training.gradient_accumulation_steps"] == (1, 2)
     assert config.read_bytes() == before  # the user's file is only read
     assert not (REPO / "outputs").exists()  # probes wrote into their own folders
