@@ -38,7 +38,7 @@ def test_events_and_their_offset_commit_together(store: RunStore) -> None:
     assert attempt["gpus"] == ["GPU-1"]
     assert [e["id"] for e in store.events("r1", types=["progress"])] == ids
     assert store.metrics("r1")[0]["loss"] == 0.25
-    with pytest.raises(Exception):  # noqa: B017 - any failure must roll back both
+    with pytest.raises(ValueError, match="could not convert"):  # any failure must roll back both
         store.add_events("r1", 1, [{"type": "progress", "ts": "not a number"}], 999)
     again = store.attempt("r1", 1)
     assert again is not None and again["events_offset"] == 120

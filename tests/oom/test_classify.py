@@ -97,7 +97,7 @@ def test_parse_size_forms() -> None:
     assert parse_size("9.06 GB") == round(9.06 * GiB)  # MPS printed binary sizes as "GB"
     assert parse_size("15GiB") == 15 * GiB
     for bad in ("", "lots", "2.0 parsecs", "GiB"):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="size"):
             parse_size(bad)
 
 

@@ -99,7 +99,7 @@ def test_flat_measurements_do_not_extrapolate() -> None:
 def test_no_evidence() -> None:
     assert predict_max_batch([], 24 * GiB).batch is None
     assert predict_max_batch(line(GiB, GiB, [1, 2]), None).basis == "capacity unknown"
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="headroom must be in"):
         predict_max_batch([], GiB, headroom=1.0)
 
 

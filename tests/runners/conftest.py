@@ -9,7 +9,7 @@ import resource
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -134,10 +134,10 @@ def wait_for_event(path: Path, predicate: Callable[[dict[str, Any]], bool], time
 
 
 @pytest.fixture(scope="session")
-def assets(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+def assets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Tiny causal LM, texts, and image folders shared by the session's tests."""
     root = tmp_path_factory.mktemp("runner-assets")
-    yield {
+    return {
         "lm": build_tiny_causal_lm(root / "tiny-lm", hidden=64, layers=2, vocab=512, seed=0),
         "texts": write_text_dataset(root / "texts.jsonl", 96, seed=1),
         "images": write_image_folder(root / "images", 12, (80, 64), seed=2),

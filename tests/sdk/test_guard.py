@@ -46,6 +46,6 @@ def test_no_checkpoint_inside_the_optimizer_update_and_other_errors_pass(tmp_pat
     with guard, guard.updating():
         _allocate_too_much()
     assert [json.loads(line)["type"] for line in events.read_text().splitlines()] == ["oom"]
-    with pytest.raises(ValueError), guard:
+    with pytest.raises(ValueError, match="not memory"), guard:
         raise ValueError("not memory")
     assert codes == [EXIT_OOM]
