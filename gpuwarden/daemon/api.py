@@ -7,7 +7,6 @@ a client can cause; a 500 means a daemon bug.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import re
@@ -27,6 +26,7 @@ from gpuwarden.core.config.resolve import resolve_relative_paths
 from gpuwarden.core.config.spec import KnobValue, RunSpec, parse_spec, spec_from_mapping
 from gpuwarden.core.errors import ConfigError, UserError
 from gpuwarden.core.run_state import FINAL_STATES, RunState
+from gpuwarden.core.safeload import read_json_file
 from gpuwarden.core.telemetry.types import GPU_METRICS, HOST_METRICS
 from gpuwarden.daemon.strays import terminate_gpu_process
 from gpuwarden.daemon.stream import FRAME_TYPES
@@ -197,9 +197,9 @@ def create_app(daemon: Daemon) -> FastAPI:
         report: Any = None
         if report_path.exists():
             try:
-                report = json.loads(report_path.read_text())
-            except (OSError, ValueError) as exc:
-                report = {"unreadable": str(exc)}
+                report = read_json_file(report_path, what="run report")
+            except UserError as exc:  # a command run's program may write anything there
+                report = {"unreadable": exc.message}
         return {
             **run_summary(run),
             "run_dir": run["run_dir"],
