@@ -393,7 +393,7 @@ def create_app(daemon: Daemon) -> FastAPI:
             rows = store.events(run["id"], since=since, limit=limit)
             current = store.get_run(run["id"])
             state = current["state"] if current else "deleted"
-            if rows or state in FINAL_STATES or time.monotonic() >= deadline:
+            if rows or state in FINAL_STATES or time.monotonic() >= deadline or daemon.stopping:
                 break
             time.sleep(0.2)
         next_since = rows[-1]["id"] if rows else since
@@ -432,7 +432,7 @@ def create_app(daemon: Daemon) -> FastAPI:
         deadline = time.monotonic() + wait
         while True:
             chunk = read_log(path, offset, limit)
-            if chunk["data"] or wait <= 0 or time.monotonic() >= deadline:
+            if chunk["data"] or wait <= 0 or time.monotonic() >= deadline or daemon.stopping:
                 break
             current = daemon.runs().attempt(run["id"], number)
             if current is None or current["state"] == "ended":
