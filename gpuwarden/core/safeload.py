@@ -189,7 +189,8 @@ def _compose(loader: Any, label: str, limits: ReadLimits) -> yaml.Node | None:
                 raise _marked(
                     label,
                     event.start_mark,
-                    f"more than {limits.max_values} values, the limit for one document — a spec or config holds hundreds",
+                    f"more than {limits.max_values} values, the limit for one document — "
+                    "a spec or config holds hundreds",
                 )
             node = _new_node(loader, event)
             if event.anchor is not None:
