@@ -96,7 +96,7 @@ def ps(show_all: bool, as_json: bool) -> None:
 
 
 @click.command("run")
-@click.argument("spec_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("spec_file", type=click.Path(path_type=Path))  # the reader says what is wrong, in one line
 @click.option("-f", "--follow", is_flag=True, help="Stream state, events and output until the run ends.")
 @click.option(
     "--no-check-inputs",

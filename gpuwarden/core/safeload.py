@@ -34,11 +34,12 @@ MIB = 1024 * KIB
 
 @dataclass(frozen=True)
 class ReadLimits:
-    """What one document may hold. The defaults are a hundred times what a real spec needs."""
+    """What one document may hold. The defaults are tens of times what the largest shipped file
+    needs (the profiles: 3.5 KB, 360 values, 6 levels)."""
 
     max_bytes: int = MIB
     max_depth: int = 64
-    max_values: int = 50_000
+    max_values: int = 10_000
 
     def describe_size(self) -> str:
         return _size(self.max_bytes)
@@ -46,7 +47,7 @@ class ReadLimits:
 
 DEFAULT_LIMITS = ReadLimits()
 # One event line of a run (events.jsonl): a `finished` event carries the whole report.
-EVENT_LIMITS = ReadLimits(max_bytes=MIB, max_depth=32, max_values=20_000)
+EVENT_LIMITS = ReadLimits(max_bytes=MIB, max_depth=32, max_values=10_000)
 
 _LOADER: type[Any] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 C_LOADER = _LOADER is not yaml.SafeLoader
@@ -296,6 +297,8 @@ def construct_yaml(root: yaml.Node, label: str) -> Any:
         problem = exc.problem or "cannot build this value"
         if "constructor for the tag" in problem:
             problem = f"{problem} — gpuwarden reads plain YAML values only: remove the tag"
+        else:
+            problem = f"{problem} — fix the YAML there"
         raise _marked(label, exc.problem_mark, problem) from None
     except yaml.MarkedYAMLError as exc:
         raise _syntax_error(exc, label) from None
