@@ -54,9 +54,7 @@ def main(argv: list[str]) -> int:
         print(f"  {name}: {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
 
     headers = ["module", "benchmark", "value", "unit", "target", "ok"]
-    table = [
-        [_fmt(r.get(h, "")) if h != "ok" else ("yes" if r.get("ok") else "NO") for h in headers] for r in rows
-    ]
+    table = [[_fmt(r.get(h, "")) if h != "ok" else _verdict(r.get("ok")) for h in headers] for r in rows]
     widths = [max(len(h), *(len(t[i]) for t in table)) if table else len(h) for i, h in enumerate(headers)]
     print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)))
     print("  ".join("-" * w for w in widths))
