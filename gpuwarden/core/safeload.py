@@ -182,7 +182,11 @@ def _compose(loader: Any, label: str, limits: ReadLimits) -> yaml.Node | None:
         node: yaml.Node
         if isinstance(event, yaml.AliasEvent):
             if event.anchor not in anchors:
-                raise _marked(label, event.start_mark, f"YAML error: alias *{event.anchor} names no anchor")
+                raise _marked(
+                    label,
+                    event.start_mark,
+                    f"alias *{event.anchor} names no anchor — define &{event.anchor} first",
+                )
             node = anchors[event.anchor]
         elif isinstance(event, yaml.ScalarEvent | yaml.SequenceStartEvent | yaml.MappingStartEvent):
             values += 1
