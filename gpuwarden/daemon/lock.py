@@ -3,7 +3,8 @@
 The lock (not the pid file) is the truth: the kernel drops it when the process exits, so a daemon
 killed with -9 never leaves a stale lock behind, and a daemon that is still shutting down (a
 request thread finishing, the store flushing) still holds it: no second daemon starts beside it.
-The lock is therefore never released by hand. The pid file is only for messages and `down`.
+The lock is therefore never released by hand. The pid file is only for messages and `down`; it
+may outlive the process, since only the lock says whether a daemon runs.
 """
 
 from __future__ import annotations
