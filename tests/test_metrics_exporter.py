@@ -98,6 +98,7 @@ def test_dcgm_names_units_and_labels(server: MetricsServer) -> None:
     assert m["DCGM_FI_DEV_FB_FREE"][0][1] == 81559 - 4096
     assert m["DCGM_FI_DEV_POWER_USAGE"][0][1] == 350.5
     assert m["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"][0][1] == 123456789
+    assert m["gpuwarden_gpu_energy_joules_total"][0][1] == 123456.789
     assert m["DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"][0][1] == 4
     assert "DCGM_FI_DEV_FAN_SPEED" not in m  # unsupported → absent, never a fake zero
     lost = {lab["UUID"]: v for lab, v in m["gpuwarden_gpu_lost"]}
@@ -111,4 +112,4 @@ def test_run_series(server: MetricsServer) -> None:
     assert states["running"] == 1 and states["failed"] == 0
     assert m["gpuwarden_run_attempts"][0][1] == 2
     assert m["gpuwarden_run_retunes_total"][0][1] == 1
-    assert m["gpuwarden_run_samples_per_s"][0][1] == 12.5
+    assert m["gpuwarden_run_samples_per_second"][0][1] == 12.5  # units spelled out (promtool)

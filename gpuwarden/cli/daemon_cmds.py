@@ -11,9 +11,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -25,7 +26,9 @@ if TYPE_CHECKING:
     from gpuwarden.core.api import Health
 
 UP_TIMEOUT_S = 15.0
-DOWN_TIMEOUT_S = 20.0
+# The daemon exits at most this long after a stop was asked for; `down` waits a little longer.
+SHUTDOWN_DEADLINE_S = 15.0
+DOWN_TIMEOUT_S = 25.0
 
 
 def _paths() -> Paths:
@@ -56,11 +59,41 @@ def daemon(sample_interval: float | None, log_level: str | None) -> None:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    instance = Daemon(settings)
+    threading.Thread(target=_exit_if_stuck, args=(instance,), name="shutdown-deadline", daemon=True).start()
+    code = 0
     try:
-        Daemon(settings).run()
+        instance.run()
     except DaemonRunning as exc:
         click.echo(f"gpuwarden: {exc}", err=True)
-        sys.exit(1)
+        code = 1
+    except UserError as exc:
+        click.echo(f"gpuwarden: {exc.message}", err=True)
+        code = 2
+    except Exception:
+        logging.getLogger("gpuwarden.daemon").exception("the daemon failed")
+        code = 1
+    _exit_now(code)
+
+
+def _exit_now(code: int) -> NoReturn:
+    """End the process without waiting for request threads still running: what must persist was
+    flushed by the daemon's close, and only the process's exit releases the instance lock."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _exit_if_stuck(instance: Any) -> None:
+    """Bound the shutdown: SHUTDOWN_DEADLINE_S after the stop was asked for, exit regardless."""
+    while not instance.stopping:
+        time.sleep(0.5)
+    time.sleep(SHUTDOWN_DEADLINE_S)
+    logging.getLogger("gpuwarden.daemon").error(
+        "shutdown took longer than %.0f s: exiting now (runs keep running)", SHUTDOWN_DEADLINE_S
+    )
+    _exit_now(1)
 
 
 def _health(paths: Paths) -> Health | None:
@@ -162,18 +195,21 @@ def down(as_json: bool) -> None:
                 f"the daemon holds {paths.lock_file} but has no pid file — stop it by hand"
             ) from None
         os.kill(pid, signal.SIGTERM)
+    # The daemon holds its lock until its process exits: a free lock means the process is gone.
     deadline = time.monotonic() + DOWN_TIMEOUT_S
     while lock_holder_alive(paths.lock_file):
         if time.monotonic() > deadline:
             raise UserError(
-                f"the daemon (pid {pid}) did not stop within {DOWN_TIMEOUT_S:.0f} s — see {paths.daemon_log}"
+                f"the daemon (pid {pid}) has not exited {DOWN_TIMEOUT_S:.0f} s after being asked to stop"
+                f" — see {paths.daemon_log}; `kill -9 {pid}` ends it (runs keep running)"
             )
         time.sleep(0.05)
     if as_json:
-        print_json({"stopped": True, "was_running": True, "pid": pid})
+        print_json({"stopped": True, "was_running": True, "exited": True, "pid": pid})
     else:
         click.echo(
-            f"gpuwarden daemon stopped (pid {pid}); runs keep running and are re-adopted by the next daemon"
+            f"gpuwarden daemon stopped (pid {pid} has exited); runs keep running and are re-adopted "
+            "by the next daemon"
         )
 
 

@@ -24,7 +24,9 @@ SPEC_SUFFIXES = (".yaml", ".yml")
 
 
 def _is_spec(target: str) -> bool:
-    return target.endswith(SPEC_SUFFIXES) or Path(target).is_file()
+    # A run's id or name never holds a "/": anything that does is a path (a FIFO, a device…)
+    # and gets the file reader's one-line refusal rather than a run look-up.
+    return target.endswith(SPEC_SUFFIXES) or "/" in target or Path(target).is_file()
 
 
 def _value(v: Any) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -121,7 +122,7 @@ def run_cmd(words: tuple[str, ...], follow: bool, no_check_inputs: bool, as_json
         raise UserError(
             "give a spec file (gpuwarden run SPEC.yaml) or a command (gpuwarden run -- CMD ARGS…)"
         )
-    is_spec = len(words) == 1 and words[0].endswith((".yaml", ".yml")) and not flags_given(flags)
+    is_spec = len(words) == 1 and not flags_given(flags) and _names_a_spec(words[0])
     with contextlib.ExitStack() as stack:
         if is_spec:
             spec_file = Path(words[0])
@@ -149,6 +150,24 @@ def run_cmd(words: tuple[str, ...], follow: bool, no_check_inputs: bool, as_json
     if as_json:
         print_json(final)
     sys.exit(0 if final.state == "succeeded" else 1)
+
+
+def _names_a_spec(word: str) -> bool:
+    """Whether a lone argument is a spec file rather than a program to run (click drops the `--`
+    that would tell them apart). A path that is no program is read as a spec, so the reader says
+    in one line what is wrong with it (a folder, a device, too large, …)."""
+    if word.endswith((".yaml", ".yml", ".json")):
+        return True
+    if shutil.which(word) is not None:
+        return False
+    if word.endswith(".py"):
+        raise UserError(f"{word} is a Python script: run it with `gpuwarden run -- python {word}`")
+    if Path(word).exists():
+        return True
+    raise UserError(
+        f"{word}: no such spec file or program — give a spec (gpuwarden run SPEC.yaml) "
+        "or a command (gpuwarden run -- CMD ARGS…)"
+    )
 
 
 def _follow(client: ApiClient, run_id: str, as_json: bool) -> RunDetail:

@@ -15,6 +15,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpuwarden.core.errors import UserError
+from gpuwarden.core.safeload import EVENT_LIMITS, load_json
+
 PROTOCOL_VERSION = 1
 
 # Exit codes a gpuwarden runner uses; the daemon classifies attempts by them and by events.
@@ -127,8 +130,8 @@ def encode(event: Event) -> str:
 def decode(line: str) -> dict[str, Any] | None:
     """Parse one line into a dict with at least `type` and `ts`; None for anything unusable."""
     try:
-        obj = json.loads(line)
-    except (ValueError, RecursionError):
+        obj = load_json(line, "event", EVENT_LIMITS)
+    except UserError:
         return None
     if not isinstance(obj, dict) or not isinstance(obj.get("type"), str):
         return None

@@ -24,13 +24,15 @@ from gpuwarden.core.config.settings import Settings
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.oom.classify import read_oom_kill_count
 from gpuwarden.core.paths import Paths
+from gpuwarden.core.private import OwnerOf, file_owner
 from gpuwarden.core.store.db import open_db
 from gpuwarden.core.store.runs import RunStore
 from gpuwarden.core.store.telemetry import TelemetryStore
 from gpuwarden.core.telemetry.topology import NO_TOPOLOGY, GpuTopology
 from gpuwarden.core.telemetry.types import GpuProcess, GpuReader, GpuSample, GpuStatic, HostSample, Tick
-from gpuwarden.daemon.lock import InstanceLock, ensure_private_dir
+from gpuwarden.daemon.lock import InstanceLock
 from gpuwarden.daemon.placement import GpuState
+from gpuwarden.daemon.private_state import enter_owner_only_umask, prepare_private_state
 from gpuwarden.daemon.process import LocalProcesses
 from gpuwarden.daemon.stream import Broadcaster
 from gpuwarden.daemon.supervise import Backends, Hooks, RetuneHook, Supervisor
@@ -62,11 +64,14 @@ class Daemon:
         *,
         gpu_reader: GpuReader | None = None,
         retune_hook: RetuneHook | None = None,
+        owner_of: OwnerOf = file_owner,
     ) -> None:
         self.settings = settings
         self.paths = paths or settings.resolve_paths()
         self.started_at = time.time()
-        self.lock = InstanceLock(self.paths.lock_file, self.paths.pid_file)
+        self._owner_of = owner_of
+        self._umask: int | None = None
+        self.lock = InstanceLock(self.paths.lock_file, self.paths.pid_file, owner_of)
         self.writer = StoreWriter(self.paths.db)
         self.broadcaster = Broadcaster()
         self._gpu_reader = gpu_reader
@@ -200,10 +205,9 @@ class Daemon:
         from gpuwarden.core.telemetry.nvml import open_gpu_reader
         from gpuwarden.core.telemetry.sampler import Sampler
 
+        self._umask = enter_owner_only_umask()
+        prepare_private_state(self.paths, self._owner_of)
         self.lock.acquire()
-        ensure_private_dir(self.paths.runtime_dir)
-        self.paths.state_dir.mkdir(parents=True, exist_ok=True)
-        self.paths.runs_dir.mkdir(parents=True, exist_ok=True)
         self.writer.start()
         reader = self._gpu_reader or open_gpu_reader()
         self.sampler = Sampler(reader, HostReader(), process_interval=self.settings.process_interval)
@@ -303,6 +307,11 @@ class Daemon:
         finally:
             sock.close()
 
+    @property
+    def stopping(self) -> bool:
+        """True once shutdown was asked for (API, signal, or close): long requests end early."""
+        return self._stop.is_set() or bool(self.server is not None and self.server.should_exit)
+
     def request_shutdown(self) -> None:
         """Ask the server to stop (from an API handler or another thread)."""
         if self.server is not None:
@@ -334,7 +343,9 @@ class Daemon:
             self.sampler.close()
         if self.server is not None:
             _unlink_own_socket(self.paths.socket)
-        self.lock.release()
+        if self._umask is not None:
+            os.umask(self._umask)
+        # The lock stays held until the process exits (see daemon/lock.py).
         log.info("gpuwarden daemon stopped")
 
     def run(self) -> None:

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MAX_CHUNK = 1 << 20
+# Stands for a line longer than MAX_CHUNK: not JSON, so it is counted as a skipped line.
+OVERSIZED = "(a line longer than 1 MiB, skipped)"
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,8 @@ class EventsTail:
     def __init__(self, path: Path, offset: int = 0) -> None:
         self.path = path
         self.offset = offset
+        # Inside a line longer than MAX_CHUNK: its rest is dropped up to the next newline.
+        self._dropping = False
 
     def read(self, final: bool = False) -> Chunk | None:
         """New complete lines, or None when there are none. With `final` (the writer has exited) a
@@ -40,14 +44,25 @@ class EventsTail:
         if not data:
             return None
         more = len(data) == MAX_CHUNK
+        lines: list[str] = []
+        start = 0
+        if self._dropping:
+            newline = data.find(b"\n")
+            if newline < 0:
+                return Chunk([], self.offset + len(data), more)
+            self._dropping, start = False, newline + 1
         cut = data.rfind(b"\n")
         if final and not more:
             end = len(data)
-        elif cut < 0:
-            return None
+        elif cut < start:
+            if not more:
+                return None if start == 0 else Chunk([], self.offset + start, False)
+            # A whole chunk without a newline: a runaway line that would block the tail forever.
+            self._dropping = True
+            return Chunk([OVERSIZED], self.offset + len(data), more)
         else:
             end = cut + 1
-        lines = [line.decode("utf-8", "replace") for line in data[:end].splitlines() if line.strip()]
+        lines += [line.decode("utf-8", "replace") for line in data[start:end].splitlines() if line.strip()]
         return Chunk(lines, self.offset + end, more)
 
     def commit(self, offset: int) -> None:

@@ -1,7 +1,10 @@
-"""One daemon per user: an fcntl lock on Paths.lock_file, held for the daemon's lifetime.
+"""One daemon per user: an fcntl lock on Paths.lock_file, held for the daemon's whole process.
 
-The lock (not the pid file) is the truth: the kernel drops it when the process dies, so a daemon
-killed with -9 never leaves a stale lock behind. The pid file is only for messages and `down`.
+The lock (not the pid file) is the truth: the kernel drops it when the process exits, so a daemon
+killed with -9 never leaves a stale lock behind, and a daemon that is still shutting down (a
+request thread finishing, the store flushing) still holds it: no second daemon starts beside it.
+The lock is therefore never released by hand. The pid file is only for messages and `down`; it
+may outlive the process, since only the lock says whether a daemon runs.
 """
 
 from __future__ import annotations
@@ -11,6 +14,9 @@ import os
 from pathlib import Path
 
 from gpuwarden.core.errors import UserError
+from gpuwarden.core.private import OwnerOf, ensure_private_dir, file_owner
+
+__all__ = ["DaemonRunning", "InstanceLock", "ensure_private_dir", "lock_holder_alive", "read_pid"]
 
 
 class DaemonRunning(UserError):
@@ -23,12 +29,6 @@ class DaemonRunning(UserError):
         )
 
 
-def ensure_private_dir(path: Path) -> None:
-    """Create `path` (and parents) and make it 0700: the socket's directory must not be shared."""
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(path, 0o700)
-
-
 def read_pid(pid_file: Path) -> int | None:
     """The pid written by the running daemon, or None when the file is missing or garbled."""
     try:
@@ -38,11 +38,12 @@ def read_pid(pid_file: Path) -> int | None:
 
 
 class InstanceLock:
-    """Exclusive, non-blocking lock plus pid file; `release` on clean exit."""
+    """Exclusive, non-blocking lock plus pid file, held until the process exits."""
 
-    def __init__(self, lock_file: Path, pid_file: Path) -> None:
+    def __init__(self, lock_file: Path, pid_file: Path, owner_of: OwnerOf = file_owner) -> None:
         self.lock_file = lock_file
         self.pid_file = pid_file
+        self._owner_of = owner_of
         self._fd: int | None = None
 
     @property
@@ -51,7 +52,7 @@ class InstanceLock:
 
     def acquire(self) -> None:
         """Take the lock or raise DaemonRunning with the holder's pid."""
-        ensure_private_dir(self.lock_file.parent)
+        ensure_private_dir(self.lock_file.parent, self._owner_of, setting="paths.runtime_dir")
         fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -64,11 +65,10 @@ class InstanceLock:
         os.replace(tmp, self.pid_file)
 
     def release(self) -> None:
-        """Remove the pid file and drop the lock."""
+        """Drop the lock now. Only for a process that stays alive without being the daemon any
+        more (tests); the daemon keeps it until it exits."""
         if self._fd is None:
             return
-        if read_pid(self.pid_file) == os.getpid():
-            self.pid_file.unlink(missing_ok=True)
         fcntl.flock(self._fd, fcntl.LOCK_UN)
         os.close(self._fd)
         self._fd = None

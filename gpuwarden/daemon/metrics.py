@@ -3,20 +3,23 @@ dcgm-exporter has the metric, so existing Grafana dashboards work, plus `gpuward
 what only gpuwarden knows (runs, retunes, lost GPUs, the host).
 
 The collector reads the daemon's latest in-memory snapshot on each scrape; it never touches NVML
-or the database, so a scrape cannot slow the sampler.
+or the database, so a scrape cannot slow the sampler. The exposition passes `promtool check
+metrics` except for dcgm-exporter's camelCase label `modelName`, kept so its dashboards work.
+Only `GET /metrics` is served; the address is 127.0.0.1 unless `metrics.host` says otherwise.
 """
 
 from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
-from wsgiref.simple_server import WSGIServer
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
@@ -55,6 +58,15 @@ _DCGM_GAUGES: tuple[tuple[str, str, float, str], ...] = (
     ("DCGM_FI_DEV_PSTATE", "pstate", 1.0, "Performance state (P0-P15)."),
 )
 _GPU_LABELS = ["gpu", "UUID", "device", "modelName", "Hostname"]
+# Run progress field → (series name after gpuwarden_run_, help). Units spelled out: promtool
+# refuses abbreviations such as `_s`.
+_PROGRESS: dict[str, tuple[str, str]] = {
+    "samples_per_s": ("samples_per_second", "Latest training/inference throughput (samples/s)."),
+    "tokens_per_s": ("tokens_per_second", "Latest throughput (tokens/s)."),
+    "samples_seen": ("samples_seen", "Samples processed so far."),
+    "loss": ("loss", "Latest training loss."),
+    "mem_peak": ("memory_peak_bytes", "Latest peak device memory of the run (bytes)."),
+}
 
 
 class GpuwardenCollector(Collector):
@@ -75,10 +87,14 @@ class GpuwardenCollector(Collector):
         fb_free = GaugeMetricFamily(
             "DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", labels=_GPU_LABELS
         )
-        # dcgm-exporter exposes this counter without the `_total` suffix that CounterMetricFamily
-        # would add; build the family by hand so existing dashboards find the same series name.
+        # dcgm-exporter's series name has no `_total`, which a counter must have: declared untyped
+        # it keeps that name for existing dashboards and still passes promtool. The counter in
+        # base units is gpuwarden's own.
         energy = Metric(
-            "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "Total energy consumption since boot (in mJ).", "counter"
+            "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "Total energy consumption since boot (in mJ).", "unknown"
+        )
+        joules = CounterMetricFamily(
+            "gpuwarden_gpu_energy_joules", "Energy used by the GPU since boot (joules).", labels=_GPU_LABELS
         )
         lost = GaugeMetricFamily(
             "gpuwarden_gpu_lost", "1 while the GPU does not answer NVML.", labels=_GPU_LABELS
@@ -100,9 +116,11 @@ class GpuwardenCollector(Collector):
                     dict(zip(_GPU_LABELS, labels, strict=True)),
                     float(sample.energy_mj),
                 )
+                joules.add_metric(labels, sample.energy_mj / 1000.0)
         yield from families.values()
         yield fb_free
         yield energy
+        yield joules
         yield lost
 
     def _host_metrics(self) -> Iterator[Metric]:
@@ -116,29 +134,25 @@ class GpuwardenCollector(Collector):
             ("gpuwarden_host_load1", host.load1, "Host 1-minute load average."),
         ):
             if value is not None:
-                g = GaugeMetricFamily(name, help_)
-                g.add_metric([], float(value))
+                g = GaugeMetricFamily(name, help_, labels=["Hostname"])
+                g.add_metric([self._hostname], float(value))
                 yield g
 
     def _run_metrics(self) -> Iterator[Metric]:
         runs = self._source.runs_snapshot()
+        # Hostname as on the GPU series, so one dashboard variable selects a machine's everything.
+        labels = ["run", "name", "Hostname"]
         state = GaugeMetricFamily(
-            "gpuwarden_run_state", "1 for the run's current state.", labels=["run", "name", "kind", "state"]
+            "gpuwarden_run_state", "1 for the run's current state.", labels=[*labels, "kind", "state"]
         )
-        attempts = GaugeMetricFamily("gpuwarden_run_attempts", "Attempts started.", labels=["run", "name"])
-        retunes = CounterMetricFamily("gpuwarden_run_retunes", "Retunes applied.", labels=["run", "name"])
+        attempts = GaugeMetricFamily("gpuwarden_run_attempts", "Attempts started.", labels=labels)
+        retunes = CounterMetricFamily("gpuwarden_run_retunes", "Retunes applied.", labels=labels)
         progress = {
-            key: GaugeMetricFamily(f"gpuwarden_run_{key}", help_, labels=["run", "name"])
-            for key, help_ in (
-                ("samples_per_s", "Latest training/inference throughput (samples/s)."),
-                ("tokens_per_s", "Latest throughput (tokens/s)."),
-                ("samples_seen", "Samples processed so far."),
-                ("loss", "Latest training loss."),
-                ("mem_peak", "Latest peak device memory of the run (bytes)."),
-            )
+            key: GaugeMetricFamily(f"gpuwarden_run_{name}", help_, labels=labels)
+            for key, (name, help_) in _PROGRESS.items()
         }
         for run in runs:
-            ident = [str(run["id"]), str(run.get("name") or "")]
+            ident = [str(run["id"]), str(run.get("name") or ""), self._hostname]
             for s in RUN_STATES:
                 state.add_metric(
                     [*ident, str(run.get("kind") or ""), s], 1.0 if run.get("state") == s else 0.0
@@ -170,10 +184,40 @@ class MetricsServer:
         self.thread.join(timeout=5)
 
 
+def only_metrics_path(app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[bytes]]:
+    """`app` at GET/HEAD /metrics; 404 for every other path, 405 for other methods."""
+
+    def wrapped(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") != "/metrics":
+            start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+            return [b"not found: this exporter serves /metrics only\n"]
+        if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
+            start_response("405 Method Not Allowed", [("Allow", "GET, HEAD"), ("Content-Type", "text/plain")])
+            return [b"method not allowed: GET /metrics\n"]
+        return app(environ, start_response)
+
+    return wrapped
+
+
+class _IPv6Server(ThreadingWSGIServer):
+    address_family = socket.AF_INET6
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """No access log on stderr: scrapes come every few seconds."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+
 def start_metrics_server(source: MetricsSource, host: str, port: int) -> MetricsServer:
-    """Serve /metrics on host:port in a background thread (prometheus_client's own server)."""
+    """Serve GET /metrics on host:port from a background thread (a thread per scrape)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(GpuwardenCollector(source))
-    server, thread = start_http_server(port, addr=host, registry=registry)
-    thread.name = "metrics-http"
+    server_class = _IPv6Server if ":" in host else ThreadingWSGIServer
+    server = make_server(
+        host, port, only_metrics_path(make_wsgi_app(registry)), server_class, handler_class=_QuietHandler
+    )
+    thread = threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True)
+    thread.start()
     return MetricsServer(server=server, thread=thread, host=host, port=server.server_port)

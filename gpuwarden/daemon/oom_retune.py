@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from gpuwarden.core.checkpoints import find_latest_checkpoint
 from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
 from gpuwarden.core.oom.recovery import AttemptFacts, RecoveryPlan, plan_recovery
 from gpuwarden.core.telemetry.types import GpuProcess
@@ -75,9 +76,12 @@ class OomRetune:
             gpu_capacity=end.gpu_capacity,
             host_capacity=end.host_capacity,
         )
-        probe_dir = Path(str(run["run_dir"])) / "probes" / f"after-{end.number}"
-        probe = self._probe_for(run_id, spec, end, probe_dir) if spec.kind in ("train", "infer") else None
-        if spec.command is not None:
+        run_dir = Path(str(run["run_dir"]))
+        probe_dir = run_dir / "probes" / f"after-{end.number}"
+        probe = None
+        if spec.kind in ("train", "infer"):
+            probe = self._probe_for(run_id, spec, end, run_dir, probe_dir)
+        elif spec.command is not None:
             probe = self._command_probe_for(spec, run, end, probe_dir)
         try:
             plan = plan_recovery(
@@ -126,22 +130,32 @@ class OomRetune:
         )
 
     def _probe_for(
-        self, run_id: str, spec: RunSpec, end: AttemptEnd, work_dir: Path
+        self, run_id: str, spec: RunSpec, end: AttemptEnd, run_dir: Path, work_dir: Path
     ) -> Callable[[int], tuple[int | None, bool]]:
         env = dict(os.environ)
         env.update(spec.env)
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         env["CUDA_VISIBLE_DEVICES"] = ",".join(end.gpus)
         env[RUN_TAG] = run_tag(run_id, None)  # a restarted daemon finds leftover probes by it
-        prober = SubprocessProber(spec, work_dir, env=env, warmup_steps=1, measure_steps=1, timeout_s=600)
+        # What the restarted attempt will do: resume from the run's checkpoint, hold its
+        # accumulation's micro-batches, save checkpoints where that allocates (the host).
+        prober = SubprocessProber(
+            spec,
+            work_dir,
+            env=env,
+            warmup_steps=1,
+            measure_steps=1,
+            timeout_s=600,
+            resume_from=find_latest_checkpoint(run_dir / "checkpoints"),
+            include_saves=spec.resources.memory_limit is not None,
+        )
         t = spec.train
         i = spec.infer
 
         def probe(batch: int) -> tuple[int | None, bool]:
-            # Memory only: the peak comes from one micro-batch's forward/backward plus the
-            # optimizer state, so no accumulation (a probe then takes seconds, not a full step).
             if t is not None:
-                c = Candidate(batch, 1, t.resolved_precision_request(), t.compile)
+                accum = max(1, t.batch_size * t.grad_accum_steps // batch)
+                c = Candidate(batch, accum, t.resolved_precision_request(), t.compile)
             else:
                 assert i is not None
                 c = Candidate(batch, 1, i.precision, i.compile)

@@ -154,7 +154,7 @@ def process_alive(pid: int, create_time: float | None) -> bool:
 def open_log(path: Path) -> int:
     """An append-only descriptor for a child's stdout/stderr file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
 
 
 def in_own_scope(argv: list[str], unit: str, environ: Mapping[str, str] | None = None) -> list[str]:

@@ -29,8 +29,11 @@ from typing import Any
 import numpy as np
 import torch
 
-META = "meta.json"
-TMP_PREFIX = ".tmp-"
+# The layout is shared with the daemon (which must not import torch); re-exported here for the
+# runner's callers.
+from gpuwarden.core.checkpoints import META, TMP_PREFIX, checkpoint_name
+from gpuwarden.core.checkpoints import find_latest_checkpoint as find_latest_checkpoint
+from gpuwarden.core.checkpoints import list_checkpoints as list_checkpoints
 
 
 @dataclass
@@ -118,10 +121,6 @@ def rng_file(rank: int) -> str:
     return "rng.pt" if rank == 0 else f"rng.rank{rank}.pt"
 
 
-def checkpoint_name(step: int) -> str:
-    return f"{step:08d}"
-
-
 def _fsync_file(path: Path) -> None:
     with open(path, "rb") as fh:
         os.fsync(fh.fileno())
@@ -138,20 +137,6 @@ def _fsync_dir(path: Path) -> None:
 def _save(obj: Any, path: Path) -> None:
     torch.save(obj, path)
     _fsync_file(path)
-
-
-def list_checkpoints(root: Path) -> list[Path]:
-    """Complete checkpoints under `root`, oldest first (by step)."""
-    if not root.is_dir():
-        return []
-    found = [p for p in root.iterdir() if p.is_dir() and p.name.isdigit() and (p / META).is_file()]
-    return sorted(found, key=lambda p: int(p.name))
-
-
-def find_latest_checkpoint(root: Path) -> Path | None:
-    """The newest complete checkpoint under `root`, or None."""
-    found = list_checkpoints(root)
-    return found[-1] if found else None
 
 
 def save_checkpoint(root: Path, payload: CheckpointPayload, *, keep: int, reason: str) -> Path:

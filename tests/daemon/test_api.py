@@ -200,7 +200,7 @@ ERROR_CASES = [
 ERROR_WORDS = {
     "7777777": "a number with more than 4300 digits",
     '"spec": [[[': "nests arrays or objects too deeply",
-    "'a: [[[": "nests lists or mappings too deeply",
+    "'a: [[[": "nested deeper than 64 levels",
     r"\x80abc": "not UTF-8",
 }
 

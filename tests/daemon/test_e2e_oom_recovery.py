@@ -32,11 +32,12 @@ def _final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # the probes run the attempt's whole accumulation, resumed from its checkpoint
 def test_training_oom_is_retuned_keeping_the_effective_batch_and_matches_an_uninterrupted_run(
     gw: DaemonHandle, tmp_path: Path
 ) -> None:
     spec_path = gw.write_spec("oom-recovery-cpu", TRAIN_SPEC)
-    result = gw.cli("run", str(spec_path), "--follow", timeout=400)
+    result = gw.cli("run", str(spec_path), "--follow", timeout=800)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     shown = result.stdout + result.stderr
     assert "host_oom" in shown and "retuned" in shown

@@ -102,7 +102,10 @@ def test_tune_a_command_run_is_refused_and_a_running_one_conflicts(gw: DaemonHan
             client.tune(run["id"])
         client.stop(run["id"], grace_seconds=0.5)
     gw.wait_state(run["id"])
-    with gw.client() as client, pytest.raises(UserError, match="only train and infer runs can be tuned"):
+    with (
+        gw.client() as client,
+        pytest.raises(UserError, match=r"cannot probe this program — name the knob that is the micro-batch"),
+    ):
         client.tune(run["id"])
 
 

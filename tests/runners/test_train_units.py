@@ -25,7 +25,7 @@ from gpuwarden.runners.checkpoint import (
 )
 from gpuwarden.runners.device import memory_stats, resolve_precision
 from gpuwarden.runners.events import EventWriter
-from gpuwarden.runners.train.causal_lm import PadCollate
+from gpuwarden.runners.train.causal_lm import PadCollate, load_texts
 from gpuwarden.runners.train.loop import lr_lambda
 from gpuwarden.runners.train.sampling import PositionSampler, epoch_permutation
 
@@ -170,3 +170,12 @@ def test_resolve_relative_paths_against_the_spec_directory(tmp_path: Path) -> No
     command = parse_spec("version: 1\nname: z\nkind: command\ncommand: {argv: [ls], cwd: work}\n")
     cmd = resolve_relative_paths(command, tmp_path).command
     assert cmd is not None and cmd.cwd == tmp_path / "work"
+
+
+@pytest.mark.parametrize("content", ["[" * 100_000, '{"text": ' * 100_000 + "\n"])
+def test_deeply_nested_data_is_bad_data_not_a_crash(tmp_path: Path, content: str) -> None:
+    path = tmp_path / "texts.jsonl"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(UserError) as info:
+        load_texts(path, "text")
+    assert info.value.code == "bad_data" and str(path) in str(info.value)

@@ -34,6 +34,7 @@ def test_duplicate_ids_are_refused_with_both_lines(tmp_path: Path) -> None:
         ('{"text": "a"}\n', "no string field 'prompt'"),
         ("not json\n", "not valid JSON"),
         ('["a"]\n', "expected a JSON object"),
+        ("[" * 100_000 + "\n", "nested too deeply"),
     ],
 )
 def test_malformed_prompt_lines_name_the_line(tmp_path: Path, content: str, expected: str) -> None:

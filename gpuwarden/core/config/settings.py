@@ -107,6 +107,23 @@ def env_layer(environ: Mapping[str, str]) -> dict[KeyPath, tuple[str, str]]:
     return out
 
 
+def _anchor_relative_paths(data: dict[str, Any], origin: Mapping[KeyPath, str], config_dir: Path) -> None:
+    """Relative `paths.*` values start from the config file's folder when the file gave them, and
+    from the current folder when a variable or flag did: never from wherever the daemon happens
+    to be started later."""
+    section = data.get("paths")
+    if not isinstance(section, dict):
+        return
+    for key, value in section.items():
+        if not isinstance(value, str | Path) or not str(value) or str(value).startswith("~"):
+            continue
+        given = Path(value)
+        if given.is_absolute():
+            continue
+        from_file = ("paths", key) not in origin and ("paths",) not in origin
+        section[key] = str((config_dir if from_file else Path.cwd()) / given)
+
+
 def load_settings(
     config_file: Path | None = None,
     *,
@@ -131,6 +148,8 @@ def load_settings(
         key_path = tuple(dotted.split("."))
         _set_path(data, key_path, value)
         origin[key_path] = "--" + dotted.replace("_", "-").replace(".", "-")
+
+    _anchor_relative_paths(data, origin, path.absolute().parent)
 
     def where(loc: KeyPath) -> str:
         for n in range(len(loc), 0, -1):

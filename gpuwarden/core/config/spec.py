@@ -21,6 +21,7 @@ from gpuwarden.core.config.validation import StrictModel, validate
 from gpuwarden.core.config.yamlsource import YamlDocument, load_yaml_file, parse_yaml
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.oom.policy import PolicyRef, resolve_policy
+from gpuwarden.core.safeload import check_structure
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
@@ -190,4 +191,6 @@ def parse_spec(text: str, label: str = "spec") -> RunSpec:
 
 
 def spec_from_mapping(data: dict[str, Any], label: str = "spec") -> RunSpec:
+    """Validate a spec given as data (JSON from the API, a stored spec), bounded like a file."""
+    check_structure(data, label)
     return validate(RunSpec, data, lambda loc: label)

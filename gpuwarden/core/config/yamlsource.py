@@ -9,6 +9,14 @@ from typing import Any
 import yaml
 
 from gpuwarden.core.errors import ConfigError, UserError
+from gpuwarden.core.safeload import (
+    DEFAULT_LIMITS,
+    ReadLimits,
+    compose_yaml,
+    construct_yaml,
+    count_expanded,
+    read_text_file,
+)
 
 # A key path such as ("train", "batch_size") or ("command", "argv", 0).
 KeyPath = tuple[str | int, ...]
@@ -31,27 +39,32 @@ class YamlDocument:
         return self.label
 
 
-def _walk(node: yaml.Node, path: KeyPath, lines: dict[KeyPath, int], label: str) -> None:
+def _walk(node: yaml.Node, path: KeyPath, lines: dict[KeyPath, int], label: str, seen: set[int]) -> None:
+    """Record the line of every key path; a node reached again through an alias is not walked
+    again (an alias bomb would otherwise be expanded here)."""
+    if id(node) in seen:
+        return
+    seen.add(id(node))
     if isinstance(node, yaml.MappingNode):
-        seen: dict[Any, int] = {}
+        keys: dict[Any, int] = {}
         for key_node, value_node in node.value:
             key = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node.value)
             line = key_node.start_mark.line + 1
-            if key in seen:
+            if key in keys:
                 # PyYAML silently keeps the last duplicate; a user would never notice the loss.
                 raise ConfigError(
                     [
                         f"{label}:{line}: {_dotted((*path, key))}: duplicate key (first at line "
-                        f"{seen[key]}) — keep only one"
+                        f"{keys[key]}) — keep only one"
                     ]
                 )
-            seen[key] = line
+            keys[key] = line
             lines[(*path, key)] = line
-            _walk(value_node, (*path, key), lines, label)
+            _walk(value_node, (*path, key), lines, label, seen)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
             lines[(*path, i)] = item.start_mark.line + 1
-            _walk(item, (*path, i), lines, label)
+            _walk(item, (*path, i), lines, label, seen)
 
 
 def _dotted(path: KeyPath) -> str:
@@ -61,27 +74,16 @@ def _dotted(path: KeyPath) -> str:
     return out or "(top level)"
 
 
-def parse_yaml(text: str, label: str) -> YamlDocument:
-    """Parse YAML text that must hold a mapping (an empty document is an empty mapping)."""
-    try:
-        loader = yaml.SafeLoader(text)
-        try:
-            node = loader.get_single_node()
-            lines: dict[KeyPath, int] = {}
-            if node is not None:
-                _walk(node, (), lines, label)
-                data = loader.construct_document(node)
-            else:
-                data = None
-        finally:
-            loader.dispose()
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"{label}:{mark.line + 1}:{mark.column + 1}" if mark else label
-        problem = exc.problem or exc.context or "invalid YAML"
-        raise UserError(f"{where}: YAML syntax error: {problem} — fix the YAML there") from None
-    except yaml.YAMLError as exc:
-        raise UserError(f"{label}: YAML error: {exc} — fix the YAML") from None
+def parse_yaml(text: str, label: str, limits: ReadLimits = DEFAULT_LIMITS) -> YamlDocument:
+    """Parse YAML text that must hold a mapping (an empty document is an empty mapping), within
+    `limits` (size, depth, values with aliases expanded: see `gpuwarden.core.safeload`)."""
+    node = compose_yaml(text, label, limits)
+    lines: dict[KeyPath, int] = {}
+    data: Any = None
+    if node is not None:
+        count_expanded(node, label, limits)
+        _walk(node, (), lines, label, set())
+        data = construct_yaml(node, label)
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -95,22 +97,12 @@ def parse_yaml(text: str, label: str) -> YamlDocument:
     return YamlDocument(data=data, label=label, lines=lines)
 
 
-def load_yaml_file(path: Path) -> YamlDocument:
-    """Read and parse a YAML file; a missing or unreadable file is a one-line UserError."""
-    return parse_yaml(read_yaml_text(path), str(path))
+def load_yaml_file(path: Path, limits: ReadLimits = DEFAULT_LIMITS) -> YamlDocument:
+    """Read and parse a YAML file; a missing, unreadable or oversized file is a one-line UserError."""
+    return parse_yaml(read_yaml_text(path, limits), str(path), limits)
 
 
-def read_yaml_text(path: Path) -> str:
-    """A YAML file's text; missing, a directory, unreadable or not UTF-8 is a one-line UserError."""
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file — check the path") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a directory, not a YAML file — give the file's path") from None
-    except PermissionError:
-        raise UserError(f"{path}: permission denied — make it readable") from None
-    except UnicodeDecodeError as exc:
-        raise UserError(f"{path}: not UTF-8 text (byte {exc.start}) — save it as UTF-8") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read ({exc.strerror}) — check the path") from None
+def read_yaml_text(path: Path, limits: ReadLimits = DEFAULT_LIMITS) -> str:
+    """A YAML file's text; missing, not a regular file, too large, unreadable or not UTF-8 is a
+    one-line UserError."""
+    return read_text_file(path, limits, what="YAML file")

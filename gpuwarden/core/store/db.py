@@ -6,12 +6,14 @@ read-only. WAL lets readers go on while the writer commits once per tick.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 
 import sqlite_utils
 
 from gpuwarden.core.errors import UserError
+from gpuwarden.core.private import FILE_MODE, make_private
 from gpuwarden.core.store.migrations import MIGRATIONS, SCHEMA_VERSION
 
 
@@ -41,6 +43,7 @@ def _open(path: Path | str, readonly: bool) -> sqlite_utils.Database:
     else:
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
+        _create_private(p)
         conn = sqlite3.connect(str(p), check_same_thread=False, isolation_level=None, timeout=10)
     try:
         db = sqlite_utils.Database(conn)
@@ -64,6 +67,20 @@ def _open(path: Path | str, readonly: bool) -> sqlite_utils.Database:
     except BaseException:
         conn.close()
         raise
+
+
+def _create_private(path: Path) -> None:
+    """The database file 0600 before SQLite opens it: SQLite gives its -wal and -shm files the
+    database's mode, so the whole store is owner-only whatever the umask. A file an older
+    version left readable is tightened, and a directory is left for SQLite to refuse."""
+    if path.is_dir():
+        return
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, FILE_MODE))
+        for part in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+            make_private(part)
+    except OSError as exc:
+        raise UserError(f"{path}: cannot open the database ({exc.strerror}) — check paths.db") from None
 
 
 def schema_version(db: sqlite_utils.Database) -> int:

@@ -8,6 +8,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpuwarden.core.errors import UserError
+from gpuwarden.core.private import ensure_private_dir, write_private_text
+from gpuwarden.core.safeload import read_json_file
+
 
 class TuneCache:
     def __init__(self, directory: Path) -> None:
@@ -19,14 +23,14 @@ class TuneCache:
     def get(self, fp: str) -> dict[str, Any] | None:
         """The stored entry, or None; an unreadable entry is treated as absent (and re-tuned)."""
         try:
-            data = json.loads(self._path(fp).read_text())
-        except (OSError, ValueError):
+            data = read_json_file(self._path(fp), what="tuning result")
+        except UserError:
             return None
         return data if isinstance(data, dict) and data.get("fingerprint") == fp else None
 
     def put(self, fp: str, inputs: dict[str, Any], result: dict[str, Any], knobs: dict[str, Any]) -> Path:
         """Store atomically (temp file + rename) so a crash never leaves half an entry."""
-        self.directory.mkdir(parents=True, exist_ok=True)
+        ensure_private_dir(self.directory)
         entry = {
             "fingerprint": fp,
             "created": time.time(),
@@ -36,6 +40,6 @@ class TuneCache:
         }
         path = self._path(fp)
         tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(entry, indent=2, default=str))
+        write_private_text(tmp, json.dumps(entry, indent=2, default=str))
         os.replace(tmp, path)
         return path

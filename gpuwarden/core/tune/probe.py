@@ -4,6 +4,11 @@ A probe is the runner itself (`python -m gpuwarden.runners`), not an in-process 
 measures what a real run will do: the same data path, the same allocator, the optimizer state
 created on the first step. Worst-case shapes: causal-LM probes pack texts into full
 `max_length` blocks; generation probes use the longest prompts.
+
+A probe for a restart (`resume_from`) starts from the run's own newest checkpoint, as the
+restarted attempt will: loading the model, optimizer and RNG state costs memory too. With
+`include_saves` it also writes a checkpoint between its two steps, so the peak it reports covers
+serialising the state as well (on the host, where saving allocates).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from gpuwarden.core.checkpoints import checkpoint_step, link_checkpoint
 from gpuwarden.core.config.spec import RunSpec
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.events import EXIT_OOM, decode
@@ -41,6 +47,8 @@ class SubprocessProber:
         measure_steps: int = 3,
         timeout_s: float = 900.0,
         on_result: Callable[[int, ProbeResult], None] | None = None,
+        resume_from: Path | None = None,
+        include_saves: bool = False,
     ) -> None:
         tunable = spec.train is not None or (spec.infer is not None and spec.infer.task == "generate")
         if not tunable:
@@ -55,6 +63,10 @@ class SubprocessProber:
         self.measure_steps = measure_steps
         self.timeout_s = timeout_s
         self.on_result = on_result
+        self.resume_from = resume_from if spec.train is not None else None
+        self.include_saves = include_saves
+        # Steps continue from the checkpoint's: the probe's own steps come after it.
+        self.first_step = checkpoint_step(self.resume_from) if self.resume_from is not None else 0
         self.count = 0
 
     def _probe_spec(self, c: Candidate, run_dir: Path) -> dict[str, Any]:
@@ -68,9 +80,9 @@ class SubprocessProber:
                 grad_accum_steps=c.grad_accum_steps,
                 precision=c.precision,
                 compile=c.compile,
-                max_steps=self.warmup_steps + self.measure_steps,
+                max_steps=self.first_step + self.warmup_steps + self.measure_steps,
                 log_interval=1,  # a sync per step is fine here: probes measure, they do not train
-                checkpoint_interval=10**9,
+                checkpoint_interval=1 if self.include_saves else 10**9,
                 keep_checkpoints=1,
             )
             t.pop("amp", None)
@@ -96,7 +108,7 @@ class SubprocessProber:
             lines = [
                 json.loads(line) for line in self.spec.infer.input.read_text().splitlines() if line.strip()
             ]
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:
             raise UserError(
                 f"{self.spec.infer.input}: cannot read the prompts ({exc}) — check `infer.input`"
             ) from None
@@ -113,6 +125,8 @@ class SubprocessProber:
         run_dir = self.work_dir / f"probe-{self.count}"
         shutil.rmtree(run_dir, ignore_errors=True)
         run_dir.mkdir(parents=True)
+        if self.resume_from is not None:
+            link_checkpoint(self.resume_from, run_dir / "checkpoints")
         spec_path = run_dir / "probe.yaml"
         spec_path.write_text(yaml.safe_dump(self._probe_spec(c, run_dir), sort_keys=False))
         events_path = run_dir / "events.jsonl"
@@ -177,7 +191,7 @@ class SubprocessProber:
 
     def _throughput(self, progress: list[dict[str, Any]]) -> float | None:
         """Samples/s between the end of the warm-up and the last step, from event timestamps."""
-        after = [e for e in progress if int(e.get("step", 0)) >= self.warmup_steps]
+        after = [e for e in progress if int(e.get("step", 0)) >= self.first_step + self.warmup_steps]
         if len(after) >= 2:
             first, last = after[0], after[-1]
             dt = float(last["ts"]) - float(first["ts"])

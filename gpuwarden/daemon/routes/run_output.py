@@ -56,7 +56,8 @@ async def events(
     async with watch_run(daemon.broadcaster, run_id, wait, EVENTS_RECHECK_S) as watch:
         while True:
             page = await run_in_threadpool(_events_page, daemon, run_id, since, limit)
-            if page.events or page.state in FINAL_STATES or page.state == "deleted" or watch.expired:
+            ended = page.state in FINAL_STATES or page.state == "deleted"
+            if page.events or ended or watch.expired or daemon.stopping:
                 return page
             await watch.changed()
 
@@ -94,7 +95,7 @@ async def logs(
     async with watch_run(daemon.broadcaster, run["id"], wait, RECHECK_S) as watch:
         while True:
             piece = await run_in_threadpool(read_log, path, offset, limit)
-            if piece.data or watch.expired:
+            if piece.data or watch.expired or daemon.stopping:
                 break
             if await run_in_threadpool(_attempt_state, daemon, run["id"], number) in (None, "ended"):
                 # Ended while we looked: what it wrote last is in the file now.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -24,6 +23,7 @@ from gpuwarden.core.config.spec import RunSpec, parse_spec, spec_from_mapping
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.oom.roles import effective_batch_of
 from gpuwarden.core.run_state import RunState
+from gpuwarden.core.safeload import read_json_file
 from gpuwarden.daemon.routes.daemon_view import DaemonDep, DaemonView, RunRow
 from gpuwarden.daemon.routes.responses import ON_A_RUN, errors
 
@@ -54,9 +54,9 @@ def read_report(path: Path) -> dict[str, Any] | None:
     if not path.exists():
         return None
     try:
-        report = json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError) as exc:
-        return {"unreadable": str(exc)}
+        report = read_json_file(path, what="run report")
+    except UserError as exc:  # a command run's program may write anything there
+        return {"unreadable": exc.message}
     return report if isinstance(report, dict) else {"unreadable": "not a JSON object"}
 
 
@@ -94,16 +94,11 @@ def submit(daemon: DaemonDep, body: SubmitRequest) -> RunDetail:
 
 
 def _spec_of(body: SubmitRequest, label: str) -> RunSpec:
-    try:
-        if body.spec_yaml is not None:
-            return parse_spec(body.spec_yaml, label=label)
-        assert body.spec is not None  # the request model allows exactly one of the two
-        return spec_from_mapping(body.spec, label=label)
-    except RecursionError:
-        # The parsers recurse per level: a hostile document must not get further than this.
-        raise UserError(
-            f"{label}: the spec nests lists or mappings too deeply — a spec needs a few levels"
-        ) from None
+    """Both readers bound size, depth and alias expansion before anything walks the document."""
+    if body.spec_yaml is not None:
+        return parse_spec(body.spec_yaml, label=label)
+    assert body.spec is not None  # the request model allows exactly one of the two
+    return spec_from_mapping(body.spec, label=label)
 
 
 @router.get(

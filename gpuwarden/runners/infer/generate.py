@@ -82,6 +82,8 @@ def read_prompts(path: Path, prompt_field: str, id_field: str) -> list[PromptIte
                 raise UserError(
                     f"{path}:{number}: not valid JSON ({exc.msg}) — one JSON object per line", code="bad_data"
                 ) from None
+            except RecursionError:
+                raise UserError(f"{path}:{number}: JSON nested too deeply", code="bad_data") from None
             if not isinstance(obj, dict):
                 raise UserError(
                     f"{path}:{number}: expected a JSON object, got {type(obj).__name__}", code="bad_data"

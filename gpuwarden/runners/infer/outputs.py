@@ -99,7 +99,7 @@ class JsonlOutput:
                     continue
                 try:
                     row = json.loads(line)
-                except ValueError:
+                except (ValueError, RecursionError):
                     self.bad_lines += 1
                     continue
                 if isinstance(row, dict) and self.key_field in row:

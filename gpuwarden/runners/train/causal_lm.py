@@ -43,7 +43,7 @@ def load_texts(path: Path, text_field: str) -> list[str]:
     if raw.lstrip().startswith("["):
         try:
             data = json.loads(raw)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise UserError(f"{path} is not valid JSON: {exc}", code="bad_data") from None
         items = [(i + 1, item) for i, item in enumerate(data)]
         where = "item"
@@ -53,7 +53,7 @@ def load_texts(path: Path, text_field: str) -> list[str]:
                 continue
             try:
                 items.append((lineno, json.loads(line)))
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:
                 raise UserError(f"{path}:{lineno}: not a JSON line ({exc})", code="bad_data") from None
         where = "line"
     texts: list[str] = []

@@ -193,7 +193,7 @@ class FolderImages(Dataset[Sample]):
             )
         try:
             raw = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:
             raise UserError(f"cannot read {path}: {exc}", code="bad_data") from None
         labels: dict[str, torch.Tensor] = {}
         for file in self.files:

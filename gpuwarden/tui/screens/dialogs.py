@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 from typing import Any, ClassVar
 
-import yaml
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
@@ -15,6 +14,9 @@ from textual.screen import ModalScreen
 from textual.suggester import Suggester
 from textual.widgets import Input, Label, SelectionList, Static
 from textual.widgets.selection_list import Selection
+
+from gpuwarden.core.errors import UserError
+from gpuwarden.core.safeload import load_yaml_value
 
 _DIALOG_CSS = """
 {name} {{ align: center middle; }}
@@ -130,9 +132,10 @@ def parse_knob(text: str) -> dict[str, Any]:
         if not sep or not key.strip():
             raise ValueError(f"'{part.strip()}': write key=value, e.g. train.batch_size=4")
         try:
-            changes[key.strip()] = yaml.safe_load(raw.strip()) if raw.strip() else None
-        except yaml.YAMLError as exc:
-            raise ValueError(f"'{raw.strip()}' is not a value: {exc.__class__.__name__}") from None
+            changes[key.strip()] = load_yaml_value(raw.strip(), key.strip()) if raw.strip() else None
+        except UserError:
+            hint = "write a number, a word or true/false"
+            raise ValueError(f"'{raw.strip()[:60]}' is not a value: {hint}") from None
     if not changes:
         raise ValueError("nothing to change: write key=value, e.g. train.batch_size=4")
     return changes

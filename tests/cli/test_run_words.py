@@ -1,0 +1,45 @@
+"""`gpuwarden run WORD`: a lone argument is a spec file or a program; anything else is one line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuwarden.client import NOT_RUNNING
+
+
+def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUWARDEN_", "XDG_"))}
+    env |= {"XDG_RUNTIME_DIR": str(cwd / "runtime"), "XDG_STATE_HOME": str(cwd / "state")}
+    return subprocess.run(
+        [sys.executable, "-m", "gpuwarden", "run", *args], cwd=cwd, env=env, capture_output=True, text=True
+    )
+
+
+@pytest.mark.parametrize(
+    ("word", "says"),
+    [
+        ("/dev/zero", "/dev/zero: not a regular file"),
+        (".", ".: is a directory, not a YAML file"),
+        ("train.py", "train.py is a Python script: run it with `gpuwarden run -- python train.py`"),
+        ("no-such-thing", "no-such-thing: no such spec file or program"),
+        ("missing.yaml", "missing.yaml: no such file"),
+    ],
+)
+def test_a_lone_word_that_is_neither_is_one_line(tmp_path: Path, word: str, says: str) -> None:
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    done = _run(word, cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith(f"gpuwarden: {says}") and done.stderr.count("\n") == 1, done.stderr
+
+
+def test_a_program_on_the_path_is_a_command(tmp_path: Path) -> None:
+    printed = _run("--print-spec", "--", "true", cwd=tmp_path)
+    assert printed.returncode == 0, printed.stderr
+    assert "kind: command" in printed.stdout and "- 'true'" in printed.stdout
+    alone = _run("true", cwd=tmp_path)  # submitted as a command: only the missing daemon stops it
+    assert alone.stderr.strip() == f"gpuwarden: {NOT_RUNNING}"

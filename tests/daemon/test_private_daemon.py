@@ -1,0 +1,89 @@
+"""A real daemon started under umask 022 keeps everything owner-only: its folders, the database
+and its WAL files, run folders, attempts, specs, logs, events, and what runs write (a training
+runner's checkpoints and report, a command's own files)."""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.daemon.conftest import DaemonHandle, command_spec
+
+WRITES_A_CHECKPOINT = """
+import os, sys
+ckpt = os.path.join(sys.argv[1], "checkpoints", "00000001")
+os.makedirs(ckpt)
+with open(os.path.join(ckpt, "model.pt"), "w") as fh:
+    fh.write("weights")
+print("saved")
+"""
+
+
+@pytest.fixture
+def umask_022() -> Iterator[None]:
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def _modes(root: Path) -> dict[str, int]:
+    out = {}
+    for path in [root, *root.rglob("*")]:
+        if path.is_socket():
+            continue
+        out[str(path.relative_to(root.parent))] = stat.S_IMODE(path.lstat().st_mode)
+    return out
+
+
+@pytest.mark.slow
+def test_everything_a_daemon_and_its_runs_write_is_owner_only(daemon_factory: Any, umask_022: None) -> None:
+    gw: DaemonHandle = daemon_factory({"GPUWARDEN_FAKE_NVML": "none"})
+    spec = command_spec("ckpt", WRITES_A_CHECKPOINT, resources={"gpus": 0})
+    spec["command"]["argv"].append("{run_dir}")
+    command_run = gw.submit(spec)
+    train = gw.write_spec(
+        "tiny-train",
+        """
+        name: tiny-train
+        kind: train
+        resources: {gpus: 0}
+        train: {task: image, max_steps: 2, batch_size: 2, checkpoint_interval: 1, image: {base_channels: 8, num_blocks: 1, patch_size: 32, synthetic_samples: 8}}
+        """,
+    )
+    train_run = gw.cli_json("run", str(train))
+    assert gw.wait_state(command_run["id"])["state"] == "succeeded"
+    assert gw.wait_state(train_run["id"], timeout=120)["state"] == "succeeded"
+
+    modes = _modes(gw.state_dir) | _modes(gw.runtime_dir)
+    names = "\n".join(modes)
+    for expected in (
+        "gpuwarden.db-wal",
+        "spec.yaml",
+        "resolved.yaml",
+        "stdout.log",
+        "events.jsonl",
+        "model.pt",
+    ):
+        assert expected in names, expected
+    assert any("/checkpoints/" in name and name.endswith("meta.json") for name in modes)  # the runner's own
+    loose = {name: oct(mode) for name, mode in modes.items() if mode & 0o077}
+    assert loose == {}, loose
+
+
+def test_a_relative_state_dir_in_the_config_starts_at_the_config_file(daemon_factory: Any) -> None:
+    gw: DaemonHandle = daemon_factory(start=False)
+    config = gw.root / "config" / "gpuwarden" / "config.yaml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text("paths:\n  state_dir: ../../my-state\n")
+    gw.start()  # from gw.root, not from the config's folder
+    health = gw.cli_json("status")["daemon"]
+    expected = (gw.root / "my-state" / "gpuwarden.db").resolve()
+    assert Path(health["db"]).resolve() == expected
+    assert stat.S_IMODE(expected.parent.stat().st_mode) == 0o700
