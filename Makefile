@@ -27,12 +27,13 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-# Two workers (one per core here), a test module per worker at a time so module fixtures are built
-# once; then the few `serial` tests alone (exit 5 = none selected is fine).
+# First the few `serial` tests alone (exit 5 = none selected is fine), then the rest on two
+# workers (one per core here), a test module per worker at a time so module fixtures are built
+# once. The parallel run goes last so the run ends with the suite's real summary line.
 JOBS ?= 2
 unit: $(STAMP)
-	$(BIN)/pytest -q -n $(JOBS) --dist loadfile -m "not serial"
 	$(BIN)/pytest -q -p no:xdist -m serial || [ $$? -eq 5 ]
+	$(BIN)/pytest -q -n $(JOBS) --dist loadfile -m "not serial"
 
 test: lint unit
 
