@@ -90,7 +90,9 @@ class Daemon:
             self.gpu_states,
             self.broadcaster,
             retune_hook=retune_hook,
-            autotune_hook=Autotuner(self._gpu_statics, self.paths.tune_cache),
+            autotune_hook=Autotuner(
+                self._gpu_statics, self.paths.tune_cache, power_limit_command=settings.power_limit_command
+            ),
             profile_hook=lambda spec: apply_profile(spec, self._gpu_statics()),
         )
         if settings.metrics.enabled:

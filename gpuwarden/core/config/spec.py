@@ -15,6 +15,7 @@ from pydantic import ByteSize, Field, field_validator, model_validator
 
 from gpuwarden.core.config.spec_infer import InferSpec
 from gpuwarden.core.config.spec_train import TrainSpec
+from gpuwarden.core.config.spec_tune import TuneSettings
 from gpuwarden.core.config.validation import StrictModel, validate
 from gpuwarden.core.config.yamlsource import YamlDocument, load_yaml_file, parse_yaml
 from gpuwarden.core.errors import UserError
@@ -115,6 +116,9 @@ class RunSpec(StrictModel):
     )
     autotune: bool = Field(
         False, description="probe for the fastest micro-batch on this GPU before the first attempt"
+    )
+    tune: TuneSettings | None = Field(
+        None, description="what `gpuwarden tune` and `autotune` optimise: objective, power-limit sweep"
     )
     profile: Literal["auto"] | None = Field(
         None, description="`auto`: knobs not set in the spec start from the detected GPU's memory tier"
