@@ -26,6 +26,7 @@ from gpuwarden import __version__
 from gpuwarden.core.config.resolve import resolve_relative_paths
 from gpuwarden.core.config.spec import KnobValue, RunSpec, parse_spec, spec_from_mapping
 from gpuwarden.core.errors import ConfigError, UserError
+from gpuwarden.core.report.energy import stored_energy
 from gpuwarden.core.run_state import FINAL_STATES, RunState
 from gpuwarden.core.telemetry.types import GPU_METRICS, HOST_METRICS
 from gpuwarden.daemon.strays import terminate_gpu_process
@@ -210,6 +211,8 @@ def create_app(daemon: Daemon) -> FastAPI:
             "retunes": store.retunes(run["id"]),
             "effective_batch": effective,
             "report": report,
+            # J/sample and samples/kWh of the run and of each attempt (None without a counter).
+            "energy": stored_energy(store, daemon.telemetry_reader(), run["id"], time.time()),
         }
 
     # -- health and telemetry ------------------------------------------------------------------------
