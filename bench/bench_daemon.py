@@ -7,6 +7,8 @@ under 100 ms for health, 500 ms for a 24 h history query).
 
 from __future__ import annotations
 
+import functools
+import operator
 import os
 import shutil
 import signal
@@ -30,7 +32,7 @@ IDLE_SECONDS = 15.0
 SSE_CLIENTS = 20
 
 
-class _Node:
+class DaemonNode:
     """A daemon in private XDG dirs."""
 
     def __init__(self, root: Path, fake: str, interval: float) -> None:
@@ -99,7 +101,7 @@ def idle_cost(root: Path, fake: str = "h100x8", label: str = "8 fake GPUs") -> l
     (`fake=""`: the real driver)."""
     rss, cpu = [], []
     for rep in range(REPEATS):
-        node = _Node(root / f"idle{rep}", fake, 1.0)
+        node = DaemonNode(root / f"idle{rep}", fake, 1.0)
         node.start()
         try:
             proc = psutil.Process(node.pid())
@@ -155,7 +157,7 @@ def _prefill(db_path: Path, hours: float = 24.0, step: float = 5.0) -> None:
 
 
 def _latency(root: Path) -> list[dict[str, Any]]:
-    node = _Node(root / "lat", "h100x8", 1.0)
+    node = DaemonNode(root / "lat", "h100x8", 1.0)
     _prefill(root / "lat" / "s" / "gpuwarden" / "gpuwarden.db")
     node.start()
     stop = threading.Event()
@@ -204,7 +206,7 @@ def _latency(root: Path) -> list[dict[str, Any]]:
                 p99,
                 "ms",
                 target=f"≤ {target:.0f}",
-                check=lambda v, t=target: v <= t,
+                check=functools.partial(operator.ge, target),
             )
         )
     if min(frames) == 0:
@@ -240,7 +242,7 @@ def _readoption(root: Path) -> list[dict[str, Any]]:
 
 
 def _readopt_once(root: Path) -> float:
-    node = _Node(root, "h100x2", 1.0)
+    node = DaemonNode(root, "h100x2", 1.0)
     node.start()
     run_ids: list[str] = []
     try:
