@@ -18,6 +18,7 @@ import os
 import shutil
 import statistics
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,9 @@ from gpuwarden.core.tune.target import Target, pick_target
 
 PINNED = {"OMP_NUM_THREADS": "2", "MALLOC_ARENA_MAX": "2"}
 SWEEP_FILE = Path(".bench") / "tune-sweep.json"
+# A saved sweep is reused only this soon after it was measured: the searches must be compared
+# with a sweep taken under the same conditions (a GPU check runs the two as consecutive steps).
+SWEEP_FRESH_S = 3600.0
 # (effective batch, image model). CPU: a tiny model, the 20 divisors of 240. GPU: a model that
 # gives the card work, and 64 so that micro-batch × precision × compile stays a sweep of 28 probes.
 CPU_SETUP: tuple[int, dict[str, int]] = (240, {"base_channels": 16, "num_blocks": 2, "patch_size": 32})
@@ -88,7 +92,7 @@ def sweep() -> dict[str, Any]:
     key = {"device": target.device, "spec": spec.model_dump(mode="json")}
     if SWEEP_FILE.exists():
         saved = json.loads(SWEEP_FILE.read_text())
-        if saved.get("key") == key:
+        if saved.get("key") == key and time.time() - float(saved.get("time", 0)) < SWEEP_FRESH_S:
             return dict(saved)
     work = Path(tempfile.mkdtemp(prefix="bench-tune-sweep-"))
     try:
@@ -96,7 +100,7 @@ def sweep() -> dict[str, Any]:
         results = [probe(c).to_dict() for c in _space(target, effective)]
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    saved = {"key": key, "results": results}
+    saved = {"key": key, "time": time.time(), "results": results}
     SWEEP_FILE.parent.mkdir(exist_ok=True)
     SWEEP_FILE.write_text(json.dumps(saved, indent=2))
     return saved
