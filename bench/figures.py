@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -130,7 +129,3 @@ def main_for(run: Callable[[], list[dict[str, Any]]]) -> int:
     rows = run()
     print(table(rows, with_module=False))
     return 1 if any(r.get("ok") is False for r in rows) else 0
-
-
-if __name__ == "__main__":  # pragma: no cover - a library module
-    sys.exit("bench.figures is used by the bench modules; run `python -m bench`")

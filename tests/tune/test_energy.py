@@ -234,3 +234,23 @@ def test_sweep_levels_stay_within_the_card() -> None:
     )
     assert sweep_levels(gpu, 170.0) == [147.0, 123.0, 100.0]
     assert sweep_levels(replace(gpu, power_limit_min_w=170), 170.0) == []
+
+
+def test_the_summary_names_the_cost_the_objective_the_noise_and_the_sweep() -> None:
+    from gpuwarden.core.tune.session import TuneOutcome
+
+    best = ProbeResult(Candidate(8, 4, "bf16", True), ok=True, samples_per_s=500.0, joules_per_sample=0.5)
+    result = {
+        "best": best.to_dict(),
+        "trials": [best.to_dict()] * 6,
+        "objective": "energy",
+        "stopped_because": "micro-batch 24 gained -8.0 % (< 5 %)",
+        "noise": {"repeat_spread": 0.031, "step_spread": 0.012},
+        "power_sweep": {"ran": False, "needs": "a power-limit sweep (--power-sweep) needs permission"},
+    }
+    summary = TuneOutcome("fp", False, {}, result).summary
+    assert summary == (
+        "micro-batch 8 × 4, bf16, compile: 500.00 samples/s, 0.5 J/sample (7,200,000 samples/kWh); 6 probes, "
+        "objective energy; stopped: micro-batch 24 gained -8.0 % (< 5 %); noise seen: repeated readings apart "
+        "by 3.1 %, steps within a probe 1.2 %\na power-limit sweep (--power-sweep) needs permission"
+    )

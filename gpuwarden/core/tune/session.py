@@ -50,6 +50,12 @@ class TuneOutcome:
             f"{'' if objective == 'throughput' else f', objective {objective}'}; "
             f"stopped: {self.result['stopped_because']}"
         )
+        noise = self.result.get("noise") or {}
+        labels = (("repeat_spread", "repeated readings apart by"), ("step_spread", "steps within a probe"))
+        known = [(what, noise[key]) for key, what in labels if isinstance(noise.get(key), int | float)]
+        seen = [f"{what} {100 * value:.1f} %" for what, value in known]
+        if seen:
+            text += f"; noise seen: {', '.join(seen)}"
         sweep = self.result.get("power_sweep") or {}
         if sweep.get("recommendation") or sweep.get("needs"):
             text += "\n" + str(sweep.get("recommendation") or sweep.get("needs"))
