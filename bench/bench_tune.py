@@ -71,11 +71,11 @@ def setup() -> tuple[RunSpec, Target, int]:
     return spec, pick_target(spec, gpus), effective
 
 
-def _prober(spec: RunSpec, target: Target, work: Path) -> SubprocessProber:
-    # Same probe for the sweep, the searches and the re-measures: 1 warm-up step, 3 measured.
+def _prober(spec: RunSpec, target: Target, work: Path, measure_steps: int = 3) -> SubprocessProber:
+    # The sweep and the searches probe alike: 1 warm-up step, 3 measured.
     pinned = PINNED if target.device["type"] == "cpu" else {}
     env = {**os.environ, **pinned, **target.env}
-    return SubprocessProber(spec, work, env=env, warmup_steps=1, measure_steps=3)
+    return SubprocessProber(spec, work, env=env, warmup_steps=1, measure_steps=measure_steps)
 
 
 def _space(target: Target, effective: int) -> list[Candidate]:
@@ -155,7 +155,7 @@ def run() -> list[dict[str, Any]]:
     rows = [
         figure_row(
             f"tune vs sweep ({space}, effective batch {effective}): pick / sweep's best, samples/s "
-            f"(each re-measured {REPEATS}× interleaved; picks {', '.join(picks)} vs "
+            f"(each re-measured {REPEATS}× interleaved, 10 steps; picks {', '.join(picks)} vs "
             f"{best_c.batch_size})",
             [100 * s for s in shares],
             "%",
@@ -177,10 +177,12 @@ def run() -> list[dict[str, Any]]:
 
 
 def _share(spec: RunSpec, target: Target, work: Path, pick: Candidate, best: Candidate) -> float:
-    """Median samples/s of the pick over that of the sweep's best, measured alternately."""
+    """Median samples/s of the pick over that of the sweep's best, measured alternately. These
+    are the benchmark's measuring instrument, not part of tune: longer runs (10 measured steps)
+    read steadier than the short probes the search is timed with."""
     if pick == best:
         return 1.0
-    probe = _prober(spec, target, work)
+    probe = _prober(spec, target, work, measure_steps=10)
     picked, swept = [], []
     for _ in range(REPEATS):
         picked.append(_rate(probe(pick)))
