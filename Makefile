@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint unit bench clean
+.PHONY: install run test lint unit bench gpu-check gpu-wheels clean
 
 install: $(STAMP)
 
@@ -22,8 +22,8 @@ run: $(STAMP)
 	$(BIN)/gpuwarden tui
 
 lint: $(STAMP)
-	$(BIN)/ruff check gpuwarden tests bench examples
-	$(BIN)/ruff format --check gpuwarden tests bench examples
+	$(BIN)/ruff check gpuwarden tests bench examples gpucheck
+	$(BIN)/ruff format --check gpuwarden tests bench examples gpucheck
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
@@ -39,6 +39,19 @@ test: lint unit
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+# The check on the hardware gpuwarden is for (docs/gpu-check.md). On an NVIDIA machine without a
+# package registry: first, where pip reaches PyPI, `make gpu-wheels`; carry .gpu-wheels/ along;
+# there, `make gpu-check` installs them into .gpu-site/ (offline) and runs every step, or those
+# named: `make gpu-check STEPS=nvml-truth,nvml-cost`. Without a GPU every step is skipped.
+GPU_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
+gpu-check:
+	$(GPU_PYTHON) -m gpucheck.wheels install
+	PYTHONPATH=$(CURDIR)/.gpu-site:$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} \
+		$(GPU_PYTHON) -m gpucheck $(if $(STEPS),--steps $(STEPS))
+
+gpu-wheels: $(STAMP)
+	$(BIN)/python -m gpucheck.wheels download
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,7 +1,10 @@
 """Run every `bench/bench_*.py` module's `run()` and print one table.
 
-Each module returns rows `{"benchmark", "value", "unit", "target", "ok"}`. `python -m bench store
-daemon` runs only those modules. Results also go to `.bench/results.json` for docs/benchmarks.md.
+Each module returns rows `{"benchmark", "value", "unit", "target", "ok"}` built by
+`bench.figures.figure_row`: the value is the median of at least three repetitions, with their
+range; `ok` is None for rows without a target. `python -m bench store daemon` runs only those
+modules. Results also go to `.bench/results.json` (with the machine's load before and after) for
+docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import time
 import traceback
 from pathlib import Path
 from typing import Any
+
+from bench.figures import table
 
 HERE = Path(__file__).resolve().parent
 
@@ -29,15 +34,10 @@ def _modules(selected: list[str]) -> list[str]:
     return [n for n in names if n in selected or n.removeprefix("bench_") in selected]
 
 
-def _fmt(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:,.3g}" if abs(v) < 1000 else f"{v:,.0f}"
-    return str(v)
-
-
 def main(argv: list[str]) -> int:
     rows: list[dict[str, Any]] = []
     failed = False
+    load_before = _load()
     for name in _modules(argv):
         print(f"running {name} …", file=sys.stderr, flush=True)
         start = time.perf_counter()
@@ -53,13 +53,7 @@ def main(argv: list[str]) -> int:
             )
         print(f"  {name}: {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
 
-    headers = ["module", "benchmark", "value", "unit", "target", "ok"]
-    table = [[_fmt(r.get(h, "")) if h != "ok" else _verdict(r.get("ok")) for h in headers] for r in rows]
-    widths = [max(len(h), *(len(t[i]) for t in table)) if table else len(h) for i, h in enumerate(headers)]
-    print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)))
-    print("  ".join("-" * w for w in widths))
-    for t in table:
-        print("  ".join(c.ljust(w) for c, w in zip(t, widths, strict=True)))
+    print(table(rows))
     out = Path(".bench")
     out.mkdir(exist_ok=True)
     meta = {
@@ -67,14 +61,21 @@ def main(argv: list[str]) -> int:
         "python": platform.python_version(),
         "cpus": _cpus(),
         "time": time.time(),
+        # The machine may be shared: its load average around the run says how busy it was.
+        "load_before": load_before,
+        "load_after": _load(),
     }
     (out / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2, default=str))
     return 1 if failed else 0
 
 
-def _verdict(ok: object) -> str:
-    """yes / NO for rows with a target; "-" for rows that only inform (ok is None)."""
-    return "-" if ok is None else ("yes" if ok else "NO")
+def _load() -> list[float] | None:
+    import os
+
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
 
 
 def _cpus() -> int | None:

@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from bench.figures import REPEATS, figure_row, main_for
 from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
 from gpuwarden.core.events import EXIT_OOM, decode
 from gpuwarden.core.oom.recovery import AttemptFacts, plan_recovery
@@ -124,6 +125,7 @@ def _gpuwarden(work: Path) -> Callable[[int, list[dict[str, Any]], RunSpec], Any
 
 
 def run() -> list[dict[str, Any]]:
+    """`REPEATS` rounds, each recovering once with every strategy; medians of the rounds."""
     rows: list[dict[str, Any]] = []
     work = Path(tempfile.mkdtemp(prefix="bench-recovery-"))
     try:
@@ -132,24 +134,29 @@ def run() -> list[dict[str, Any]]:
             "halving": lambda b, e, s: b // 2,
             "x0.9 (accelerate)": lambda b, e, s: int(b * 0.9),
         }
-        results = {name: _recover(work, fn) for name, fn in strategies.items()}
-        for name, r in results.items():
-            restarts = r["restarts"]
-            detail = f"{r['wall_s']:.0f} s, {r['probes']} probes, ran at {r['final_batch']}"
-            rows.append(
-                {
-                    "benchmark": f"recovery from micro-batch 128 (8x too large): {name}",
-                    "value": restarts if restarts is not None else f">{MAX_ATTEMPTS}",
-                    "unit": f"restarts ({detail}, effective batch {r['effective_batch']})",
-                    "target": "≤ 2" if name == "gpuwarden" else "",
-                    "ok": restarts is not None and (restarts <= 2 if name == "gpuwarden" else True),
-                }
-            )
+        rounds = [{name: _recover(work, fn) for name, fn in strategies.items()} for _ in range(REPEATS)]
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    for name in strategies:
+        results = [r[name] for r in rounds]
+        # A strategy that never got a run going counts as MAX_ATTEMPTS restarts (and says so).
+        restarts = [r["restarts"] if r["restarts"] is not None else MAX_ATTEMPTS for r in results]
+        last = results[-1]
+        detail = f"ran at {last['final_batch']}, effective batch {last['effective_batch']}"
+        if any(r["restarts"] is None for r in results):
+            detail += f"; {MAX_ATTEMPTS} = never ran"
+        rows.append(
+            figure_row(
+                f"recovery from micro-batch 128 (8x too large): {name} — restarts ({detail})",
+                restarts,
+                "restarts",
+                target="≤ 2" if name == "gpuwarden" else "",
+                check=(lambda v: v <= 2) if name == "gpuwarden" else None,
+            )
+        )
+        rows.append(figure_row(f"  {name}: wall time to a running fit", [r["wall_s"] for r in results], "s"))
     return rows
 
 
 if __name__ == "__main__":
-    for row in run():
-        print(row)
+    raise SystemExit(main_for(run))

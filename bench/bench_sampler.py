@@ -9,12 +9,13 @@ from typing import Any
 
 import pynvml
 
+from bench.figures import REPEATS, figure_row, main_for
 from gpuwarden.core.telemetry.fake_nvml import FakeNvml
 from gpuwarden.core.telemetry.host import HostReader
 from gpuwarden.core.telemetry.nvml import NvmlReader
 from gpuwarden.core.telemetry.sampler import Sampler
 
-TICKS = 2000
+TICKS = 1000
 TARGET_US = 1000.0
 
 
@@ -54,7 +55,7 @@ def _fake_calls_per_tick(fake: FakeNvml) -> Callable[[], None]:
 
 
 def run() -> list[dict[str, Any]]:
-    """Measure per-tick process CPU time; rows for `python -m bench`."""
+    """Measure per-tick process CPU time, `REPEATS` times interleaved; rows for `python -m bench`."""
     fake = FakeNvml("h100x8")
     for index in range(fake.gpu_count):
         fake.add_process(index, os.getpid(), 1024**3)
@@ -64,35 +65,29 @@ def run() -> list[dict[str, Any]]:
     for _ in range(50):  # warm caches and psutil's per-process state
         fake.advance(1.0)
         sampler.tick()
-
-    total = _cpu_us_per_call(sampler.tick, fake, TICKS)
-    gpus = _cpu_us_per_call(lambda: reader.sample(fake.time), fake, TICKS)
-    host_only = _cpu_us_per_call(lambda: host.sample(fake.time), fake, TICKS)
-    fake_only = _cpu_us_per_call(_fake_calls_per_tick(fake), fake, TICKS)
-    ours = total - fake_only
+    total, gpus, host_only, fake_only = [], [], [], []
+    fake_calls = _fake_calls_per_tick(fake)
+    for _ in range(REPEATS):
+        total.append(_cpu_us_per_call(sampler.tick, fake, TICKS))
+        gpus.append(_cpu_us_per_call(lambda: reader.sample(fake.time), fake, TICKS))
+        host_only.append(_cpu_us_per_call(lambda: host.sample(fake.time), fake, TICKS))
+        fake_only.append(_cpu_us_per_call(fake_calls, fake, TICKS))
+    ours = [t - f for t, f in zip(total, fake_only, strict=True)]
     reader.close()
-
-    def row(name: str, value: float, target: str, ok: bool) -> dict[str, Any]:
-        return {
-            "benchmark": name,
-            "value": round(value, 1),
-            "unit": "µs CPU/tick",
-            "target": target,
-            "ok": ok,
-        }
-
+    unit = "µs CPU/tick"
     return [
         *_real_nvml_rows(),
-        row("sampler tick, 8 fake GPUs (all: reader + fake + host + processes/5 s)", total, "info", True),
-        row(
+        figure_row("sampler tick, 8 fake GPUs (all: reader + fake + host + processes/5 s)", total, unit),
+        figure_row(
             "sampler tick, 8 fake GPUs, our code (all minus the fake's own calls)",
             ours,
-            "≤ 1000",
-            ours <= TARGET_US,
+            unit,
+            target="≤ 1000",
+            check=lambda v: v <= TARGET_US,
         ),
-        row("  GPU reader alone incl. fake (8 GPUs)", gpus, "info", True),
-        row("  fake NVML calls alone (8 GPUs)", fake_only, "info", True),
-        row("  host reader alone (psutil)", host_only, "info", True),
+        figure_row("  GPU reader alone incl. fake (8 GPUs)", gpus, unit),
+        figure_row("  fake NVML calls alone (8 GPUs)", fake_only, unit),
+        figure_row("  host reader alone (psutil)", host_only, unit),
     ]
 
 
@@ -109,29 +104,23 @@ def _real_nvml_rows(ticks: int = 200) -> list[dict[str, Any]]:
             return []
         n = len(reader.gpus())
         reader.sample(time.time())  # the first call probes what each GPU supports
-        start = time.perf_counter()
-        for _ in range(ticks):
-            reader.sample(time.time())
-        per_tick = (time.perf_counter() - start) / ticks * 1e6
-        start = time.perf_counter()
-        for _ in range(10):
-            reader.processes(time.time())
-        per_scan = (time.perf_counter() - start) / 10 * 1e6
+        per_tick, per_scan = [], []
+        for _ in range(REPEATS):
+            start = time.perf_counter()
+            for _ in range(ticks):
+                reader.sample(time.time())
+            per_tick.append((time.perf_counter() - start) / ticks * 1e6)
+            start = time.perf_counter()
+            for _ in range(10):
+                reader.processes(time.time())
+            per_scan.append((time.perf_counter() - start) / 10 * 1e6)
     finally:
         reader.close()
-
-    def info(name: str, value: float, unit: str) -> dict[str, Any]:
-        return {"benchmark": name, "value": round(value, 1), "unit": unit, "target": "info", "ok": None}
-
     return [
-        info(f"real NVML sample(), {n} GPU(s)", per_tick, "µs wall/tick"),
-        info(f"real NVML processes(), {n} GPU(s)", per_scan, "µs wall/scan"),
+        figure_row(f"real NVML sample(), {n} GPU(s)", per_tick, "µs wall/tick"),
+        figure_row(f"real NVML processes(), {n} GPU(s)", per_scan, "µs wall/scan"),
     ]
 
 
 if __name__ == "__main__":
-    rows = run()
-    width = max(len(r["benchmark"]) for r in rows)
-    print(f"{'benchmark':<{width}}  {'value':>9}  {'unit':<11}  {'target':<7}  ok")
-    for r in rows:
-        print(f"{r['benchmark']:<{width}}  {r['value']:>9.1f}  {r['unit']:<11}  {r['target']:<7}  {r['ok']}")
+    raise SystemExit(main_for(run))

@@ -14,8 +14,6 @@
 from __future__ import annotations
 
 import random
-import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -23,6 +21,7 @@ from typing import Any
 
 import sqlite_utils
 
+from bench.figures import REPEATS, figure_row, main_for, paired_ratios
 from gpuwarden.core.store.db import open_db
 from gpuwarden.core.store.schema_telemetry import GPU_AFFINITY, HOUR_MS, MINUTE_MS
 from gpuwarden.core.store.telemetry import TelemetryStore
@@ -119,7 +118,7 @@ def _raw_rows(ticks: list[Tick], ids: dict[str, int]) -> list[tuple[list[tuple[A
 def bench_ingest(tmp: Path) -> list[dict[str, Any]]:
     store_rates: list[float] = []
     raw_rates: list[float] = []
-    for rep in range(2):  # alternate, keep the best of each: the machine is shared and noisy
+    for rep in range(REPEATS):  # alternate the two, so a busy moment weighs on both
         db = open_db(tmp / f"ingest-store-{rep}.db")
         store = TelemetryStore(db)
         uuids = _gpus(store)
@@ -149,37 +148,19 @@ def bench_ingest(tmp: Path) -> list[dict[str, Any]]:
             conn.execute("COMMIT")
         raw_rates.append(INGEST_TICKS * GPUS / (time.perf_counter() - start))
         db.conn.close()
-    store_rate, raw_rate = max(store_rates), max(raw_rates)
-    ratio = store_rate / raw_rate
     return [
-        {
-            "benchmark": "ingest: store write_tick (8 GPUs + host, 1 txn/tick, rollups)",
-            "value": store_rate,
-            "unit": "rows/s",
-            "target": "(see ratio)",
-            "ok": True,
-        },
-        {
-            "benchmark": "ingest: plain sqlite3 executemany, same rows and schema, 1 txn/tick",
-            "value": raw_rate,
-            "unit": "rows/s",
-            "target": "(baseline)",
-            "ok": True,
-        },
-        {
-            "benchmark": "ingest: store / plain sqlite3",
-            "value": ratio,
-            "unit": "×",
-            "target": "≥ 0.5",
-            "ok": ratio >= 0.5,
-        },
-        {
-            "benchmark": "ingest: store time per 8-GPU tick",
-            "value": 1e6 * GPUS / store_rate,
-            "unit": "µs",
-            "target": "(info)",
-            "ok": True,
-        },
+        figure_row("ingest: store write_tick (8 GPUs + host, 1 txn/tick, rollups)", store_rates, "rows/s"),
+        figure_row(
+            "ingest: plain sqlite3 executemany, same rows and schema, 1 txn/tick", raw_rates, "rows/s"
+        ),
+        figure_row(
+            "ingest: store / plain sqlite3",
+            paired_ratios(store_rates, raw_rates),
+            "×",
+            target="≥ 0.5",
+            check=lambda v: v >= 0.5,
+        ),
+        figure_row("ingest: store time per 8-GPU tick", [1e6 * GPUS / r for r in store_rates], "µs"),
     ]
 
 
@@ -232,80 +213,66 @@ def build_db(path: Path, days: float) -> sqlite_utils.Database:
     return db
 
 
-def _median_ms(store: TelemetryStore, window_s: float) -> tuple[float, str, int]:
-    times = []
-    h = None
-    for _ in range(HISTORY_RUNS):
-        start = time.perf_counter()
-        h = store.history(None, HISTORY_METRICS, NOW - window_s, NOW, points=300)
-        times.append(time.perf_counter() - start)
-    assert h is not None
+def _query_ms(store: TelemetryStore, window_s: float) -> tuple[float, str, int]:
+    start = time.perf_counter()
+    h = store.history(None, HISTORY_METRICS, NOW - window_s, NOW, points=300)
+    elapsed = (time.perf_counter() - start) * 1000
     points = max(len(s) for metrics in h.series.values() for s in metrics.values())
-    return statistics.median(times) * 1000, h.tier, points
+    return elapsed, h.tier, points
+
+
+def _compare(
+    big: TelemetryStore, small: TelemetryStore, window_s: float
+) -> tuple[list[float], list[float], str]:
+    """Query times (ms) on both databases, alternating; and the big one's tier and points."""
+    on_big: list[float] = []
+    on_small: list[float] = []
+    what = ""
+    for _ in range(HISTORY_RUNS):
+        ms, tier, points = _query_ms(big, window_s)
+        on_big.append(ms)
+        on_small.append(_query_ms(small, window_s)[0])
+        what = f"tier {tier}, {points} points"
+    return on_big, on_small, what
 
 
 def bench_history(tmp: Path) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
     big = build_db(tmp / "history-30d.db", 30)
     small = build_db(tmp / "history-1d.db", 1)
     big_store, small_store = TelemetryStore(big), TelemetryStore(small)
-    week_big, tier, points = _median_ms(big_store, 7 * 86400)
-    week_small, _, _ = _median_ms(small_store, 7 * 86400)
-    rows.append(
-        {
-            "benchmark": f"history 7 d, 8 GPUs, {len(HISTORY_METRICS)} metrics, ≤300 points, 30-day DB "
-            f"(tier {tier}, {points} points)",
-            "value": week_big,
-            "unit": "ms",
-            "target": "≤ 50",
-            "ok": week_big <= 50,
-        }
-    )
-    rows.append(
-        {
-            # The 1-day database holds a seventh of the window's rows: this ratio measures the data
-            # in the window, not the database's size (see the 24 h like-for-like ratio).
-            "benchmark": "history 7 d: 30-day DB / 1-day DB (1/7 of the rows in window)",
-            "value": week_big / week_small,
-            "unit": "×",
-            "target": "≤ 1.5",
-            "ok": week_big / week_small <= 1.5,
-        }
-    )
-    # Like for like: a window both databases hold whole, so only the database's size differs.
-    day_big, tier, points = _median_ms(big_store, 86400)
-    day_small, _, _ = _median_ms(small_store, 86400)
-    rows.append(
-        {
-            "benchmark": f"history 24 h, 8 GPUs, 30-day DB (tier {tier}, {points} points)",
-            "value": day_big,
-            "unit": "ms",
-            "target": "(info)",
-            "ok": True,
-        }
-    )
-    rows.append(
-        {
-            "benchmark": "history 24 h: 30-day DB / 1-day DB (same rows in window)",
-            "value": day_big / day_small,
-            "unit": "×",
-            "target": "≤ 1.5",
-            "ok": day_big / day_small <= 1.5,
-        }
-    )
-    hour_big, tier, points = _median_ms(big_store, 3600)
-    rows.append(
-        {
-            "benchmark": f"history 1 h, 8 GPUs, 30-day DB (tier {tier}, {points} points)",
-            "value": hour_big,
-            "unit": "ms",
-            "target": "(info)",
-            "ok": True,
-        }
-    )
+    week_big, week_small, what = _compare(big_store, small_store, 7 * 86400)
+    day_big, day_small, day_what = _compare(big_store, small_store, 86400)
+    hour_big, _, hour_what = _compare(big_store, small_store, 3600)
     big.conn.close()
     small.conn.close()
-    return rows
+    return [
+        figure_row(
+            f"history 7 d, 8 GPUs, {len(HISTORY_METRICS)} metrics, ≤300 points, 30-day DB ({what})",
+            week_big,
+            "ms",
+            target="≤ 50",
+            check=lambda v: v <= 50,
+        ),
+        # The 1-day database holds a seventh of the window's rows: this ratio measures the data
+        # in the window, not the database's size (see the 24 h like-for-like ratio).
+        figure_row(
+            "history 7 d: 30-day DB / 1-day DB (1/7 of the rows in window)",
+            paired_ratios(week_big, week_small),
+            "×",
+            target="≤ 1.5",
+            check=lambda v: v <= 1.5,
+        ),
+        # Like for like: a window both databases hold whole, so only the database's size differs.
+        figure_row(f"history 24 h, 8 GPUs, 30-day DB ({day_what})", day_big, "ms"),
+        figure_row(
+            "history 24 h: 30-day DB / 1-day DB (same rows in window)",
+            paired_ratios(day_big, day_small),
+            "×",
+            target="≤ 1.5",
+            check=lambda v: v <= 1.5,
+        ),
+        figure_row(f"history 1 h, 8 GPUs, 30-day DB ({hour_what})", hour_big, "ms"),
+    ]
 
 
 def run() -> list[dict[str, Any]]:
@@ -315,9 +282,4 @@ def run() -> list[dict[str, Any]]:
 
 
 if __name__ == "__main__":
-    results = run()
-    width = max(len(r["benchmark"]) for r in results)
-    for r in results:
-        mark = "ok" if r["ok"] else "MISS"
-        print(f"{r['benchmark']:<{width}}  {r['value']:>12,.3f} {r['unit']:<6} {r['target']:<12} {mark}")
-    sys.exit(0 if all(r["ok"] for r in results) else 1)
+    raise SystemExit(main_for(run))

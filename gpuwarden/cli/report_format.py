@@ -39,7 +39,8 @@ def report_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
         ),
         (
             "energy",
-            f"{_n(en['joules'], '.1f', ' J')}; per {unit[:-1]} {_n(en['per_sample_j'], '.4f', ' J')};"
+            f"{_n(en['joules'], '.1f', ' J')}; per {unit[:-1]} {_n(en['per_sample_j'], '.4f', ' J')}"
+            f" ({_n(en['samples_per_kwh'], ',.0f')} {unit}/kWh);"
             f" per token {_n(en['per_token_j'], '.6f', ' J')}",
         ),
         (
@@ -65,13 +66,19 @@ def _batch_rows(report: dict[str, Any]) -> list[list[str]]:
     ]
 
 
+ATTEMPT_HEADER = ["#", "wall", "outcome", "gpus", "J/sample", "samples/kWh"]
+
+
 def _attempt_rows(report: dict[str, Any]) -> list[list[str]]:
+    energy = {e["attempt"]: e for e in report["energy"].get("per_attempt", [])}
     return [
         [
             str(a["attempt"]),
             _n(a["wall_s"], ".1f", " s"),
             str(a.get("classification") or a.get("state") or ""),
             ", ".join(g[:12] for g in a["gpus"]) or "cpu",
+            _n(energy.get(a["attempt"], {}).get("per_sample_j"), ".4f"),
+            _n(energy.get(a["attempt"], {}).get("samples_per_kwh"), ",.0f"),
         ]
         for a in report["attempts"]
     ]
@@ -107,7 +114,7 @@ def render_text(report: dict[str, Any]) -> str:
             "  " + line for line in _table(["batch", "steps", "mean step", "samples/s"], _batch_rows(report))
         ]
     lines += ["", "attempts:"]
-    lines += ["  " + line for line in _table(["#", "wall", "outcome", "gpus"], _attempt_rows(report))]
+    lines += ["  " + line for line in _table(ATTEMPT_HEADER, _attempt_rows(report))]
     if report["retunes"]:
         lines += ["", "retunes:"]
         lines += [
@@ -131,7 +138,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines += ["", "## Per batch size", ""]
         lines += _md_table(["batch", "steps", "mean step", "samples/s"], _batch_rows(report))
     lines += ["", "## Attempts", ""]
-    lines += _md_table(["#", "wall", "outcome", "gpus"], _attempt_rows(report))
+    lines += _md_table(ATTEMPT_HEADER, _attempt_rows(report))
     if report["retunes"]:
         lines += ["", "## Retunes", ""]
         lines += _md_table(["after attempt", "verdict", "from", "to", "outcome"], _retune_rows(report))
@@ -145,7 +152,7 @@ def render_comparison(result: dict[str, Any]) -> str:
     header = ["metric", f"A: {a.get('name')}", f"B: {b.get('name')}", "B/A"]
     rows = []
     for r in result["rows"]:
-        fmt = ".4f" if r["metric"] == "energy_per_sample_j" else ".1f"
+        fmt = {"energy_per_sample_j": ".4f", "samples_per_kwh": ",.0f"}.get(r["metric"], ".1f")
         if r["unit"] == "B":
             va, vb = _bytes(r["a"]), _bytes(r["b"])
         else:

@@ -1,13 +1,19 @@
 """`gpuwarden tune SPEC.yaml`: find the micro-batch (then precision, compile) with the best
-throughput for this machine, write the tuned spec, and remember the answer."""
+throughput — or energy per sample, or both — for this machine, write the tuned spec, and remember
+the answer."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from gpuwarden.cli.format import gib, note, print_json
+
+if TYPE_CHECKING:
+    from gpuwarden.core.tune.objective import Objective
+    from gpuwarden.core.tune.search import ProbeResult
 
 
 @click.command()
@@ -25,6 +31,12 @@ from gpuwarden.cli.format import gib, note, print_json
               help="Let the effective batch grow too (the learning rate is rescaled linearly).")  # fmt: skip
 @click.option("--max-batch", type=click.IntRange(1), default=1024, show_default=True,
               help="Largest micro-batch to try.")  # fmt: skip
+@click.option("--objective", type=click.Choice(["throughput", "energy", "balanced"]),
+              help="What to maximise: samples/s, samples per joule, or samples/s per J/sample "
+                   "(default: the spec's tune.objective, else throughput).")  # fmt: skip
+@click.option("--power-sweep/--no-power-sweep", default=None,
+              help="Also probe lower GPU power limits (root, or power_limit_command in the config); "
+                   "the best limit is reported, not applied.")  # fmt: skip
 def tune(
     spec_path: Path,
     output: Path | None,
@@ -35,60 +47,63 @@ def tune(
     min_gain: float,
     change_effective_batch: bool,
     max_batch: int,
+    objective: Objective | None,
+    power_sweep: bool | None,
 ) -> None:
-    """Probe short runs to find the fastest settings that fit, and write a tuned spec."""
+    """Probe short runs to find the fastest (or most energy-efficient) settings that fit, and write
+    a tuned spec."""
     from gpuwarden.core.config.resolve import resolve_relative_paths
     from gpuwarden.core.config.settings import load_settings
     from gpuwarden.core.config.spec import load_spec
     from gpuwarden.core.telemetry.nvml import open_gpu_reader
     from gpuwarden.core.tune.cache import TuneCache
-    from gpuwarden.core.tune.search import ProbeResult
+    from gpuwarden.core.tune.devices import tune_devices
     from gpuwarden.core.tune.session import tune_spec, tuned_section
     from gpuwarden.core.tune.target import pick_target
     from gpuwarden.core.tune.write import write_tuned_spec
 
     spec = resolve_relative_paths(load_spec(spec_path), spec_path.resolve().parent)
-    reader = open_gpu_reader()
-    try:
-        gpus = reader.gpus()
-    finally:
-        reader.close()
-    target = pick_target(spec, gpus)
-    paths = load_settings().resolve_paths()
+    settings = load_settings()
+    paths = settings.resolve_paths()
     out_path = output or spec_path.with_name(spec_path.stem + ".tuned.yaml")
 
     def report(n: int, r: ProbeResult) -> None:
-        if as_json:
-            return
-        c = r.candidate
-        what = f"probe {n}: micro-batch {c.batch_size} × {c.grad_accum_steps}, {c.precision}"
-        what += ", compile" if c.compile else ""
-        if r.ok and r.samples_per_s is not None:
-            rate = f"{r.samples_per_s:.2f} samples/s"
-            note(f"{what}: {rate}, peak {gib(r.mem_peak, 2)} GiB ({r.wall_s:.0f} s)")
-        else:
-            note(f"{what}: {'out of memory' if r.oom else r.error} ({r.wall_s:.0f} s)")
+        if not as_json:
+            note(probe_line(n, r))
 
-    def probing() -> None:
-        if target.note and not as_json:
-            note(target.note)  # what the search covers on this device
+    # The reader stays open while probing: it reads the GPU's energy counter (and sets its power
+    # limit in a sweep).
+    reader = open_gpu_reader()
+    try:
+        target = pick_target(spec, reader.gpus())
 
-    outcome = tune_spec(
-        spec,
-        target,
-        TuneCache(paths.tune_cache),
-        paths.state_dir,
-        env=_environ(),
-        force=force,
-        max_trials=max_trials,
-        headroom=headroom,
-        min_gain=min_gain,
-        change_effective_batch=change_effective_batch,
-        max_batch=max_batch,
-        on_result=report,
-        on_probing=probing,
-        label=str(spec_path),
-    )
+        def probing() -> None:
+            if target.note and not as_json:
+                note(target.note)  # what the search covers on this device
+
+        energy, limiter = tune_devices(reader, target, settings.power_limit_command)
+        outcome = tune_spec(
+            spec,
+            target,
+            TuneCache(paths.tune_cache),
+            paths.state_dir,
+            env=_environ(),
+            force=force,
+            max_trials=max_trials,
+            headroom=headroom,
+            min_gain=min_gain,
+            change_effective_batch=change_effective_batch,
+            max_batch=max_batch,
+            on_result=report,
+            on_probing=probing,
+            label=str(spec_path),
+            objective=objective,
+            energy=energy,
+            sweep_power=power_sweep,
+            limiter=limiter,
+        )
+    finally:
+        reader.close()
     if outcome.cached and not as_json:
         note(f"this setup was tuned before (fingerprint {outcome.fingerprint}); --force probes again")
     section = tuned_section(spec)
@@ -106,6 +121,21 @@ def tune(
         return
     click.echo("best: " + outcome.summary)
     click.echo(f"wrote {out_path}")
+
+
+def probe_line(n: int, r: ProbeResult) -> str:
+    """One probe as the user follows it: configuration, speed, energy, memory, time."""
+    c = r.candidate
+    what = f"probe {n}: micro-batch {c.batch_size} × {c.grad_accum_steps}, {c.precision}"
+    what += ", compile" if c.compile else ""
+    what += f", {c.power_limit_w:.0f} W limit" if c.power_limit_w is not None else ""
+    if not r.ok or r.samples_per_s is None:
+        return f"{what}: {'out of memory' if r.oom else r.error} ({r.wall_s:.0f} s)"
+    energy = ""
+    if r.joules_per_sample is not None:
+        energy = f", {r.joules_per_sample:.4g} J/sample ({r.samples_per_kwh or 0:,.0f} samples/kWh)"
+    peak = f"peak {gib(r.mem_peak, 2)} GiB"
+    return f"{what}: {r.samples_per_s:.2f} samples/s{energy}, {peak} ({r.wall_s:.0f} s)"
 
 
 def _environ() -> dict[str, str]:

@@ -19,8 +19,10 @@ from pydantic import BaseModel
 from gpuwarden.core.config.spec import RunSpec
 from gpuwarden.core.oom.profile_command import command_profile
 from gpuwarden.core.oom.profiles import profile_for
-from gpuwarden.core.telemetry.types import GpuStatic
+from gpuwarden.core.telemetry.nvml import open_gpu_reader
+from gpuwarden.core.telemetry.types import GpuReader, GpuStatic
 from gpuwarden.core.tune.cache import TuneCache
+from gpuwarden.core.tune.devices import tune_devices
 from gpuwarden.core.tune.session import tune_spec, tuned_section
 from gpuwarden.core.tune.target import pick_target
 from gpuwarden.daemon.process import RUN_TAG, run_tag
@@ -83,18 +85,38 @@ def apply_profile(spec: RunSpec, gpus: list[GpuStatic]) -> tuple[dict[str, Any] 
 
 
 class Autotuner:
-    """The supervisor's autotune hook: (spec, placed GPU UUIDs, run dir) → (spec document, line)."""
+    """The supervisor's autotune hook: (spec, placed GPU UUIDs, run dir) → (spec document, line).
 
-    def __init__(self, gpu_statics: Callable[[], list[GpuStatic]], cache_dir: Path) -> None:
+    The spec's `tune:` section chooses the objective (and the power-limit sweep); a reader of its
+    own, open while probing, reads the GPU's energy counter (the sampler's reader belongs to the
+    sampler thread)."""
+
+    def __init__(
+        self,
+        gpu_statics: Callable[[], list[GpuStatic]],
+        cache_dir: Path,
+        *,
+        power_limit_command: str | None = None,
+        open_reader: Callable[[], GpuReader] = open_gpu_reader,
+    ) -> None:
         self._gpu_statics = gpu_statics
         self._cache = TuneCache(cache_dir)
+        self._power_limit_command = power_limit_command
+        self._open_reader = open_reader
 
     def __call__(self, spec: RunSpec, gpus: list[str], run_dir: Path) -> tuple[dict[str, Any], str]:
         placed = spec.model_copy(update={"resources": spec.resources.model_copy(update={"gpus": gpus or 0})})
         target = pick_target(placed, [g for g in self._gpu_statics() if g.uuid in gpus])
         # Tagged like the run's probes: a restarted daemon kills what a dead one left probing.
         env = {**os.environ, RUN_TAG: run_tag(run_dir.name, None)}
-        outcome = tune_spec(spec, target, self._cache, run_dir / "autotune", env=env)
+        reader = self._open_reader()
+        try:
+            energy, limiter = tune_devices(reader, target, self._power_limit_command)
+            outcome = tune_spec(
+                spec, target, self._cache, run_dir / "autotune", env=env, energy=energy, limiter=limiter
+            )
+        finally:
+            reader.close()
         doc = spec.model_dump(mode="json")
         section = tuned_section(spec)
         doc[section].update(outcome.knobs)

@@ -100,7 +100,11 @@ class Daemon:
             local_backends(self.gpu_states),
             Hooks(
                 retune=retune_hook,
-                autotune=Autotuner(self._gpu_statics, self.paths.tune_cache),
+                autotune=Autotuner(
+                    self._gpu_statics,
+                    self.paths.tune_cache,
+                    power_limit_command=settings.power_limit_command,
+                ),
                 profile=lambda spec: apply_profile(spec, self._gpu_statics()),
             ),
         )

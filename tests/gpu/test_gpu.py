@@ -1,18 +1,20 @@
 """On a machine with an NVIDIA GPU: real NVML, and a real CUDA out-of-memory recovered.
 
-A 12 GB card is emulated on a bigger one with `PYTORCH_ALLOC_CONF=per_process_memory_fraction:F`
-(PyTorch ≥ 2.12): the caching allocator then fails for real, with "allowed" in its message.
-Skipped (with the reason) where NVML finds no GPU.
+A 12 GB card is emulated on a bigger one by capping the run's processes with
+`torch.cuda.set_per_process_memory_fraction` (tests/gpu/memcap): the caching allocator then fails
+for real, with "allowed" in its message. Skipped (with the reason) where NVML finds no GPU.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
 import pytest
 
 from tests.daemon.conftest import DaemonHandle
+from tests.gpu.conftest import capped_env, require_cuda
 
 pytestmark = pytest.mark.gpu
 
@@ -40,31 +42,16 @@ def test_real_nvml_reader_reads_every_gpu() -> None:
         reader.close()
 
 
-def _card_total() -> int:
-    from gpuwarden.core.telemetry.nvml import open_gpu_reader
-
-    reader = open_gpu_reader()
-    try:
-        total = reader.gpus()[0].memory_total
-        assert total is not None
-        return total
-    finally:
-        reader.close()
-
-
 @pytest.mark.slow
 def test_real_cuda_oom_under_a_12gb_cap_is_recovered(daemon_factory: Any) -> None:
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("torch here has no CUDA")
-    fraction = min(0.99, 12 * GIB / _card_total())
+    require_cuda()
     gw: DaemonHandle = daemon_factory({"GPUWARDEN_FAKE_NVML": ""})
     spec = gw.write_spec(
         "cuda-oom",
         f"""
         name: cuda-oom
         kind: train
-        env: {{PYTORCH_ALLOC_CONF: "per_process_memory_fraction:{fraction:.4f}"}}
+        env: {json.dumps(capped_env(12))}
         resources: {{gpus: 1}}
         train:
           task: image

@@ -66,6 +66,16 @@ def test_seed_003_report_has_exact_throughput_energy_power_and_memory(tmp_path: 
     }
     assert r["energy"]["joules"] == pytest.approx(120 * 300.0)
     assert r["energy"]["per_sample_j"] == pytest.approx(36000 / 28160)
+    assert r["energy"]["samples_per_kwh"] == pytest.approx(3.6e6 * 28160 / 36000)
+    assert r["energy"]["per_attempt"] == [
+        {
+            "attempt": 1,
+            "joules": pytest.approx(36000.0),
+            "samples": 28160,
+            "per_sample_j": pytest.approx(36000 / 28160),
+            "samples_per_kwh": pytest.approx(3.6e6 * 28160 / 36000),
+        }
+    ]
     assert r["power"]["mean_w"] == pytest.approx(300.0) and r["power"]["limit_w"] == pytest.approx(575.0)
     assert r["power"]["mean_pct"] == pytest.approx(100 * 300 / 575)
     assert r["utilisation"]["metric"] == "util_gpu_fine" and r["utilisation"]["mean"] == pytest.approx(95.0)
@@ -138,6 +148,11 @@ def test_attempts_retunes_and_per_batch_size_across_a_retune(tmp_path: Path) -> 
     ]
     # energy only inside the attempts' windows: the 10 s between them are not the run's
     assert r["energy"]["joules"] == pytest.approx(400.0 * 119)
+    per_attempt = r["energy"]["per_attempt"]
+    assert [a["samples"] for a in per_attempt] == [5 * 10 * 256, 5 * 10 * 128]
+    assert sum(a["joules"] for a in per_attempt) == pytest.approx(400.0 * 119)
+    # the same power for half the samples: the retuned attempt's samples cost about twice as much
+    assert per_attempt[1]["per_sample_j"] / per_attempt[0]["per_sample_j"] == pytest.approx(2.0, rel=0.02)
 
 
 def test_compare_gives_b_over_a_ratios(tmp_path: Path) -> None:
@@ -151,6 +166,8 @@ def test_compare_gives_b_over_a_ratios(tmp_path: Path) -> None:
     assert rows["power_pct_of_limit"]["a"] == pytest.approx(100 * 300 / 575)
     # 1.5× the power for 2× the samples: each sample costs 0.75× the energy
     assert rows["energy_per_sample_j"]["ratio"] == pytest.approx(0.75)
+    assert rows["samples_per_kwh"]["ratio"] == pytest.approx(1 / 0.75)
+    assert rows["samples_per_kwh"]["higher_is_better"] is True
     assert rows["wall_s"]["ratio"] == pytest.approx(1.0) and rows["util_mean_pct"]["ratio"] == pytest.approx(
         1.0
     )
@@ -164,6 +181,16 @@ def test_cpu_run_has_no_energy_or_power(tmp_path: Path) -> None:
     events[0]["device"] = "cpu"
     rec.run("cpu", {**spec_003(4), "name": "cpu"}, [(T0, T0 + 60, [], 7)], {1: events})
     r = _report(tmp_path / "g.db", "cpu")
-    assert r["energy"] == {"joules": None, "per_sample_j": None, "per_token_j": None}
+    assert r["energy"] == {
+        "joules": None,
+        "samples": None,
+        "per_sample_j": None,
+        "samples_per_kwh": None,
+        "per_token_j": None,
+        "per_attempt": [
+            {"attempt": 1, "joules": None, "samples": 200, "per_sample_j": None, "samples_per_kwh": None}
+        ],
+    }
+    assert r["energy"]["per_attempt"][0]["samples"] == r["throughput"]["samples"]
     assert r["power"]["mean_w"] is None and r["memory"]["runner_peak_kind"] == "host_rss"
     assert r["memory"]["peak_pct"] is None and r["throughput"]["samples_per_s"] == pytest.approx(4.0)

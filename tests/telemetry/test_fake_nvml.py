@@ -72,3 +72,40 @@ def test_lost_scenario_raises_gpu_is_lost_after_the_delay() -> None:
     with pytest.raises(pynvml.NVMLError_GpuIsLost):
         fake.nvmlDeviceGetPowerUsage(handle)
     fake.nvmlDeviceGetPowerUsage(fake.nvmlDeviceGetHandleByIndex(0))
+
+
+def test_a_set_load_draws_its_power_and_the_counter_integrates_it_exactly() -> None:
+    fake = FakeNvml("h100")
+    fake.advance(2.5)
+    before = fake.energy_mj(0)
+    fake.set_load(0, util=90, power_w=400)
+    fake.advance(2.0)
+    assert fake.power_mw(0) == 400_000 and fake.util_gpu(0) == 90
+    assert fake.energy_mj(0) - before == 800_000  # 400 W for 2 s
+    fake.set_load(0, util=30)  # the model's line from idle to the limit
+    fake.advance(1.0)
+    assert fake.power_mw(0) == 70_000 + (700_000 - 70_000) * 30 // 100
+    assert fake.energy_mj(0) - before == 800_000 + 259_000
+    fake.clear_load(0)
+    middle = fake.energy_mj(0)
+    fake.advance(10.0)  # one whole period of the pattern
+    assert fake.energy_mj(0) - middle == fake._gpus[0].period_energy
+
+
+def test_the_power_limit_caps_a_load_and_changes_only_with_permission() -> None:
+    fake = FakeNvml("h100")
+    fake.nvmlInit()
+    handle = fake.nvmlDeviceGetHandleByIndex(0)
+    with pytest.raises(pynvml.NVMLError_NoPermission):
+        fake.nvmlDeviceSetPowerManagementLimit(handle, 400_000)
+    fake.allow_power_limit = True
+    with pytest.raises(pynvml.NVMLError_InvalidArgument):
+        fake.nvmlDeviceSetPowerManagementLimit(handle, 100_000)  # under the card's minimum
+    fake.set_load(0, util=100, power_w=650)
+    fake.advance(1.0)
+    start = fake.energy_mj(0)
+    fake.nvmlDeviceSetPowerManagementLimit(handle, 400_000)
+    assert fake.nvmlDeviceGetEnforcedPowerLimit(handle) == 400_000
+    fake.advance(1.0)
+    assert fake.power_mw(0) == 400_000
+    assert fake.energy_mj(0) - start == 400_000

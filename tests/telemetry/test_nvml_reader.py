@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 import pynvml
 import pytest
@@ -240,3 +241,30 @@ def test_close_shuts_nvml_down_once() -> None:
     reader.close()
     reader.close()
     assert fake.calls["nvmlShutdown", -1] == 1
+
+
+def test_one_gpus_energy_counter_and_power_limit_read_alone() -> None:
+    fake, reader = reader_for("h100x2")
+    uuid = fake.uuid(1)
+    fake.advance(3.0)
+    assert reader.energy_mj(uuid) == fake.energy_mj(1)
+    assert reader.power_limit_w(uuid) == 700.0
+    assert reader.energy_mj("GPU-unknown") is None
+    assert reader.set_power_limit_w(uuid, 500) == (
+        "NVML refuses to change the power limit without root (NoPermission)"
+    )
+    fake.allow_power_limit = True
+    assert reader.set_power_limit_w(uuid, 500) is None
+    assert reader.power_limit_w(uuid) == 500.0
+    assert reader.set_power_limit_w(uuid, 50) is not None  # under the card's minimum: refused
+    reader.close()
+    assert reader.energy_mj(uuid) is None
+
+
+def test_a_gpu_without_an_energy_counter_reads_none() -> None:
+    fake = FakeNvml("h100")
+    gpu = fake._gpus[0]
+    gpu.model = replace(gpu.model, not_supported=frozenset({"nvmlDeviceGetTotalEnergyConsumption"}))
+    reader = NvmlReader(fake, enrich=no_enrich)
+    assert reader.energy_mj(fake.uuid(0)) is None
+    assert "energy_mj" in reader.gpus()[0].unsupported

@@ -9,6 +9,7 @@ from gpuwarden.core.api.errors import ErrorBody, ErrorDetail
 from gpuwarden.core.api.requests import EditRequest, StopRequest, SubmitRequest
 from gpuwarden.core.api.runs import (
     Attempt,
+    AttemptEnergyReading,
     AttemptList,
     Deleted,
     EventsPage,
@@ -18,6 +19,7 @@ from gpuwarden.core.api.runs import (
     Retune,
     RetuneList,
     RunDetail,
+    RunEnergy,
     RunEvent,
     RunList,
     RunMetric,
@@ -40,6 +42,7 @@ from gpuwarden.core.api.telemetry import (
 
 __all__ = [
     "Attempt",
+    "AttemptEnergyReading",
     "AttemptList",
     "Deleted",
     "EditRequest",
@@ -61,6 +64,7 @@ __all__ = [
     "Retune",
     "RetuneList",
     "RunDetail",
+    "RunEnergy",
     "RunEvent",
     "RunList",
     "RunMetric",

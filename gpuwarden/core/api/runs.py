@@ -171,8 +171,29 @@ class EventsPage(BaseModel):
     state: RunState | Literal["deleted"] = Field(description="the run's state when the page was read")
 
 
+class AttemptEnergyReading(BaseModel):
+    """One attempt's energy: joules its GPUs used over its window, samples it did."""
+
+    attempt: int
+    joules: float | None = Field(description="None without an energy counter (CPU, old GPUs)")
+    samples: int
+    per_sample_j: float | None
+    samples_per_kwh: float | None
+
+
+class RunEnergy(BaseModel):
+    """A run's energy per sample from the GPUs' energy counters, over the attempts with a reading."""
+
+    joules: float | None
+    samples: int | None
+    per_sample_j: float | None
+    samples_per_kwh: float | None
+    per_token_j: float | None = Field(description="set by reports that know the tokens done")
+    per_attempt: list[AttemptEnergyReading]
+
+
 class RunDetail(RunSummary):
-    """One run whole: its summary, spec, attempts, retunes and report."""
+    """One run whole: its summary, spec, attempts, retunes, report and energy."""
 
     run_dir: str
     stop_requested: bool
@@ -182,6 +203,7 @@ class RunDetail(RunSummary):
     retunes: list[Retune]
     effective_batch: int | None = Field(description="micro-batch × accumulation × world size (train)")
     report: dict[str, Any] | None = Field(description="the run's report.json, once written")
+    energy: RunEnergy
 
 
 class LogSlice(BaseModel):

@@ -60,6 +60,11 @@ class Settings(StrictModel):
     stop_grace_seconds: float = Field(30.0, ge=0, le=3600, description="SIGTERM → SIGKILL grace")
     max_runs_per_gpu: int = Field(1, ge=1, le=64)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    power_limit_command: str | None = Field(
+        None,
+        description="a command that sets a GPU's power limit for `tune --power-sweep` without root, "
+        "with {index}, {uuid} and {watts} filled in, e.g. 'sudo -n nvidia-smi -i {index} -pl {watts}'",
+    )
 
     def resolve_paths(self) -> Paths:
         state = (self.paths.state_dir or default_state_dir()).expanduser()

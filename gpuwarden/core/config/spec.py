@@ -17,6 +17,7 @@ from gpuwarden.core.config.spec_command import CommandSpec, KnobValue, check_env
 from gpuwarden.core.config.spec_infer import InferSpec
 from gpuwarden.core.config.spec_restart import RestartPolicy
 from gpuwarden.core.config.spec_train import TrainSpec
+from gpuwarden.core.config.spec_tune import TuneSettings
 from gpuwarden.core.config.validation import StrictModel, validate
 from gpuwarden.core.config.yamlsource import YamlDocument, load_yaml_file, parse_yaml
 from gpuwarden.core.errors import UserError
@@ -87,6 +88,9 @@ class RunSpec(StrictModel):
     )
     autotune: bool = Field(
         False, description="probe for the fastest micro-batch on this GPU before the first attempt"
+    )
+    tune: TuneSettings | None = Field(
+        None, description="what `gpuwarden tune` and `autotune` optimise: objective, power-limit sweep"
     )
     profile: Literal["auto"] | None = Field(
         None, description="`auto`: knobs not set in the spec start from the detected GPU's memory tier"

@@ -15,6 +15,7 @@ ROWS: tuple[tuple[str, tuple[str, ...], str, bool], ...] = (
     ("util_mean_pct", ("utilisation", "mean"), "%", True),
     ("memory_peak_bytes", ("memory", "peak"), "B", False),
     ("energy_per_sample_j", ("energy", "per_sample_j"), "J", False),
+    ("samples_per_kwh", ("energy", "samples_per_kwh"), "/kWh", True),
     ("wall_s", ("wall_s",), "s", False),
 )
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from gpuwarden.core.report.energy import AttemptEnergy, attempt_samples, energy_block
 from gpuwarden.core.report.snapshot import RunSnapshot
 from gpuwarden.core.report.stats import distribution, mean
 
@@ -47,10 +48,8 @@ def throughput(snap: RunSnapshot) -> dict[str, Any]:
         progress = snap.runner_events("progress", a.attempt)
         if not progress:
             continue
-        started = snap.started(a.attempt)
-        base = int(started.get("samples_seen", 0)) if started else 0
         last = progress[-1]
-        samples += max(0, int(last.get("samples_seen") or 0) - base)
+        samples += attempt_samples(snap.events, a.attempt)
         tokens += int(last.get("tokens_seen") or 0) - int(progress[0].get("tokens_seen") or 0)
         if len(progress) >= 2:
             first = progress[0]
@@ -136,15 +135,15 @@ def memory(snap: RunSnapshot) -> dict[str, Any]:
     }
 
 
-def energy(snap: RunSnapshot, samples: int, tokens: int | None) -> dict[str, Any]:
-    """Joules over the attempts' windows, per sample and per token; None without a GPU counter."""
-    readings = [w.energy_j for w in snap.gpus if w.energy_j is not None]
-    joules = sum(readings) if readings else None
-    return {
-        "joules": joules,
-        "per_sample_j": joules / samples if joules is not None and samples else None,
-        "per_token_j": joules / tokens if joules is not None and tokens else None,
-    }
+def energy(snap: RunSnapshot, tokens: int | None) -> dict[str, Any]:
+    """Joules over the attempts' windows, per sample, per kWh and per token, for the run and for
+    each attempt; None without a GPU counter."""
+    attempts = []
+    for a in snap.attempts:
+        readings = [w.energy_j for w in snap.gpus if w.attempt == a.attempt and w.energy_j is not None]
+        joules = sum(readings) if readings else None
+        attempts.append(AttemptEnergy(a.attempt, joules, attempt_samples(snap.events, a.attempt)))
+    return energy_block(attempts, tokens)
 
 
 def power(snap: RunSnapshot) -> dict[str, Any]:
@@ -205,7 +204,7 @@ def build_report(snap: RunSnapshot) -> dict[str, Any]:
         "throughput": tp,
         "per_batch_size": per_batch_size(snap),
         "memory": memory(snap),
-        "energy": energy(snap, tp["samples"], tp["tokens"]),
+        "energy": energy(snap, tp["tokens"]),
         "power": power(snap),
         "utilisation": utilisation(snap),
         "loss": {"first": last_report.get("loss_first"), "last": last_report.get("loss_last")},

@@ -224,6 +224,22 @@ class RunStore:
                 row[column.removesuffix("_json")] = json.loads(value) if value is not None else None
         return rows
 
+    def samples_done(self, run_id: str) -> dict[int, int]:
+        """Samples each attempt did: its last progress count over the count it resumed from."""
+        last = {
+            row["attempt"]: row["n"]
+            for row in self._query(
+                "SELECT attempt, max(samples_seen) AS n FROM run_metrics WHERE run_id = ? GROUP BY attempt",
+                (run_id,),
+            )
+        }
+        base = {
+            int(e["attempt"]): int(e.get("samples_seen") or 0)
+            for e in self.events(run_id, types=["started"])
+            if e.get("attempt") is not None
+        }
+        return {int(a): max(0, int(n or 0) - base.get(int(a), 0)) for a, n in last.items()}
+
     def metrics(self, run_id: str, limit: int = 10_000) -> list[dict[str, Any]]:
         """Progress metrics of a run, oldest first."""
         return self._query(

@@ -48,6 +48,13 @@ NotSupported to NVLink queries.
 `add_process(gpu_index, pid, used_bytes)` puts a process on a GPU (its memory counts in
 mem_used); `calls[(function_name, gpu_index)]` counts every device call (index -1 for system
 calls), so tests can assert that an unsupported getter was probed only once.
+
+A synthetic power curve: `set_load(gpu_index, util, power_w=None)` replaces the pattern from
+now on with a steady load — utilisation `util` and `power_w` watts (default: the model's line
+from idle to the limit at that utilisation), capped at the GPU's power limit; the energy counter
+stays the exact integral across the change. `clear_load` returns to the pattern. The power limit
+reads back from `nvmlDeviceGetEnforcedPowerLimit`; `nvmlDeviceSetPowerManagementLimit` changes
+it only when `allow_power_limit` is true (NoPermission otherwise, as for a user who is not root).
 """
 
 from __future__ import annotations
@@ -167,6 +174,11 @@ class _FakeGpu:
     lost_at: float | None = None
     lost_code: int = pynvml.NVML_ERROR_GPU_IS_LOST
     processes: dict[tuple[int, str], int | None] = field(default_factory=dict)
+    power_limit_mw: int = 0
+    # A steady load set by `set_load`: (since, util %, requested power mW), and the energy (mJ)
+    # loads added beyond the pattern's integral before `since`.
+    load: tuple[float, int, int] | None = None
+    extra_energy_mj: float = 0.0
 
 
 def _nvml_error(code: int) -> Exception:
@@ -204,6 +216,7 @@ class FakeNvml:
         self._missing: frozenset[str] = frozenset()
         self.process_v3_missing = False
         self.memory_takes_version = True
+        self.allow_power_limit = False
         self._gpus: list[_FakeGpu] = []
         self._pcie_levels: dict[frozenset[int], int] = {}
         self._nvlinks: dict[frozenset[int], int] = {}
@@ -248,6 +261,7 @@ class FakeNvml:
             handle=_Handle(index),
             period_energy=prefix[-1],
             prefix_energy=tuple(prefix),
+            power_limit_mw=model.power_default_mw,
         )
 
     @staticmethod
@@ -318,6 +332,34 @@ class FakeNvml:
                 (peer,) = pair - {index}
                 ends += [peer] * links
         return ends
+    def set_load(self, gpu_index: int, util: int, power_w: float | None = None) -> None:
+        """From now on, a steady `util` % drawing `power_w` W (default: the model's line at that
+        utilisation), capped at the power limit; the energy counter follows it exactly."""
+        gpu = self._gpus[gpu_index]
+        self._close_load(gpu)
+        model = gpu.model
+        mw = self._power_for(model, util) if power_w is None else round(power_w * 1000)
+        gpu.load = (self.time, util, mw)
+
+    def clear_load(self, gpu_index: int) -> None:
+        """Back to the deterministic pattern."""
+        gpu = self._gpus[gpu_index]
+        self._close_load(gpu)
+        gpu.load = None
+
+    def _close_load(self, gpu: _FakeGpu) -> None:
+        """Fold the running load's energy (beyond the pattern's) into `extra_energy_mj`."""
+        if gpu.load is None:
+            return
+        since, _, _ = gpu.load
+        now = self.time
+        pattern = self._pattern_energy(gpu, now) - self._pattern_energy(gpu, since)
+        gpu.extra_energy_mj += self._load_power(gpu) * (now - since) - pattern
+        gpu.load = (now, gpu.load[1], gpu.load[2])
+
+    def _load_power(self, gpu: _FakeGpu) -> int:
+        assert gpu.load is not None
+        return min(gpu.load[2], gpu.power_limit_mw)
 
     # ---- the deterministic series (tests compute expectations from these) --------------------
 
@@ -326,26 +368,37 @@ class FakeNvml:
         return math.floor((self.time if t is None else t) - self.start)
 
     def util_gpu(self, index: int, t: float | None = None) -> int:
-        """Coarse GPU utilisation (%) at time `t`."""
+        """Coarse GPU utilisation (%) at time `t` (a set load's, while one is set)."""
+        load = self._gpus[index].load
+        if load is not None:
+            return load[1]
         return UTIL_PATTERN[(self.second(t) + 3 * index) % 10]
 
     def power_mw(self, index: int, t: float | None = None) -> int:
         """Power draw (mW) at time `t`."""
-        return self._power_for(self._gpus[index].model, self.util_gpu(index, t))
+        gpu = self._gpus[index]
+        if gpu.load is not None:
+            return self._load_power(gpu)
+        return self._power_for(gpu.model, UTIL_PATTERN[(self.second(t) + 3 * index) % 10])
+
+    def _pattern_energy(self, gpu: _FakeGpu, t: float) -> float:
+        s = self.second(t)
+        frac = (t - self.start) - s
+        full, part = divmod(s, 10)
+        power = self._power_for(gpu.model, UTIL_PATTERN[(s + 3 * gpu.index) % 10])
+        return full * gpu.period_energy + gpu.prefix_energy[part] + power * frac
 
     def energy_mj(self, index: int, t: float | None = None) -> int:
         """Energy counter (mJ) at time `t`: the integral of power since the fake started."""
         gpu = self._gpus[index]
         t = self.time if t is None else t
-        s = self.second(t)
-        frac = (t - self.start) - s
-        full, part = divmod(s, 10)
-        return (
-            10**9 * (index + 1)
-            + full * gpu.period_energy
-            + gpu.prefix_energy[part]
-            + int(self.power_mw(index, t) * frac)
-        )
+        energy = 10**9 * (index + 1) + self._pattern_energy(gpu, t) + gpu.extra_energy_mj
+        if gpu.load is not None:
+            since = gpu.load[0]
+            energy += self._load_power(gpu) * (t - since) - (
+                self._pattern_energy(gpu, t) - self._pattern_energy(gpu, since)
+            )
+        return int(energy)
 
     def mem_used(self, index: int) -> int:
         """Used memory as memory info v2 reports it (bytes, without the reserved part)."""
@@ -458,7 +511,19 @@ class FakeNvml:
         return self.power_mw(self._device("nvmlDeviceGetPowerUsage", handle).index)
 
     def nvmlDeviceGetEnforcedPowerLimit(self, handle: _Handle) -> int:
-        return self._device("nvmlDeviceGetEnforcedPowerLimit", handle).model.power_default_mw
+        return self._device("nvmlDeviceGetEnforcedPowerLimit", handle).power_limit_mw
+
+    def nvmlDeviceGetPowerManagementLimit(self, handle: _Handle) -> int:
+        return self._device("nvmlDeviceGetPowerManagementLimit", handle).power_limit_mw
+
+    def nvmlDeviceSetPowerManagementLimit(self, handle: _Handle, limit_mw: int) -> None:
+        gpu = self._device("nvmlDeviceSetPowerManagementLimit", handle)
+        if not self.allow_power_limit:
+            raise _nvml_error(pynvml.NVML_ERROR_NO_PERMISSION)
+        if not gpu.model.power_min_mw <= limit_mw <= gpu.model.power_max_mw:
+            raise _nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        self._close_load(gpu)
+        gpu.power_limit_mw = int(limit_mw)
 
     def nvmlDeviceGetPowerManagementDefaultLimit(self, handle: _Handle) -> int:
         return self._device("nvmlDeviceGetPowerManagementDefaultLimit", handle).model.power_default_mw

@@ -199,6 +199,10 @@ class NoGpuReader:
         """Nothing is connected."""
         return NO_TOPOLOGY
 
+    def energy_mj(self, uuid: str) -> int | None:
+        """No counter."""
+        return None
+
     def close(self) -> None:
         """Nothing to release."""
 
@@ -587,6 +591,45 @@ class NvmlReader:
                 newest = sample.timeStamp
         gpu.last_sample_us = newest
         return total / len(samples)
+
+    def energy_mj(self, uuid: str) -> int | None:
+        """One GPU's energy counter (mJ since the driver loaded), read alone: cheap enough to
+        read many times a second around a short measurement. None when unsupported or lost."""
+        gpu = self._by_uuid.get(uuid)
+        if gpu is None or gpu.lost or not self._initialised:
+            return None
+        try:
+            value = self._call(gpu, "energy")
+        except _GpuLost:
+            return None
+        return int(value) if value is not None else None
+
+    def power_limit_w(self, uuid: str) -> float | None:
+        """One GPU's enforced power limit (W), read alone; None when unsupported or lost."""
+        gpu = self._by_uuid.get(uuid)
+        if gpu is None or gpu.lost or not self._initialised:
+            return None
+        try:
+            value = self._call(gpu, "power_limit")
+        except _GpuLost:
+            return None
+        return value / 1000 if value is not None else None
+
+    def set_power_limit_w(self, uuid: str, watts: float) -> str | None:
+        """Set one GPU's power limit — the reader's only write, used by the opt-in power-limit
+        sweep of `gpuwarden tune`. None when it took effect, else why not (one line): NVML
+        allows it to root only."""
+        gpu = self._by_uuid.get(uuid)
+        setter = getattr(self._nvml, "nvmlDeviceSetPowerManagementLimit", None)
+        if gpu is None or gpu.lost or not self._initialised or setter is None:
+            return "this GPU or this nvidia-ml-py cannot set a power limit"
+        try:
+            setter(gpu.handle, round(watts * 1000))
+        except self._error as err:
+            if _code(err) == _ERR_NO_PERMISSION:
+                return "NVML refuses to change the power limit without root (NoPermission)"
+            return f"NVML refused the power limit {watts:.0f} W ({err})"
+        return None
 
     def read_pcie(self, samples: list[GpuSample]) -> None:
         """Fill PCIe tx/rx (bytes/s) on `samples`; blocks ~20 ms per GPU on hardware."""

@@ -46,9 +46,17 @@ def library_versions() -> dict[str, str | None]:
     return out
 
 
-def fingerprint_inputs(spec: RunSpec, device: dict[str, Any]) -> dict[str, Any]:
-    """The JSON-able facts the fingerprint hashes; kept next to the result for humans."""
+def fingerprint_inputs(
+    spec: RunSpec, device: dict[str, Any], objective: str = "throughput", power_sweep: bool = False
+) -> dict[str, Any]:
+    """The JSON-able facts the fingerprint hashes; kept next to the result for humans. The
+    objective and the sweep change the answer, so they count — except the defaults, so results
+    remembered before there were objectives keep their fingerprint."""
     inputs: dict[str, Any] = {"kind": spec.kind, "device": device, "libraries": library_versions()}
+    if objective != "throughput":
+        inputs["objective"] = objective
+    if power_sweep:
+        inputs["power_sweep"] = True
     if spec.train is not None:
         t = spec.train
         inputs.update(

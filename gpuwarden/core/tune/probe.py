@@ -3,7 +3,8 @@
 A probe is the runner itself (`python -m gpuwarden.runners`), not an in-process imitation, so it
 measures what a real run will do: the same data path, the same allocator, the optimizer state
 created on the first step. Worst-case shapes: causal-LM probes pack texts into full
-`max_length` blocks; generation probes use the longest prompts.
+`max_length` blocks; generation probes use the longest prompts. With an energy counter for the
+probe's GPU, each probe also gives joules per sample over its measured steps (`energy.py`).
 
 A probe for a restart (`resume_from`) starts from the run's own newest checkpoint, as the
 restarted attempt will: loading the model, optimizer and RNG state costs memory too. With
@@ -13,10 +14,13 @@ serialising the state as well (on the host, where saving allocates).
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -31,6 +35,7 @@ from gpuwarden.core.config.spec import RunSpec
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.events import EXIT_OOM, decode
 from gpuwarden.core.rlimit import limited_argv
+from gpuwarden.core.tune.energy import EnergyCounter, EnergyTrace
 from gpuwarden.core.tune.search import Candidate, ProbeResult
 
 
@@ -49,6 +54,7 @@ class SubprocessProber:
         on_result: Callable[[int, ProbeResult], None] | None = None,
         resume_from: Path | None = None,
         include_saves: bool = False,
+        energy: EnergyCounter | None = None,
     ) -> None:
         tunable = spec.train is not None or (spec.infer is not None and spec.infer.task == "generate")
         if not tunable:
@@ -67,6 +73,7 @@ class SubprocessProber:
         self.include_saves = include_saves
         # Steps continue from the checkpoint's: the probe's own steps come after it.
         self.first_step = checkpoint_step(self.resume_from) if self.resume_from is not None else 0
+        self.energy = energy
         self.count = 0
 
     def _probe_spec(self, c: Candidate, run_dir: Path) -> dict[str, Any]:
@@ -144,7 +151,12 @@ class SubprocessProber:
         limit = self.spec.resources.memory_limit
         argv = limited_argv(argv, int(limit) if limit else None)
         start = time.monotonic()
-        with open(run_dir / "stderr.log", "wb") as err, open(run_dir / "stdout.log", "wb") as out:
+        trace = EnergyTrace(self.energy) if self.energy is not None else None
+        with (
+            open(run_dir / "stderr.log", "wb") as err,
+            open(run_dir / "stdout.log", "wb") as out,
+            trace if trace is not None else contextlib.nullcontext(),
+        ):
             proc = subprocess.Popen(
                 argv,
                 stdout=out,
@@ -158,13 +170,19 @@ class SubprocessProber:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
                 code = None
-        result = self._result(c, code, events_path, run_dir, time.monotonic() - start)
+        result = self._result(c, code, events_path, run_dir, time.monotonic() - start, trace)
         if self.on_result is not None:
             self.on_result(self.count, result)
         return result
 
     def _result(
-        self, c: Candidate, code: int | None, events_path: Path, run_dir: Path, wall: float
+        self,
+        c: Candidate,
+        code: int | None,
+        events_path: Path,
+        run_dir: Path,
+        wall: float,
+        trace: EnergyTrace | None = None,
     ) -> ProbeResult:
         events = [e for e in (decode(line) for line in _read_lines(events_path)) if e is not None]
         progress = [e for e in events if e["type"] == "progress"]
@@ -185,21 +203,60 @@ class SubprocessProber:
             errors = [str(e.get("message")) for e in events if e["type"] == "error"]
             tail = _read_lines(run_dir / "stderr.log")[-1:] or [f"exit {code}"]
             return ProbeResult(c, ok=False, wall_s=wall, error=(errors or tail)[-1][:300])
+        measured = self._measured(progress)
+        joules = power = None
+        if measured is not None and trace is not None:
+            (t0, t1), samples = measured
+            spent = trace.joules(t0, t1)
+            if spent is not None and spent >= 0:
+                joules, power = spent / samples, spent / (t1 - t0)
         return ProbeResult(
-            c, ok=True, samples_per_s=self._throughput(progress), mem_peak=mem_peak, wall_s=wall
+            c,
+            ok=True,
+            samples_per_s=self._throughput(progress, measured),
+            mem_peak=mem_peak,
+            wall_s=wall,
+            joules_per_sample=joules,
+            power_w=power,
+            step_spread=_step_spread(self._after_warmup(progress)),
         )
 
-    def _throughput(self, progress: list[dict[str, Any]]) -> float | None:
-        """Samples/s between the end of the warm-up and the last step, from event timestamps."""
-        after = [e for e in progress if int(e.get("step", 0)) >= self.first_step + self.warmup_steps]
-        if len(after) >= 2:
-            first, last = after[0], after[-1]
-            dt = float(last["ts"]) - float(first["ts"])
-            ds = int(last["samples_seen"]) - int(first["samples_seen"])
-            if dt > 0 and ds > 0:
-                return ds / dt
+    def _after_warmup(self, progress: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [e for e in progress if int(e.get("step", 0)) >= self.first_step + self.warmup_steps]
+
+    def _measured(self, progress: list[dict[str, Any]]) -> tuple[tuple[float, float], int] | None:
+        """((start, end) of the measured steps, samples done in them), from event timestamps."""
+        after = self._after_warmup(progress)
+        if len(after) < 2:
+            return None
+        first, last = after[0], after[-1]
+        t0, t1 = float(first["ts"]), float(last["ts"])
+        samples = int(last["samples_seen"]) - int(first["samples_seen"])
+        return ((t0, t1), samples) if t1 > t0 and samples > 0 else None
+
+    def _throughput(
+        self, progress: list[dict[str, Any]], measured: tuple[tuple[float, float], int] | None
+    ) -> float | None:
+        """Samples/s over the measured steps; the runner's own figure when they cannot say."""
+        if measured is not None:
+            (t0, t1), samples = measured
+            return samples / (t1 - t0)
         rates = [float(e["samples_per_s"]) for e in progress if e.get("samples_per_s")]
         return rates[-1] if rates else None
+
+
+def _step_spread(events: list[dict[str, Any]]) -> float | None:
+    """(fastest − slowest) / median of the per-step rates between consecutive events: the noise
+    inside one probe (None with fewer than two intervals)."""
+    rates = []
+    for prev, cur in itertools.pairwise(events):
+        dt = float(cur["ts"]) - float(prev["ts"])
+        ds = int(cur["samples_seen"]) - int(prev["samples_seen"])
+        if dt > 0 and ds > 0:
+            rates.append(ds / dt)
+    if len(rates) < 2:
+        return None
+    return (max(rates) - min(rates)) / statistics.median(rates)
 
 
 def _read_lines(path: Path) -> list[str]:

@@ -1,14 +1,19 @@
 """The search itself, pure: it decides what to probe next; an injected function runs the probe.
 
-Rules learned from the failures of other batch-size finders:
-- throughput (samples/s) is the objective, not utilisation;
+Rules, from the failures of other finders:
+- the objective is throughput (samples/s), energy (samples per joule) or both (`objective.py`),
+  never utilisation;
 - a candidate counts only with its peak memory under capacity × (1 − headroom): Lightning's
   finder picked sizes that fit a 3-step probe and ran out of memory later;
 - the micro-batch grows geometrically (×3, then one probe in each gap next to the best), and the
   memory model (fitted on the probes so far) skips
   candidates it predicts would not fit, so no probe is wasted on a certain OOM;
-- the search stops when steps up gain less than `min_gain` (DeepSpeed's autotuner: < 5 %) —
-  two in a row, since one noisy reading is not evidence;
+- the search stops when a step up gains less than `min_gain` (DeepSpeed's autotuner: < 5 %), but
+  not on one reading: timings on a shared machine drift as other jobs start and end, and one
+  lucky reading of a small micro-batch on a flat curve once ended the search below the plateau.
+  Before stopping it measures once more — the miss when it read clearly slower than the
+  incumbent, else the incumbent — and a miss whose mean then gains `min_gain` takes the lead and
+  the ladder goes on above it. The spread of repeated readings is reported as the noise the search saw;
 - with the effective batch kept, candidates are the divisors of the per-device batch, so that
   micro-batch × accumulation stays exactly equal.
 """
@@ -16,11 +21,13 @@ Rules learned from the failures of other batch-size finders:
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from gpuwarden.core.oom.memory_model import DEFAULT_HEADROOM, predict_max_batch
+from gpuwarden.core.tune.objective import Objective, samples_per_kwh, score
 
 
 @dataclass(frozen=True)
@@ -31,14 +38,23 @@ class Candidate:
     grad_accum_steps: int
     precision: str
     compile: bool
+    power_limit_w: float | None = None  # set only by the power-limit sweep
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if d["power_limit_w"] is None:
+            del d["power_limit_w"]
+        return d
 
 
 @dataclass(frozen=True)
 class ProbeResult:
-    """What one probe process measured (after its warm-up steps)."""
+    """What one probe process measured (after its warm-up steps), or several combined.
+
+    `joules_per_sample` and `power_w` come from the GPU's energy counter over the measured steps
+    (None without one); `step_spread` is the relative spread of the per-step rates inside the
+    probe; `readings` > 1 marks the mean of repeated probes of one candidate.
+    """
 
     candidate: Candidate
     ok: bool
@@ -47,9 +63,19 @@ class ProbeResult:
     mem_peak: int | None = None
     wall_s: float = 0.0
     error: str | None = None
+    joules_per_sample: float | None = None
+    power_w: float | None = None
+    step_spread: float | None = None
+    readings: int = 1
+
+    @property
+    def samples_per_kwh(self) -> float | None:
+        return samples_per_kwh(self.joules_per_sample)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "candidate": self.candidate.to_dict()}
+        d = {**asdict(self), "candidate": self.candidate.to_dict()}
+        d["samples_per_kwh"] = self.samples_per_kwh
+        return d
 
 
 ProbeFn = Callable[[Candidate], ProbeResult]
@@ -62,6 +88,8 @@ class TuneResult:
     stopped_because: str = ""
     capacity: int | None = None
     headroom: float = DEFAULT_HEADROOM
+    objective: Objective = "throughput"
+    noise: dict[str, Any] = field(default_factory=dict)
 
     @property
     def wall_s(self) -> float:
@@ -74,6 +102,8 @@ class TuneResult:
             "stopped_because": self.stopped_because,
             "capacity": self.capacity,
             "headroom": self.headroom,
+            "objective": self.objective,
+            "noise": self.noise,
             "wall_s": self.wall_s,
         }
 
@@ -105,6 +135,30 @@ def batch_ladder(start: int, per_device_batch: int | None, max_batch: int, facto
     return ladder
 
 
+def combine(readings: list[ProbeResult]) -> ProbeResult:
+    """Repeated readings of one candidate as one result: mean rates, the worst peak, the sum of
+    the time spent."""
+    if len(readings) == 1:
+        return readings[0]
+
+    def mean_of(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return statistics.fmean(known) if known else None
+
+    peaks = [r.mem_peak for r in readings if r.mem_peak is not None]
+    spreads = [r.step_spread for r in readings if r.step_spread is not None]
+    return replace(
+        readings[-1],
+        samples_per_s=mean_of([r.samples_per_s for r in readings]),
+        joules_per_sample=mean_of([r.joules_per_sample for r in readings]),
+        power_w=mean_of([r.power_w for r in readings]),
+        mem_peak=max(peaks) if peaks else None,
+        step_spread=max(spreads) if spreads else None,
+        wall_s=sum(r.wall_s for r in readings),
+        readings=len(readings),
+    )
+
+
 class Search:
     """Runs the search; `probe` is called once per trial, in order."""
 
@@ -117,7 +171,8 @@ class Search:
         min_gain: float = 0.05,
         max_trials: int = 12,
         factor: float = 3.0,
-        patience: int = 1,
+        patience: int = 0,
+        objective: Objective = "throughput",
     ) -> None:
         self._probe = probe
         self.factor = factor
@@ -126,25 +181,71 @@ class Search:
         self.headroom = headroom
         self.min_gain = min_gain
         self.max_trials = max_trials
+        self.objective: Objective = objective
         self.trials: list[ProbeResult] = []
+        self._readings: dict[Candidate, list[ProbeResult]] = {}
+
+    # ---- readings ----------------------------------------------------------------------------
 
     def _run(self, c: Candidate) -> ProbeResult:
         r = self._probe(c)
         self.trials.append(r)
+        self._readings.setdefault(c, []).append(r)
         return r
 
+    def _score(self, r: ProbeResult) -> float | None:
+        return score(self.objective, r.samples_per_s, r.joules_per_sample)
+
     def _fits(self, r: ProbeResult) -> bool:
-        if not r.ok or r.samples_per_s is None:
+        if not r.ok or self._score(r) is None:
             return False
         if self.capacity is None or r.mem_peak is None:
             return True
         return r.mem_peak <= self.capacity * (1.0 - self.headroom)
+
+    def _result(self, c: Candidate) -> ProbeResult | None:
+        """The candidate's readings combined, or None when one of them did not fit or failed."""
+        readings = self._readings.get(c, [])
+        if not readings or not all(self._fits(r) for r in readings):
+            return None
+        return combine(readings)
+
+    def _mean_score(self, c: Candidate) -> float:
+        """The score of the candidate's combined readings; -inf when one did not fit."""
+        combined = self._result(c)
+        value = self._score(combined) if combined is not None else None
+        return value if value is not None else -math.inf
+
+    def _gain(self, new: Candidate, old: Candidate) -> float:
+        a, b = self._result(new), self._result(old)
+        sa = self._score(a) if a is not None else None
+        sb = self._score(b) if b is not None else None
+        if sa is None or sb is None or sb <= 0:
+            return 0.0
+        return sa / sb - 1.0
 
     def _points(self) -> list[tuple[int, int]]:
         return [(t.candidate.batch_size, t.mem_peak) for t in self.trials if t.ok and t.mem_peak is not None]
 
     def _ooms(self) -> list[int]:
         return [t.candidate.batch_size for t in self.trials if t.oom]
+
+    def noise(self) -> dict[str, Any]:
+        """The noise the search saw: the spread of repeated readings of one candidate (relative
+        to their mean) and the median spread of the step rates inside a probe."""
+        repeats: dict[str, float] = {}
+        for c, readings in self._readings.items():
+            scores = [s for s in (self._score(r) for r in readings if self._fits(r)) if s is not None]
+            if len(scores) >= 2:
+                repeats[_label(c)] = (max(scores) - min(scores)) / statistics.fmean(scores)
+        steps = [t.step_spread for t in self.trials if t.step_spread is not None]
+        return {
+            "repeat_spread": max(repeats.values()) if repeats else None,
+            "repeated": repeats,
+            "step_spread": statistics.median(steps) if steps else None,
+        }
+
+    # ---- the search --------------------------------------------------------------------------
 
     def run(
         self,
@@ -161,35 +262,37 @@ class Search:
         if best is not None:
             best = self._refine(best, start, per_device_batch, max_batch)
             for precision in precisions or []:
-                if len(self.trials) >= self.max_trials or precision == best.candidate.precision:
-                    continue
-                r = self._run(replace(best.candidate, precision=precision))
-                if self._fits(r) and _gain(r, best) >= self.min_gain:
-                    best = r
+                if len(self.trials) < self.max_trials and precision != best.precision:
+                    best = self._challenge(best, replace(best, precision=precision))
             for comp in compile_options or []:
-                if len(self.trials) >= self.max_trials or comp == best.candidate.compile:
-                    continue
-                r = self._run(replace(best.candidate, compile=comp))
-                if self._fits(r) and _gain(r, best) >= self.min_gain:
-                    best = r
-        return TuneResult(best, list(self.trials), why, self.capacity, self.headroom)
+                if len(self.trials) < self.max_trials and comp != best.compile:
+                    best = self._challenge(best, replace(best, compile=comp))
+        chosen = self._result(best) if best is not None else None
+        return TuneResult(
+            chosen, list(self.trials), why, self.capacity, self.headroom, self.objective, self.noise()
+        )
 
-    def _accum_for(self, start: Candidate, batch: int, per_device_batch: int | None) -> int:
-        if per_device_batch is None:
-            return start.grad_accum_steps
-        return per_device_batch // batch
+    def _challenge(self, best: Candidate, other: Candidate) -> Candidate:
+        r = self._run(other)
+        return other if self._fits(r) and self._gain(other, best) >= self.min_gain else best
+
+    def _at(self, start: Candidate, batch: int, per_device_batch: int | None) -> Candidate:
+        accum = start.grad_accum_steps if per_device_batch is None else per_device_batch // batch
+        return replace(start, batch_size=batch, grad_accum_steps=accum)
 
     def _search_batch(
         self, start: Candidate, per_device_batch: int | None, max_batch: int
-    ) -> tuple[ProbeResult | None, str]:
+    ) -> tuple[Candidate | None, str]:
         first = self._run(start)
         if not self._fits(first):
-            best = self._shrink(start, per_device_batch)
-            if best is None:
-                return None, f"even the smallest micro-batch did not fit or failed ({_why(self.trials[-1])})"
-            return best, "the starting micro-batch did not fit; this is the largest that did"
-        best = first
-        misses = 0
+            shrunk = self._shrink(start, per_device_batch)
+            if shrunk is None:
+                why = self._why(self.trials[-1])
+                return None, f"even the smallest micro-batch did not fit or failed ({why})"
+            return shrunk, "the starting micro-batch did not fit; this is the largest that did"
+        best = start
+        misses: list[Candidate] = []
+        confirmed = False
         for batch in batch_ladder(start.batch_size, per_device_batch, max_batch, self.factor):
             if len(self.trials) >= self.max_trials:
                 return best, f"reached the trial limit ({self.max_trials})"
@@ -199,43 +302,70 @@ class Search:
                     f"micro-batch {batch} is predicted not to fit (largest predicted: {prediction.batch}, "
                     f"{prediction.basis})"
                 )
-            r = self._run(
-                replace(
-                    start, batch_size=batch, grad_accum_steps=self._accum_for(start, batch, per_device_batch)
-                )
-            )
+            c = self._at(start, batch, per_device_batch)
+            r = self._run(c)
             if not self._fits(r):
-                return best, f"micro-batch {batch} {_why(r)}"
-            gain = _gain(r, best)
-            if gain < self.min_gain:
-                # One short reading must not end the search (timings are noisy): stop after
-                # `patience` rungs in a row gain too little. Ties keep the smaller micro-batch,
-                # which runs as fast with more memory headroom.
-                misses += 1
-                if misses > self.patience:
-                    return (
-                        best,
-                        f"micro-batch {batch} gained {100 * gain:.1f} % (< {100 * self.min_gain:.0f} %)",
-                    )
+                return best, f"micro-batch {batch} {self._why(r)}"
+            gain = self._gain(c, best)
+            if gain >= self.min_gain:
+                best, misses = c, []
                 continue
-            best, misses = r, 0
+            # Ties keep the smaller micro-batch, which runs as fast with more memory headroom.
+            misses.append(c)
+            if len(misses) <= self.patience:
+                continue
+            stop = f"micro-batch {batch} gained {100 * gain:.1f} % (< {100 * self.min_gain:.0f} %)"
+            if confirmed or len(self.trials) >= self.max_trials:
+                return best, stop
+            confirmed = True
+            leader, again = self._confirm(best, misses)
+            if leader is None:
+                return best, stop + self._noise_note(again)
+            best, misses = leader, []
+            if leader != c:  # a rung above the leader read lower: the peak is bracketed
+                led = f"micro-batch {leader.batch_size} led once measured again"
+                return best, led + self._noise_note(again)
         return best, "no larger micro-batch to try"
 
+    def _confirm(self, best: Candidate, misses: list[Candidate]) -> tuple[Candidate | None, Candidate]:
+        """One more probe before stopping: (the miss when it now gains `min_gain`, or None; the
+        candidate measured again).
+
+        Timings on a shared machine drift (another job starts or ends between probes). A miss
+        that read clearly slower than the incumbent (by `min_gain` or more) may have met such a
+        moment: it is measured again. A miss that read about as fast was compared with a single
+        reading of the incumbent, which may have been the lucky one: the incumbent is measured
+        again. Either way the decision is then taken on the mean of two readings against one,
+        for one probe more."""
+        leader = max(misses, key=self._mean_score)
+        again = leader if self._gain(leader, best) <= -self.min_gain else best
+        self._run(again)
+        return (leader if self._gain(leader, best) >= self.min_gain else None), again
+
+    def _noise_note(self, again: Candidate) -> str:
+        readings = [r for r in self._readings.get(again, []) if self._fits(r)]
+        scores = [s for s in (self._score(r) for r in readings) if s is not None]
+        if len(scores) < 2:
+            return ""
+        spread = (max(scores) - min(scores)) / statistics.fmean(scores)
+        return f"; micro-batch {again.batch_size} measured twice: readings {100 * spread:.1f} % apart"
+
     def _refine(
-        self, best: ProbeResult, start: Candidate, per_device_batch: int | None, max_batch: int
-    ) -> ProbeResult:
+        self, best: Candidate, start: Candidate, per_device_batch: int | None, max_batch: int
+    ) -> Candidate:
         """One more probe where the peak most likely is: the coarse ladder can step over it (16 →
         48 → 144 when 24 is fastest). A parabola in log(micro-batch) through the best rung and its
         neighbours says on which side; with one neighbour only, that side's gap is probed."""
         if len(self.trials) >= self.max_trials:
             return best
-        measured = {
-            t.candidate.batch_size: t.samples_per_s
-            for t in self.trials
-            if t.candidate.precision == start.precision and self._fits(t) and t.samples_per_s
-        }
-        probed = {t.candidate.batch_size for t in self.trials if t.candidate.precision == start.precision}
-        b = best.candidate.batch_size
+        measured: dict[int, float] = {}
+        for c in self._readings:
+            combined = self._result(c)
+            value = self._score(combined) if combined is not None else None
+            if c.precision == start.precision and value:
+                measured[c.batch_size] = value
+        probed = {c.batch_size for c in self._readings if c.precision == start.precision}
+        b = best.batch_size
         lower = max((p for p in probed if p < b), default=None)
         upper = min((p for p in probed if p > b), default=None)
         prediction = predict_max_batch(self._points(), self.capacity, self.headroom, self._ooms())
@@ -252,10 +382,9 @@ class Search:
         else:
             return best
         middle = (lo * hi) ** 0.5
-        batch = min(inside, key=lambda d: abs(d - middle))
-        accum = self._accum_for(start, batch, per_device_batch)
-        r = self._run(replace(best.candidate, batch_size=batch, grad_accum_steps=accum))
-        return r if self._fits(r) and _gain(r, best) > 0 else best
+        c = self._at(best, min(inside, key=lambda d: abs(d - middle)), per_device_batch)
+        r = self._run(c)
+        return c if self._fits(r) and self._gain(c, best) > 0 else best
 
     @staticmethod
     def _gaps_by_likelihood(
@@ -273,7 +402,7 @@ class Search:
                 gaps.reverse()
         return [(int(lo), int(hi)) for lo, hi in gaps if lo is not None and hi is not None]
 
-    def _shrink(self, start: Candidate, per_device_batch: int | None) -> ProbeResult | None:
+    def _shrink(self, start: Candidate, per_device_batch: int | None) -> Candidate | None:
         """Halve (over divisors when the effective batch is kept) until a probe fits."""
         options = (
             [d for d in divisors(per_device_batch) if d < start.batch_size]
@@ -286,27 +415,23 @@ class Search:
             prediction = predict_max_batch(self._points(), self.capacity, self.headroom, self._ooms())
             if prediction.batch is not None and prediction.batch > 0 and batch > prediction.batch:
                 continue
-            r = self._run(
-                replace(
-                    start, batch_size=batch, grad_accum_steps=self._accum_for(start, batch, per_device_batch)
-                )
-            )
-            if self._fits(r):
-                return r
+            c = self._at(start, batch, per_device_batch)
+            if self._fits(self._run(c)):
+                return c
         return None
 
+    def _why(self, r: ProbeResult) -> str:
+        if r.oom:
+            return "ran out of memory"
+        if not r.ok:
+            return f"failed: {r.error or 'unknown error'}"
+        if r.samples_per_s is None:
+            return "reported no throughput"
+        if self._score(r) is None:
+            return "gave no energy reading (the objective needs the GPU's energy counter)"
+        return "exceeded the memory headroom"
 
-def _gain(new: ProbeResult, old: ProbeResult) -> float:
-    if new.samples_per_s is None or old.samples_per_s is None or old.samples_per_s <= 0:
-        return 0.0
-    return new.samples_per_s / old.samples_per_s - 1.0
 
-
-def _why(r: ProbeResult) -> str:
-    if r.oom:
-        return "ran out of memory"
-    if not r.ok:
-        return f"failed: {r.error or 'unknown error'}"
-    if r.samples_per_s is None:
-        return "reported no throughput"
-    return "exceeded the memory headroom"
+def _label(c: Candidate) -> str:
+    extra = f", {c.power_limit_w:.0f} W" if c.power_limit_w is not None else ""
+    return f"{c.batch_size}×{c.grad_accum_steps} {c.precision}{', compile' if c.compile else ''}{extra}"

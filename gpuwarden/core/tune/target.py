@@ -22,6 +22,16 @@ class Target:
     precisions: list[str]  # precisions worth probing here, beyond the spec's own
     compile_options: list[bool]
     note: str | None = None
+    gpu: GpuStatic | None = None  # the GPU probed, when it is one
+
+    @property
+    def energy_missing(self) -> str | None:
+        """Why probes here cannot give joules per sample, or None when they can."""
+        if self.gpu is None:
+            return "on the CPU there is no energy counter"
+        if "energy_mj" in self.gpu.unsupported:
+            return f"GPU {self.gpu.index} ({self.gpu.name}) does not report its energy counter (NVML)"
+        return None
 
 
 def pick_target(spec: RunSpec, gpus: list[GpuStatic]) -> Target:
@@ -43,6 +53,7 @@ def pick_target(spec: RunSpec, gpus: list[GpuStatic]) -> Target:
             # On a GPU the runner's "auto" is bf16/fp16; fp32 is probed only when asked for.
             precisions=["auto"],
             compile_options=[True],
+            gpu=gpu,
         )
     if wanted != 0 and not spec.resources.allow_cpu:
         raise UserError("no NVIDIA GPU here and resources.allow_cpu is false — tune on a GPU machine")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -22,6 +23,7 @@ from gpuwarden.core.config.resolve import resolve_relative_paths
 from gpuwarden.core.config.spec import RunSpec, parse_spec, spec_from_mapping
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.oom.roles import effective_batch_of
+from gpuwarden.core.report.energy import stored_energy
 from gpuwarden.core.run_state import RunState
 from gpuwarden.core.safeload import read_json_file
 from gpuwarden.daemon.routes.daemon_view import DaemonDep, DaemonView, RunRow
@@ -31,7 +33,7 @@ router = APIRouter()
 
 
 def run_detail(daemon: DaemonView, run: RunRow) -> RunDetail:
-    """A run whole: the row, its attempts and retunes, the effective batch and its report."""
+    """A run whole: the row, its attempts and retunes, the effective batch, its report and energy."""
     store = daemon.runs()
     run_dir = Path(run["run_dir"])
     return RunDetail.model_validate(
@@ -45,6 +47,8 @@ def run_detail(daemon: DaemonView, run: RunRow) -> RunDetail:
             "retunes": [Retune.model_validate(r) for r in store.retunes(run["id"])],
             "effective_batch": effective_batch_of(run["spec"]),
             "report": read_report(run_dir / "report.json"),
+            # J/sample and samples/kWh of the run and of each attempt (None without a counter).
+            "energy": stored_energy(store, daemon.telemetry_reader(), run["id"], time.time()),
         }
     )
 

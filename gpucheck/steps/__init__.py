@@ -1,0 +1,80 @@
+"""The steps of `make gpu-check`, in the order they run; each one module's `run(name)`."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Literal
+
+# Every step must end well inside ten minutes (the limit a lent GPU machine puts on one command).
+STEP_TIMEOUT_S = 540.0
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    title: str
+    module: str  # gpucheck.steps.<module>: `run(name) -> StepResult`
+    needs: Literal["nvml", "cuda"] = "cuda"
+    timeout_s: float = STEP_TIMEOUT_S
+
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", "gpucheck.step", self.name]
+
+
+STEPS: tuple[Step, ...] = (
+    Step(
+        "gpu-tests", "the gpu-marked tests (real NVML, a real CUDA OOM recovered)", "gpucheck.steps.gpu_tests"
+    ),
+    Step(
+        "nvml-truth",
+        "every metric the sampler stores against nvidia-smi at the same moment, idle and under load; "
+        "what the card does not support",
+        "gpucheck.steps.nvml_truth",
+    ),
+    Step(
+        "nvml-cost",
+        "CPU time per sampler tick against nvidia-smi, nvitop and gpustat",
+        "gpucheck.steps.nvml_cost",
+        needs="nvml",
+    ),
+    Step(
+        "oom-train",
+        "a ~0.5 B causal LM under a 12 GB cap: training recovered, effective batch kept, weights as an "
+        "uninterrupted run on the full card",
+        "gpucheck.steps.oom",
+    ),
+    Step(
+        "oom-generate",
+        "the same LLM generating under a 12 GB cap: no item lost or duplicated",
+        "gpucheck.steps.oom",
+    ),
+    Step(
+        "oom-fragmentation",
+        "a workload that fragments the allocator: recovered by expandable_segments",
+        "gpucheck.steps.oom",
+    ),
+    Step("speed-train", "training runner vs a naive and a hand-tuned loop", "gpucheck.steps.speed"),
+    Step("speed-generate", "generation: best batch vs batch 1", "gpucheck.steps.speed"),
+    Step("tune-sweep", "the exhaustive sweep tune is measured against", "gpucheck.steps.speed"),
+    Step("tune-vs-sweep", "tune with precision and compile vs the sweep", "gpucheck.steps.speed"),
+    Step(
+        "daemon-cost",
+        "the daemon's CPU and RSS at 1 Hz on the real driver",
+        "gpucheck.steps.daemon",
+        needs="nvml",
+    ),
+    Step(
+        "dashboard",
+        "the dashboard's first paint over a daemon with the real GPUs",
+        "gpucheck.steps.daemon",
+        needs="nvml",
+    ),
+)
+
+
+def by_name(name: str) -> Step:
+    for step in STEPS:
+        if step.name == name:
+            return step
+    raise KeyError(name)

@@ -1,0 +1,126 @@
+"""NVML cost: CPU time of one sampler tick on the real driver, side by side in one run with what
+other tools spend for a snapshot of the same GPUs: `nvidia-smi --query-gpu` (a process per
+snapshot, so its CPU is the child's), and nvitop's and gpustat's Python APIs where importable.
+
+Our tick is the daemon's: every GPU reading, the host, and processes + PCIe every fifth tick (the
+default 5 s at 1 Hz). Target: ≤ 1 ms of CPU per tick.
+"""
+
+from __future__ import annotations
+
+import resource
+import statistics
+import subprocess
+import time
+from collections.abc import Callable
+from typing import Any
+
+from bench.figures import REPEATS, figure_row
+from gpucheck.result import StepResult
+
+TICKS = 200
+SMI_CALLS = 10
+TARGET_US = 1000.0
+SMI_FIELDS = (
+    "utilization.gpu,utilization.memory,memory.used,memory.total,power.draw,enforced.power.limit,"
+    "temperature.gpu,clocks.sm,clocks.mem,pstate,fan.speed"
+)
+
+
+def _cpu_us(fn: Callable[[], Any], n: int) -> float:
+    start = time.process_time()
+    for _ in range(n):
+        fn()
+    return (time.process_time() - start) / n * 1e6
+
+
+def _ours() -> tuple[list[float], list[float], int]:
+    from gpuwarden.core.telemetry.host import HostReader
+    from gpuwarden.core.telemetry.nvml import open_gpu_reader
+    from gpuwarden.core.telemetry.sampler import Sampler
+
+    reader = open_gpu_reader()
+    now = [time.time()]
+    sampler = Sampler(reader, HostReader(), process_interval=5.0, clock=lambda: now[0])
+
+    def tick() -> None:
+        now[0] += 1.0  # 1 Hz as the daemon samples: processes and PCIe every fifth tick
+        sampler.tick()
+
+    try:
+        for _ in range(10):
+            tick()  # capability probing and psutil's first readings stay out of the figure
+        ticks = [_cpu_us(tick, TICKS) for _ in range(REPEATS)]
+        gpu_only = [_cpu_us(lambda: reader.sample(time.time()), TICKS) for _ in range(REPEATS)]
+        count = len(reader.gpus())
+    finally:
+        reader.close()
+    return ticks, gpu_only, count
+
+
+def _smi() -> tuple[list[float], list[float]]:
+    """(child CPU µs, wall µs) per `nvidia-smi --query-gpu` call."""
+    cpu, wall = [], []
+    argv = ["nvidia-smi", f"--query-gpu={SMI_FIELDS}", "--format=csv,noheader,nounits"]
+    for _ in range(REPEATS):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.perf_counter()
+        for _ in range(SMI_CALLS):
+            subprocess.run(argv, capture_output=True, check=True, timeout=60)
+        wall.append((time.perf_counter() - start) / SMI_CALLS * 1e6)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        used = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        cpu.append(used / SMI_CALLS * 1e6)
+    return cpu, wall
+
+
+def _peer(name: str) -> tuple[list[float] | None, str]:
+    """CPU µs per snapshot through nvitop's or gpustat's API; None and why when not importable."""
+    try:
+        if name == "nvitop":
+            from nvitop import Device
+
+            devices = Device.all()
+
+            def snap() -> None:
+                for d in devices:
+                    d.as_snapshot()
+
+        else:
+            import gpustat
+
+            def snap() -> None:
+                gpustat.new_query()
+
+        snap()
+        return [_cpu_us(snap, TICKS // 4) for _ in range(REPEATS)], ""
+    except ImportError as exc:
+        return None, f"{name} is not importable here ({exc})"
+
+
+def run(name: str) -> StepResult:
+    ticks, gpu_only, gpus = _ours()
+    smi_cpu, smi_wall = _smi()
+    rows = [
+        figure_row(
+            f"gpuwarden sampler tick, {gpus} GPU(s) + host (processes/PCIe every 5th)",
+            ticks,
+            "µs CPU",
+            target=f"≤ {TARGET_US:.0f}",
+            check=lambda v: v <= TARGET_US,
+        ),
+        figure_row(f"  its GPU reads alone ({gpus} GPU(s))", gpu_only, "µs CPU"),
+        figure_row("nvidia-smi --query-gpu, one snapshot (the child's CPU)", smi_cpu, "µs CPU"),
+        figure_row("  its wall time", smi_wall, "µs wall"),
+    ]
+    notes = []
+    for peer in ("nvitop", "gpustat"):
+        values, why = _peer(peer)
+        if values is None:
+            notes.append(why)
+        else:
+            rows.append(figure_row(f"{peer} snapshot of every GPU (its Python API)", values, "µs CPU"))
+    summary = (
+        f"our tick {statistics.median(ticks):.0f} µs CPU vs nvidia-smi {statistics.median(smi_cpu):.0f} µs"
+    )
+    return StepResult.from_rows(name, rows, summary, notes)

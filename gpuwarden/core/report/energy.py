@@ -1,0 +1,83 @@
+"""Energy per sample of a run and of each attempt: joules over the attempts' windows (the GPU's
+energy counter as stored by the daemon) over the samples each attempt did.
+
+Shared by `gpuwarden report` / `compare` (from a run's recorded data) and the run detail of the
+API (from the daemon's store), so the figures agree wherever they are read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gpuwarden.core.store.runs import RunStore
+from gpuwarden.core.store.telemetry import TelemetryStore
+from gpuwarden.core.tune.objective import samples_per_kwh
+
+
+@dataclass(frozen=True)
+class AttemptEnergy:
+    """One attempt: joules its GPUs used over its window (None without a counter), samples done."""
+
+    attempt: int
+    joules: float | None
+    samples: int
+
+    def to_dict(self) -> dict[str, Any]:
+        per_sample = self.joules / self.samples if self.joules is not None and self.samples else None
+        return {
+            "attempt": self.attempt,
+            "joules": self.joules,
+            "samples": self.samples,
+            "per_sample_j": per_sample,
+            "samples_per_kwh": samples_per_kwh(per_sample),
+        }
+
+
+def attempt_samples(events: list[dict[str, Any]], attempt: int) -> int:
+    """Samples (or items) an attempt did: its last progress event's count over the count its
+    `started` event resumed from."""
+    own = [e for e in events if e.get("attempt") == attempt and e.get("source", "runner") == "runner"]
+    progress = [e for e in own if e.get("type") == "progress"]
+    if not progress:
+        return 0
+    started = [e for e in own if e.get("type") == "started"]
+    base = int(started[-1].get("samples_seen") or 0) if started else 0
+    return max(0, int(progress[-1].get("samples_seen") or 0) - base)
+
+
+def energy_block(attempts: list[AttemptEnergy], tokens: int | None = None) -> dict[str, Any]:
+    """The run's joules, J/sample and samples/kWh (over the attempts with a reading), J/token, and
+    the same per attempt."""
+    measured = [a for a in attempts if a.joules is not None]
+    joules = sum(a.joules for a in measured if a.joules is not None) if measured else None
+    samples = sum(a.samples for a in measured)
+    per_sample = joules / samples if joules is not None and samples else None
+    return {
+        "joules": joules,
+        "samples": samples if measured else None,
+        "per_sample_j": per_sample,
+        "samples_per_kwh": samples_per_kwh(per_sample),
+        "per_token_j": joules / tokens if joules is not None and tokens else None,
+        "per_attempt": [a.to_dict() for a in attempts],
+    }
+
+
+def stored_energy(runs: RunStore, telemetry: TelemetryStore, run_id: str, now: float) -> dict[str, Any]:
+    """`energy_block` of a run straight from the daemon's store: cheap enough for every run
+    detail (one energy sum per attempt and GPU, no series)."""
+    known = {g["uuid"] for g in telemetry.gpus()}
+    done = runs.samples_done(run_id)
+    attempts = []
+    for row in runs.attempts(run_id):
+        start, end = row.get("started_at"), row.get("ended_at") or now
+        readings = [
+            j
+            for uuid in row.get("gpus") or []
+            if uuid in known and start is not None and end > start
+            for j in [telemetry.energy_between(uuid, float(start), float(end))]
+            if j is not None
+        ]
+        number = int(row["attempt"])
+        attempts.append(AttemptEnergy(number, sum(readings) if readings else None, done.get(number, 0)))
+    return energy_block(attempts)

@@ -1,0 +1,149 @@
+"""The energy objective end to end on the CPU: real probe processes of the training runner, the
+energy counter of a fake GPU whose power follows a synthetic curve of the micro-batch, and
+`gpuwarden tune --objective energy` as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuwarden.core.config.spec import spec_from_mapping
+from gpuwarden.core.telemetry.fake_nvml import FakeNvml
+from gpuwarden.core.telemetry.nvml import NvmlReader
+from gpuwarden.core.tune.energy import GpuEnergyCounter
+from gpuwarden.core.tune.objective import Objective
+from gpuwarden.core.tune.probe import SubprocessProber
+from gpuwarden.core.tune.search import Candidate, ProbeResult, Search
+
+pytestmark = pytest.mark.slow
+
+EFFECTIVE = 36
+TRAIN = {
+    "task": "image",
+    "image": {"base_channels": 8, "num_blocks": 2, "patch_size": 32, "synthetic_samples": 256},
+    "batch_size": 2,
+    "grad_accum_steps": EFFECTIVE // 2,
+}
+
+
+def curve_w(batch: int) -> float:
+    """The synthetic card: power grows with the square of the micro-batch (capped by the 700 W
+    limit), far faster than a CPU's throughput grows with it — so the energy optimum is the
+    smallest micro-batch while throughput prefers larger ones."""
+    return 50.0 + 10.0 * batch**2
+
+
+def _search(tmp_path: Path, objective: Objective) -> tuple[list[ProbeResult], ProbeResult]:
+    fake = FakeNvml("h100", clock=time.time)
+    reader = NvmlReader(fake, enrich=lambda rows: None)
+    spec = spec_from_mapping(
+        {
+            "name": "energy-e2e",
+            "kind": "train",
+            "env": {"OMP_NUM_THREADS": "1"},
+            "resources": {"gpus": 0},
+            "train": TRAIN,
+        }
+    )
+    prober = SubprocessProber(
+        spec,
+        tmp_path / objective,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        warmup_steps=1,
+        measure_steps=2,
+        energy=GpuEnergyCounter(reader, fake.uuid(0)),
+    )
+
+    def probe(c: Candidate) -> ProbeResult:
+        fake.set_load(0, util=min(100, 10 * c.batch_size), power_w=curve_w(c.batch_size))
+        return prober(c)
+
+    result = Search(probe, capacity=None, objective=objective, max_trials=6).run(
+        Candidate(2, EFFECTIVE // 2, "fp32", False), per_device_batch=EFFECTIVE
+    )
+    assert result.best is not None, result.stopped_because
+    return result.trials, result.best
+
+
+def test_energy_and_throughput_objectives_pick_apart_on_a_synthetic_power_curve(tmp_path: Path) -> None:
+    trials, fast = _search(tmp_path, "throughput")
+    for t in trials:
+        # Every probe has its joules per sample, and they are the curve's watts over its speed.
+        assert t.ok and t.joules_per_sample is not None and t.samples_per_s is not None
+        assert t.power_w == pytest.approx(min(700.0, curve_w(t.candidate.batch_size)), rel=0.05)
+        assert t.joules_per_sample * t.samples_per_s == pytest.approx(t.power_w, rel=1e-6)
+    _, frugal = _search(tmp_path, "energy")
+    assert frugal.candidate.batch_size == 2 < fast.candidate.batch_size
+    assert frugal.joules_per_sample is not None and fast.joules_per_sample is not None
+    assert frugal.joules_per_sample < fast.joules_per_sample
+
+
+SPEC = """\
+name: energy-cli
+kind: train
+env: {OMP_NUM_THREADS: "1"}
+train:
+  task: image
+  batch_size: 2
+  grad_accum_steps: 4
+  max_steps: 20
+  image: {base_channels: 8, num_blocks: 2, patch_size: 32, synthetic_samples: 64}
+"""
+
+
+def _tune(tmp_path: Path, fake: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUWARDEN_", "XDG_"))}
+    env.update(
+        GPUWARDEN_FAKE_NVML=fake,
+        XDG_STATE_HOME=str(tmp_path / "state"),
+        XDG_CONFIG_HOME=str(tmp_path / "cfg"),
+    )
+    spec = tmp_path / "run.yaml"
+    spec.write_text(SPEC)
+    return subprocess.run(
+        [sys.executable, "-m", "gpuwarden", "tune", str(spec), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+
+
+def test_tune_for_energy_on_a_fake_gpu_reports_joules_and_what_a_power_sweep_needs(tmp_path: Path) -> None:
+    result = _tune(tmp_path, "h100", "--objective", "energy", "--max-trials", "3", "--json")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["objective"] == "energy"
+    assert len(out["trials"]) == 3
+    for t in out["trials"]:
+        assert t["joules_per_sample"] > 0 and t["samples_per_kwh"] == pytest.approx(
+            3.6e6 / t["joules_per_sample"]
+        )
+    best = out["best"]
+    assert best["joules_per_sample"] > 0
+    assert out["power_sweep"]["ran"] is False
+    assert "needs permission to change GPU 0's limit" in out["power_sweep"]["needs"]
+    tuned = (tmp_path / "run.tuned.yaml").read_text()
+    assert "J/sample" in tuned.splitlines()[1]  # the header says what the pick costs
+
+
+def test_tune_energy_without_a_gpu_and_a_sweep_without_permission_are_one_line(tmp_path: Path) -> None:
+    cpu = _tune(tmp_path, "none", "--objective", "energy")
+    assert cpu.returncode == 2 and "Traceback" not in cpu.stderr
+    assert cpu.stderr.strip().endswith(
+        "the energy objective needs joules per sample, but on the CPU there is no energy counter — "
+        "tune for throughput instead (--objective throughput)"
+    )
+    denied = _tune(tmp_path, "h100", "--objective", "energy", "--power-sweep")
+    assert denied.returncode == 2 and len(denied.stderr.strip().splitlines()) == 1
+    assert (
+        "needs permission to change GPU 0's limit (NVML refuses to change the power limit without root"
+        in (denied.stderr)
+    )
+    assert not (tmp_path / "run.tuned.yaml").exists()
