@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from gpuwarden.cli.format import gib, note, print_json
+from gpuwarden.cli.format import note, print_json
+from gpuwarden.core.units import size
 
 
 @click.command()
@@ -65,7 +66,7 @@ def tune(
         what += ", compile" if c.compile else ""
         if r.ok and r.samples_per_s is not None:
             rate = f"{r.samples_per_s:.2f} samples/s"
-            note(f"{what}: {rate}, peak {gib(r.mem_peak, 2)} GiB ({r.wall_s:.0f} s)")
+            note(f"{what}: {rate}, peak {size(r.mem_peak)} ({r.wall_s:.0f} s)")
         else:
             note(f"{what}: {'out of memory' if r.oom else r.error} ({r.wall_s:.0f} s)")
 
