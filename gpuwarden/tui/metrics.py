@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuwarden.core.telemetry.types import GpuSample, GpuStatic
-
-GIB = 1024**3
+from gpuwarden.core.units import GIB
 
 
 @dataclass(frozen=True)

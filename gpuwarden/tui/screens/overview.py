@@ -7,8 +7,8 @@ from textual.app import ComposeResult
 from textual.containers import Container, VerticalScroll
 from textual.widgets import DataTable, Static
 
+from gpuwarden.core.units import size
 from gpuwarden.tui.backend import ProcessInfo
-from gpuwarden.tui.formatting import size
 from gpuwarden.tui.live import LiveState
 from gpuwarden.tui.metrics import ChartMetric
 from gpuwarden.tui.widgets.gpu_card import GpuCard

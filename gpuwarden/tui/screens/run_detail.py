@@ -15,8 +15,9 @@ from textual.screen import Screen
 from textual.widgets import Footer, Log, Static, TabbedContent, TabPane
 
 from gpuwarden.core.api import Retune
+from gpuwarden.core.units import GIB, duration, gib, num
 from gpuwarden.tui.backend import DashboardBackend, DoctorFinding, RunDetailView, RunRow
-from gpuwarden.tui.formatting import GIB, clock, duration, gib, num
+from gpuwarden.tui.formatting import clock
 from gpuwarden.tui.keys import CONTROL_ACTIONS
 from gpuwarden.tui.messages import DetailLoaded, DoctorLoaded, LogLoaded
 from gpuwarden.tui.screens.runs import state_text

@@ -8,8 +8,9 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import DataTable, Static
 
+from gpuwarden.core.units import duration, num
 from gpuwarden.tui.backend import RunRow
-from gpuwarden.tui.formatting import bar, duration, eta_seconds, num, progress_fraction
+from gpuwarden.tui.formatting import bar, eta_seconds, progress_fraction
 
 STATE_STYLES = {
     "running": "bold green",
