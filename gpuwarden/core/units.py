@@ -41,10 +41,8 @@ BYTE_FIELDS = frozenset(
 # Name endings and the unit they carry (checked in order: the longest first).
 _SUFFIX_UNITS: tuple[tuple[str, str], ...] = (
     ("_per_sample_j", " J"),
-    ("_percent", " %"),
     ("_per_s", "/s"),
     ("_mhz", " MHz"),
-    ("_pct", " %"),
     ("_bps", " B/s"),
     ("_w", " W"),
     ("_c", " °C"),
@@ -127,8 +125,8 @@ def named(name: str, value: object) -> str:
         return str(value)
     if name in BYTE_FIELDS or name.endswith("_bytes"):
         return size(value)
-    if name.startswith("util_"):
-        return f"{value:.0f} %"
+    if name.startswith("util_") or name.endswith(("_pct", "_percent")):
+        return f"{_short(value)} %"
     for suffix, unit in _SUFFIX_UNITS:
         if name.endswith(suffix):
             return f"{compact(value)}{unit}"

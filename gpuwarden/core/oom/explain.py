@@ -11,10 +11,10 @@ memory model said — built from the record the daemon stores (its `evidence` an
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from gpuwarden.core.api import Retune
+from gpuwarden.core.api import Retune, RunEvent
 from gpuwarden.core.units import size
 
 # How a knob reads in a sentence.
@@ -177,3 +177,13 @@ def retune_sentence(retune: Retune, phase: str | None = None) -> str:
     sentence = f"{where_text(retune, phase)} → {change_text(retune)}"
     model = model_text(retune)
     return f"{sentence}; {model}" if model else sentence
+
+
+def oom_phases(events: Iterable[RunEvent]) -> dict[int, str]:
+    """attempt → the phase its `oom` event names (forward, backward, optimizer …)."""
+    out: dict[int, str] = {}
+    for e in events:
+        phase = (e.model_extra or {}).get("phase")
+        if e.type == "oom" and e.attempt is not None and isinstance(phase, str) and phase:
+            out[e.attempt] = phase
+    return out
