@@ -123,6 +123,7 @@ class Changes:
     processes: bool = False
     runs: set[str] = field(default_factory=set)
     events: list[TimelineEvent] = field(default_factory=list)
+    snapshots: list[Snapshot] = field(default_factory=list)  # in arrival order, for the history
 
 
 class LiveState:
@@ -146,7 +147,11 @@ class LiveState:
         if uuid in self.gpus:
             series = self.gpus[uuid].series[metric]
             series.clear()
-            series.extend(values)
+            # A last bucket the store has not written yet is no gap: the live ticks follow on.
+            end = len(values)
+            while end and values[end - 1] is None:
+                end -= 1
+            series.extend(values[:end])
 
     def set_runs(self, runs: list[RunRow]) -> None:
         self.runs = {r.id: r for r in runs}
@@ -166,6 +171,7 @@ class LiveState:
     def _apply_snapshot(self, snap: Snapshot, changes: Changes) -> None:
         self.snapshot = snap
         changes.samples = True
+        changes.snapshots.append(snap)
         for sample in snap.gpus:
             state = self.gpus.get(sample.uuid)
             if state is not None:

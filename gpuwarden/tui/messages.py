@@ -15,6 +15,7 @@ from gpuwarden.core.telemetry.types import GpuStatic
 from gpuwarden.tui.backend import (
     DoctorFinding,
     HistorySeries,
+    HostSeries,
     RunDetailView,
     RunRow,
     Snapshot,
@@ -58,10 +59,12 @@ class SnapshotLoaded(Message, bubble=False):
 class HistoryLoaded(Message, bubble=False):
     window: str
     metrics: tuple[str, ...]
+    host_metrics: tuple[str, ...]
     start: float
     end: float
+    points: int
     series: HistorySeries  # per GPU UUID, per metric
-    host: dict[str, list[tuple[float, float | None]]]  # per host metric
+    host: HostSeries  # per host metric
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, HistoryLoaded)

@@ -83,9 +83,9 @@ def test_db_backend_reads_everything_and_writes_nothing(db_file: Path) -> None:
     assert snap.processes and snap.processes[0].pid == 4242 and snap.processes[0].gpu_index == 0
     series = backend.history([gpus[0].uuid], ["util_gpu"], FROZEN_TS - 120, FROZEN_TS, 60)
     points = series[gpus[0].uuid]["util_gpu"]
-    assert 55 <= len(points) <= 60 and sum(v is not None for _, v in points) >= 55
+    assert 55 <= len(points) <= 60 and sum(p.value is not None for p in points) >= 55
     host = backend.host_history(["cpu_percent"], FROZEN_TS - 120, FROZEN_TS, 60)
-    assert 12.0 in [v for _, v in host["cpu_percent"]]
+    assert 12.0 in [p.value for p in host["cpu_percent"]]
     (run,) = backend.runs()
     assert (run.state, run.samples_seen, run.total, run.retunes, run.placed) == ("running", 40, 160, 1, (0,))
     detail = backend.run_detail("r1")
@@ -135,7 +135,8 @@ def test_db_backend_refuses_a_missing_file(tmp_path: Path) -> None:
 
 def test_history_buckets_become_evenly_spaced_points_with_gaps() -> None:
     points = series_from_buckets([[100.0, 5.0, 4.0, 6.0], [130.0, 7.0, 7.0, 7.0]], 100.0, 10.0, 4)
-    assert points == [(105.0, 5.0), (115.0, None), (125.0, None), (135.0, 7.0)]
+    # Each point is the bucket's mean and its largest reading (the rollups keep both).
+    assert points == [(105.0, 5.0, 6.0), (115.0, None, None), (125.0, None, None), (135.0, 7.0, 7.0)]
 
 
 def _summary(run_id: str, name: str, kind: str, state: str, attempt: int, message: str | None,
