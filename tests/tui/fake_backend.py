@@ -82,6 +82,7 @@ class FakeBackend:
         self._runs: dict[str, RunRow] = {}
         self._details: dict[str, RunDetailView] = {}
         self._logs: dict[str, list[str]] = {}
+        self._errs: dict[str, list[str]] = {}  # stderr, by run
         self._processes: list[ProcessInfo] = []
         if gpu_count and with_runs:
             self._seed_runs()
@@ -222,6 +223,8 @@ class FakeBackend:
             self._runs[r.id] = r
             self._details[r.id] = self._detail_for(r)
             self._logs[r.id] = self._log_for(r)
+            if r.state == "succeeded":
+                self._errs[r.id] = ["UserWarning: the fused AdamW is not available here; using foreach"]
 
     def _uuid(self, index: int) -> str:
         return self._statics[index % len(self._statics)].uuid
@@ -318,12 +321,25 @@ class FakeBackend:
 
     @staticmethod
     def _log_for(r: RunRow) -> list[str]:
-        if not r.attempt:
-            return []
+        if not r.attempt or r.state == "succeeded":
+            return []  # the built-in runners print nothing: they report through events
         return [
             f"step {10 * k:>5}  loss {2.5 * math.exp(-k / 25) + 0.3:.4f}  {40 + k % 7}.0 samples/s"
             for k in range(80)
         ]
+
+    def add_cpu_run(self, run_id: str, name: str, state: str, pid: int | None) -> RunRow:
+        """A run on the host's CPU (`resources.gpus: 0`), as on a machine without a GPU."""
+        row = _row(
+            run_id, name, "train", state, (), 1, 64, 192, 1.5, 0, f"attempt 1: pid {pid}", self.clock()
+        )
+        row = row.model_copy(update={"gpus": 0, "pid": pid})
+        with self._lock:
+            self._runs[run_id] = row
+            self._details[run_id] = RunDetailView(
+                row, {"name": name, "train": {"batch_size": 16}}, [], [], [], []
+            )
+        return row
 
     # -- the protocol ------------------------------------------------------------------------
 
@@ -408,7 +424,8 @@ class FakeBackend:
 
     def logs(self, run_id: str, offset: int, stream: Literal["stdout", "stderr"] = "stdout") -> LogChunk:
         with self._lock:
-            data = "".join(line + "\n" for line in self._logs.get(run_id, [])).encode()
+            lines = self._logs.get(run_id, []) if stream == "stdout" else self._errs.get(run_id, [])
+            data = "".join(line + "\n" for line in lines).encode()
             attempt = self._runs[run_id].attempt if run_id in self._runs else 0
         start = offset
         if offset < 0:

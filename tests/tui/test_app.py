@@ -35,7 +35,7 @@ def text_of(widget: Static) -> str:
     return str(widget.render())
 
 
-def rendered(widget: Static, width: int = 200) -> str:
+def rendered(widget: Static, width: int = 1000) -> str:
     """What a widget shows, as plain text (wide: no wrapping to think about)."""
     console = Console(width=width, record=True, file=io.StringIO())
     console.print(widget.content)

@@ -165,8 +165,8 @@ class OverviewPane(VerticalScroll):
             )
             empty.update("no process holds GPU memory")
         else:
-            title.update(f"Runs on this host ({on_cpu})")
             queued = sum(1 for r in self._cpu_runs if r.state == RunState.QUEUED)
+            title.update(f"Runs on this host ({on_cpu} working, {queued} queued)")
             empty.update(
                 "no run is working on the host"
                 + (f" ({queued} queued)" if queued else "")
