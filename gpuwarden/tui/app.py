@@ -26,6 +26,7 @@ from textual.worker import Worker, WorkerState
 from gpuwarden.core.errors import UserError
 from gpuwarden.tui.backend import (
     DashboardBackend,
+    HistorySeries,
     ProcessInfo,
     RunDetailView,
     RunRow,
@@ -118,17 +119,13 @@ class GpuwardenApp(App[None]):
         gpus = b.gpus()
         snapshot = b.snapshot()
         runs = b.runs()
-        recent: dict[str, dict[str, list[float | None]]] = {}
+        recent: HistorySeries = {}
         if gpus:
             # Seed the live charts with the last SERIES_CAPACITY seconds at one point a second (the
             # daemon's default tick), so a freshly opened view already shows recent load.
             now = self.clock()
             keys = [m.key for m in CHART_METRICS]
-            series = b.history([g.uuid for g in gpus], keys, now - SERIES_CAPACITY, now, SERIES_CAPACITY)
-            recent = {
-                uuid: {m: [p.value for p in pts] for m, pts in by_metric.items()}
-                for uuid, by_metric in series.items()
-            }
+            recent = b.history([g.uuid for g in gpus], keys, now - SERIES_CAPACITY, now, SERIES_CAPACITY)
         self.post_message(Connected(status, gpus, snapshot, runs, recent))
         for frame in b.frames(self._stop):
             self.buffer.put(frame)

@@ -37,3 +37,8 @@ def bar(fraction: float | None, width: int) -> str:
     full, part = divmod(eighths, 8)
     partial = " ▏▎▍▌▋▊▉"[part] if part and full < width else ""
     return ("█" * full + partial).ljust(width)
+
+
+def cut(text: str, width: int) -> str:
+    """`text` in at most `width` cells, an ellipsis marking what was cut."""
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"

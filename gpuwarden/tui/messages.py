@@ -38,8 +38,8 @@ class Connected(Message, bubble=False):
     gpus: list[GpuStatic]
     snapshot: Snapshot
     runs: list[RunRow]
-    # uuid → metric → recent values, to seed the live charts.
-    recent: dict[str, dict[str, list[float | None]]]
+    # uuid → metric → recent points, to seed the live charts.
+    recent: HistorySeries
 
 
 @dataclass

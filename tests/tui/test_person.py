@@ -217,10 +217,15 @@ def test_a_machine_without_gpu_shows_the_hosts_runs_and_offers_no_gpu_keys() -> 
             await until(pilot, lambda: table.row_count == 1, "the host's run listed")
             row = [str(c) for c in table.get_row_at(0)]
             assert row[0] == "777" and row[2] == "cpu" and row[4] == "r1111111111" and "cpu-train" in row[5]
-            assert text_of(app.query_one("#proc-title", Static)) == "Runs on this host (1 working, 1 queued)"
-            assert not footer_keys(app) & {"cycle_metric", "kill_process"}
+            title = app.query_one("#proc-title", Static)
+            await until(
+                pilot, lambda: text_of(title) == "Runs on this host (1 working, 1 queued)", "the title"
+            )
+            await until(pilot, lambda: not footer_keys(app) & {"cycle_metric", "kill_process"}, "no GPU keys")
             await pilot.press("m")
-            assert "no GPU to chart" in messages(app)[-1]
+            await until(
+                pilot, lambda: any("no GPU to chart" in m for m in messages(app)), "why m does nothing"
+            )
             await _history(pilot)
             await pilot.press("c")
             assert isinstance(app.screen, MetricsScreen)

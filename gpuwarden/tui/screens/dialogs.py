@@ -298,9 +298,10 @@ class MetricsScreen(ModalScreen[list[str] | None]):
         _DIALOG_CSS.format(name="MetricsScreen")
         + """
     MetricsScreen SelectionList { height: auto; max-height: 12; border: none; padding: 0; }
-    MetricsScreen SelectionList > .selection-list--button { color: $text-disabled; }
+    /* Unticked: an empty box (the X drawn in the box's own colour); ticked: a bold green X. */
+    MetricsScreen SelectionList > .selection-list--button { color: $panel; }
     MetricsScreen SelectionList > .selection-list--button-selected { color: $success; text-style: bold; }
-    MetricsScreen SelectionList > .selection-list--button-highlighted { color: $text-disabled; }
+    MetricsScreen SelectionList > .selection-list--button-highlighted { color: $panel; }
     MetricsScreen SelectionList > .selection-list--button-selected-highlighted {
         color: $success; text-style: bold;
     }

@@ -6,6 +6,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Container, VerticalScroll
+from textual.events import Resize
 from textual.message import Message
 from textual.widgets import DataTable, Static
 
@@ -19,18 +20,19 @@ from gpuwarden.tui.widgets.host_panel import HostPanel
 from gpuwarden.tui.widgets.nav_table import NavTable
 
 WIDE = 140  # from this many columns the cards sit two abreast
-TALL = 40  # from this many rows the card charts get taller
+CARD_TEXT = 3  # a card's lines above its chart
+CHART_MIN, CHART_MAX = 2, 12  # rows of a card's chart: what the height leaves, within these
 
-# (label, width): pid up to 7 digits, a user name, GPU index or "cpu", "123 GiB", a run id, the
-# command (what is left: 80 columns hold all of it with the cells' padding).
+# (label, width): pid up to 7 digits, a user name, GPU index or "cpu", "123 GiB", a run id; the
+# command takes what is left (27 cells at 80 columns, with the cells' padding and a scrollbar).
 PROCESS_COLUMNS: tuple[tuple[str, int], ...] = (
     ("PID", 7),
     ("User", 8),
     ("GPU", 3),
     ("Memory", 8),
     ("Run", 11),
-    ("Command", 27),
 )
+COMMAND_MIN = 27
 
 
 def cpu_runs(live: LiveState) -> list[RunRow]:
@@ -46,10 +48,7 @@ class OverviewPane(VerticalScroll):
     DEFAULT_CSS = """
     OverviewPane #no-gpu { color: $warning; padding: 0 1; margin-bottom: 1; height: auto; }
     OverviewPane #cards { height: auto; }
-    OverviewPane.tall GpuCard { height: 8; }
-    OverviewPane.tall GpuCard Chart { height: 5; }
-    OverviewPane.wide #cards { layout: grid; grid-size: 2; grid-rows: 5; grid-gutter: 1 2; }
-    OverviewPane.wide.tall #cards { grid-rows: 8; }
+    OverviewPane.wide #cards { layout: grid; grid-size: 2; grid-gutter: 1 2; }
     OverviewPane.wide GpuCard { margin-bottom: 0; }
     OverviewPane.wide #host { margin-top: 1; }
     OverviewPane #proc-title { padding: 0 1; margin-top: 1; text-style: bold; height: 1; }
@@ -67,22 +66,36 @@ class OverviewPane(VerticalScroll):
         self._gpu_processes: list[ProcessInfo] = []
         self._cpu_runs: list[RunRow] = []
         self.has_gpus = True
+        self._command_width = 0
 
     def compose(self) -> ComposeResult:
         yield Static(id="no-gpu")
         yield Container(id="cards")
         yield HostPanel(id="host")
         yield Static("GPU processes", id="proc-title")
-        table = NavTable(id="processes")
-        # Fixed widths: the layout never jumps as processes come and go (and a repaint over SSH
-        # sends only the cells that changed).
-        for label, width in PROCESS_COLUMNS:
-            table.add_column(label, width=width)
-        yield table
+        yield NavTable(id="processes")
         yield Static(id="proc-empty")
 
     def on_mount(self) -> None:
         self.query_one("#no-gpu").display = False
+        self._columns(self.app.size.width)
+
+    def on_resize(self, event: Resize) -> None:
+        self._columns(event.size.width)
+
+    def _columns(self, total: int) -> None:
+        """Widths fixed for a terminal width: the layout never jumps as processes come and go (and
+        a repaint over SSH sends only the cells that changed); the command gets the rest."""
+        fixed = sum(w for _, w in PROCESS_COLUMNS) + 2 * (len(PROCESS_COLUMNS) + 1) + 2
+        command = max(COMMAND_MIN, total - fixed)
+        if command == self._command_width:
+            return
+        self._command_width = command
+        table = self.query_one("#processes", NavTable)
+        table.clear(columns=True)
+        for label, width in (*PROCESS_COLUMNS, ("Command", command)):
+            table.add_column(label, width=width)
+        self._fill()
 
     async def set_gpus(self, live: LiveState, sampling: str | None) -> None:
         """Mount one card per GPU (once); with none, say why in one line."""
@@ -111,7 +124,7 @@ class OverviewPane(VerticalScroll):
         self, live: LiveState, metric: ChartMetric, *, samples: bool, processes: bool, runs: bool = False
     ) -> None:
         self.set_class(self.app.size.width >= WIDE, "wide")
-        self.set_class(self.app.size.height >= TALL, "tall")
+        self._fit_cards()
         width = self.card_width()
         if samples:
             for card in self.query(GpuCard):
@@ -124,6 +137,22 @@ class OverviewPane(VerticalScroll):
         if processes or runs:
             self._cpu_runs = cpu_runs(live)
             self._fill()
+
+    def _fit_cards(self) -> None:
+        """Card charts take the height the processes table leaves (a tall terminal, taller charts)."""
+        cards = list(self.query(GpuCard))
+        if not cards:
+            return
+        height = self.size.height or self.app.size.height - 6
+        per_row = 2 if self.has_class("wide") else 1
+        rows = -(-len(cards) // per_row)
+        table = min(12, max(1, len(self._processes))) + 1  # its header
+        fixed = 1 + 2 + 2 + table  # the pane's top padding, the host line, the table's title, the table
+        chart = max(CHART_MIN, min(CHART_MAX, (height - fixed) // rows - CARD_TEXT - 1))
+        for card in cards:
+            card.styles.height = CARD_TEXT + chart
+            card.chart.styles.height = chart
+        self.query_one("#cards").styles.grid_rows = f"{CARD_TEXT + chart}"
 
     def show_runs(self, live: LiveState) -> None:
         self._cpu_runs = cpu_runs(live)
@@ -141,7 +170,12 @@ class OverviewPane(VerticalScroll):
             run = Text(p.run_id or "–", style="" if p.run_id else "dim")
             user = Text(p.user or "?", style="bold" if p.owned else "")
             gpu = "–" if p.gpu_index is None else str(p.gpu_index)
-            table.add_row(str(p.pid), user, gpu, size(p.used_memory), run, p.command[:60], key=str(p.pid))
+            command = (
+                p.command
+                if len(p.command) <= self._command_width
+                else p.command[: self._command_width - 1] + "…"
+            )
+            table.add_row(str(p.pid), user, gpu, size(p.used_memory), run, command, key=str(p.pid))
         cpu: list[ProcessInfo] = []
         for r in self._cpu_runs:
             if r.pid is None or any(p.pid == r.pid for p in shown):
@@ -166,7 +200,7 @@ class OverviewPane(VerticalScroll):
             empty.update("no process holds GPU memory")
         else:
             queued = sum(1 for r in self._cpu_runs if r.state == RunState.QUEUED)
-            title.update(f"Runs on this host ({on_cpu} working, {queued} queued)")
+            title.update(f"Runs on this host ({on_cpu} working" + (f", {queued} queued)" if queued else ")"))
             empty.update(
                 "no run is working on the host"
                 + (f" ({queued} queued)" if queued else "")

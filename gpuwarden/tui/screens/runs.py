@@ -18,7 +18,7 @@ from textual.widgets import DataTable, Input, Static
 from gpuwarden.core.run_state import ACTIVE_STATES, RunState
 from gpuwarden.core.units import duration, num
 from gpuwarden.tui.backend import RunRow
-from gpuwarden.tui.formatting import bar, eta_seconds, progress_fraction
+from gpuwarden.tui.formatting import bar, cut, eta_seconds, progress_fraction
 from gpuwarden.tui.widgets.nav_table import NavTable
 
 STATE_STYLES = {
@@ -89,10 +89,6 @@ def widths(total: int) -> tuple[int, int]:
     if name == NAME_MAX:
         name = max(NAME_MIN, min(NAME_MAX + 20, room - bar_width - 5))
     return name, bar_width
-
-
-def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 class RunsPane(Vertical):
@@ -181,7 +177,7 @@ class RunsPane(Vertical):
             gpus = "cpu" if run.gpus == 0 else "–"
         return (
             state_text(run.state),
-            _cut(run.name, name_w),
+            cut(run.name, name_w),
             gpus,
             progress,
             duration(eta_seconds(run)),

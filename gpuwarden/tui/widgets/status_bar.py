@@ -40,6 +40,8 @@ class StatusBar(Static):
             line.append(f"  {status.host}", style="bold cyan")
         if not connected:
             line.append(f"  {OFFLINE}", style="bold yellow")
+            if line.cell_len > (self.size.width or self.app.size.width) - 2:
+                line = line[len("gpuwarden  ") :]  # the message matters more than the name
             self.update(line)
             return
         tail = Text()
