@@ -1,6 +1,7 @@
 """Smoke test as a user over SSH would work: the real dashboard in tmux at 80×24 with 256
 colours, against a real daemon; no mouse. The screen shows the host panel and a submitted run,
-and keys stop the run."""
+keys stop the run, the window grows to 120×40 and the dashboard fills it, and the daemon goes
+away and comes back while the dashboard says so."""
 
 from __future__ import annotations
 
@@ -60,7 +61,11 @@ def _wait_for(session: str, ok: Callable[[str], bool], timeout: float = 30.0) ->
 def _keys(session: str, *keys: str) -> None:
     for key in keys:
         subprocess.run(["tmux", "send-keys", "-t", session, key], check=True, timeout=20)
-        time.sleep(0.4)
+
+
+def _fits(screen: str, width: int, height: int) -> bool:
+    lines = screen.splitlines()
+    return len(lines) <= height and all(len(line) <= width for line in lines)
 
 
 def test_dashboard_in_tmux_shows_host_and_run_and_stops_it(tmux: tuple[str, DaemonHandle]) -> None:
@@ -77,12 +82,29 @@ def test_dashboard_in_tmux_shows_host_and_run_and_stops_it(tmux: tuple[str, Daem
     )
     daemon.wait_state(run["id"], ("running",))
     screen = _wait_for(session, lambda s: "H100" in s and "host" in s.lower())
-    assert len(screen.splitlines()) <= 24 and all(len(line) <= 80 for line in screen.splitlines())
+    assert _fits(screen, 80, 24)
     _keys(session, "2")
-    _wait_for(session, lambda s: "tmux-sleeper" in s and "running" in s)
+    screen = _wait_for(session, lambda s: "tmux-sleeper" in s and "running" in s)
+    assert run["id"] in screen  # the whole id, even at 80 columns
     _keys(session, "s")
-    _wait_for(session, lambda s: "Stop" in s or "stop" in s)
+    _wait_for(session, lambda s: "Stop run tmux-sleeper" in s)
     _keys(session, "y")
     final = daemon.wait_state(run["id"], timeout=30)
     assert final["state"] == "stopped"
     _wait_for(session, lambda s: "stopped" in s)
+
+    # A bigger window: the history is fetched again for the width, its axis reaches the edge.
+    subprocess.run(["tmux", "resize-window", "-t", session, "-x", "120", "-y", "40"], check=True, timeout=20)
+    _keys(session, "3")
+    screen = _wait_for(
+        session, lambda s: any(line.endswith("now") and len(line) > 110 for line in s.splitlines())
+    )
+    assert _fits(screen, 120, 40) and len(screen.splitlines()) > 30
+
+    # The daemon goes away: the dashboard says so and offers no control; it comes back by itself.
+    daemon.stop()
+    _wait_for(session, lambda s: "daemon not reachable — reconnecting (gpuwarden up starts it)" in s)
+    daemon.start()
+    _keys(session, "2")
+    screen = _wait_for(session, lambda s: "not reachable" not in s and "tmux-sleeper" in s and "stopped" in s)
+    assert "daemon" in screen.splitlines()[0]
