@@ -102,7 +102,7 @@ class GpuState:
     series: dict[str, deque[float | None]] = field(default_factory=dict)
     energy: EnergyMeter = field(default_factory=EnergyMeter)
     last_ts: float | None = None
-    step: float | None = None  # seconds per point of the seeded history: gaps after it stay gaps
+    step: float | None = None  # seconds per point of the history the chart started with: later gaps stay gaps
 
     def __post_init__(self) -> None:
         for m in CHART_METRICS:
