@@ -84,7 +84,9 @@ class MainScreen(Screen[None]):
 
     @property
     def tab(self) -> str:
-        return self.query_one("#tabs", TabbedContent).active or "overview"
+        """The tab shown ("overview" while the screen is still being built)."""
+        tabs = self.query("#tabs").results(TabbedContent)
+        return next((t.active for t in tabs if t.active), "overview")
 
     @property
     def overview(self) -> OverviewPane:
@@ -128,6 +130,9 @@ class MainScreen(Screen[None]):
             return None
         if action in CONTROL_ACTIONS and (why := self.gw.control_refusal()):
             return why
+        panes = list(self.query(RunsPane)) + list(self.query(OverviewPane))
+        if len(panes) < 2:
+            return None  # still being built
         if action in RUN_CONTROLS:
             run = self.runs.selected()
             return "no run selected" if run is None else refusal(action, run)

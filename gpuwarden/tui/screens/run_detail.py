@@ -394,7 +394,9 @@ class RunDetailScreen(Screen[None]):
 
     @property
     def tab(self) -> str:
-        return self.query_one("#detail-tabs", TabbedContent).active or "timeline"
+        """The tab shown ("timeline" while the screen is still being built)."""
+        tabs = self.query("#detail-tabs").results(TabbedContent)
+        return next((t.active for t in tabs if t.active), "timeline")
 
     def refusal(self, action: str) -> str | None:
         if action not in RUN_CONTROLS:
