@@ -125,9 +125,7 @@ class SubmitScreen(ModalScreen[str | None]):
             yield Label("Submit a run spec", classes="title")
             yield Input(placeholder="path/to/spec.yaml", suggester=PathSuggester(self.cwd), id="spec-path")
             yield OptionList(id="candidates")
-            yield Label(
-                "tab or enter completes  ↑↓ choose  enter submits a file  esc cancels", classes="hint"
-            )
+            yield Label("↑↓ choose  tab completes  enter submits a file  esc cancels", classes="hint")
             yield Static(classes="error", id="submit-error")
 
     def on_mount(self) -> None:

@@ -21,7 +21,7 @@ from gpuwarden.tui.widgets.nav_table import NavTable
 
 WIDE = 140  # from this many columns the cards sit two abreast
 CARD_TEXT = 3  # a card's lines above its chart
-CHART_MIN, CHART_MAX = 2, 12  # rows of a card's chart: what the height leaves, within these
+CHART_MIN, CHART_MAX = 2, 40  # rows of a card's chart: what the height leaves, within these
 
 # (label, width): pid up to 7 digits, a user name, GPU index or "cpu", "123 GiB", a run id; the
 # command takes what is left (27 cells at 80 columns, with the cells' padding and a scrollbar).
