@@ -210,7 +210,6 @@ class GpuwardenApp(App[None]):
             )
         if runs:
             main.runs.show(self.live.runs_sorted())
-            main.refresh_bindings()
         self.show_status()
 
     def show_status(self) -> None:
@@ -245,7 +244,6 @@ class GpuwardenApp(App[None]):
         with self.batch_update():
             self.main.runs.show(self.live.runs_sorted())
             self.main.overview.show_runs(self.live)
-            self.main.refresh_bindings()
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """The one place worker failures are reported."""

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from textual.pilot import Pilot
+from textual.widgets import Input
 
 from gpuwarden.tui.app import GpuwardenApp
 from gpuwarden.tui.screens.history import HistoryPane
@@ -42,6 +43,8 @@ async def _steady(pilot: Pilot[Any]) -> None:
     if isinstance(app.screen, RunDetailScreen):
         screen = app.screen
         await until(pilot, lambda: screen.detail is not None, "the run's detail")
+    for field in app.screen.query(Input):
+        field.cursor_blink = False  # a blinking cursor is a clock: the picture must not depend on it
     await wait_workers(pilot)
 
 

@@ -194,6 +194,7 @@ class HistoryPane(VerticalScroll, can_focus=True):
         self._loading = False
         self._statics: list[GpuStatic] | None = None
         self._resize_timer: Timer | None = None
+        self._head = ""  # the head line as last shown
 
     @property
     def wanted(self) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
@@ -399,7 +400,9 @@ class HistoryPane(VerticalScroll, can_focus=True):
         else:
             head.append("no readings in this window", style="yellow")
         head.truncate(max(10, (self.size.width or self.app.size.width) - 2), overflow="ellipsis")
-        self.query_one("#history-head", Static).update(head)
+        if head.markup != self._head:  # once a second: repaint only what changed
+            self._head = head.markup
+            self.query_one("#history-head", Static).update(head)
 
     # -- the cursor -------------------------------------------------------------------------
 

@@ -63,16 +63,21 @@ class MainScreen(Screen[None]):
     def __init__(self, app: GpuwardenApp) -> None:
         super().__init__()
         self.gw = app
+        # Built once: the footer asks check_action often, and a DOM query each time is not free.
+        self._tabs = TabbedContent(initial="overview", id="tabs")
+        self._overview = OverviewPane(id="overview-pane")
+        self._runs = RunsPane(readonly=app.readonly, id="runs-pane")
+        self._history = HistoryPane(app.backend, app.clock, id="history-pane")
 
     def compose(self) -> ComposeResult:
         yield StatusBar(id="status")
-        with TabbedContent(initial="overview", id="tabs"):
+        with self._tabs:
             with TabPane("1 Overview", id="overview"):
-                yield OverviewPane(id="overview-pane")
+                yield self._overview
             with TabPane("2 Runs", id="runs"):
-                yield RunsPane(readonly=self.gw.readonly, id="runs-pane")
+                yield self._runs
             with TabPane("3 History", id="history"):
-                yield HistoryPane(self.gw.backend, self.gw.clock, id="history-pane")
+                yield self._history
         yield Footer()
 
     def on_mount(self) -> None:
@@ -85,23 +90,22 @@ class MainScreen(Screen[None]):
     @property
     def tab(self) -> str:
         """The tab shown ("overview" while the screen is still being built)."""
-        tabs = self.query("#tabs").results(TabbedContent)
-        return next((t.active for t in tabs if t.active), "overview")
+        return (self._tabs.active if self._tabs.is_mounted else "") or "overview"
 
     @property
     def overview(self) -> OverviewPane:
-        return self.query_one(OverviewPane)
+        return self._overview
 
     @property
     def runs(self) -> RunsPane:
-        return self.query_one(RunsPane)
+        return self._runs
 
     @property
     def history(self) -> HistoryPane:
-        return self.query_one(HistoryPane)
+        return self._history
 
     def show_tab(self, tab: str) -> None:
-        self.query_one("#tabs", TabbedContent).active = tab
+        self._tabs.active = tab
         focus = {"overview": "#processes", "runs": "#runs-table", "history": "#history-pane"}[tab]
         # The pane becomes visible on the next refresh; a hidden widget cannot take focus.
         self.call_after_refresh(self.query_one(focus).focus)
@@ -130,8 +134,7 @@ class MainScreen(Screen[None]):
             return None
         if action in CONTROL_ACTIONS and (why := self.gw.control_refusal()):
             return why
-        panes = list(self.query(RunsPane)) + list(self.query(OverviewPane))
-        if len(panes) < 2:
+        if not (self._runs.is_mounted and self._overview.is_mounted):
             return None  # still being built
         if action in RUN_CONTROLS:
             run = self.runs.selected()

@@ -67,6 +67,8 @@ class OverviewPane(VerticalScroll):
         self._cpu_runs: list[RunRow] = []
         self.has_gpus = True
         self._command_width = 0
+        self._card_rows: tuple[int, int] | None = None  # (chart rows, cards) last laid out
+        self._announced: ProcessInfo | None = None  # the selection the screen was last told of
 
     def compose(self) -> ComposeResult:
         yield Static(id="no-gpu")
@@ -149,6 +151,9 @@ class OverviewPane(VerticalScroll):
         table = min(12, max(1, len(self._processes))) + 1  # its header
         fixed = 1 + 2 + 2 + table  # the pane's top padding, the host line, the table's title, the table
         chart = max(CHART_MIN, min(CHART_MAX, (height - fixed) // rows - CARD_TEXT - 1))
+        if (chart, len(cards)) == self._card_rows:
+            return  # a new layout only when the height to share changed
+        self._card_rows = (chart, len(cards))
         for card in cards:
             card.styles.height = CARD_TEXT + chart
             card.chart.styles.height = chart
@@ -227,4 +232,8 @@ class OverviewPane(VerticalScroll):
         return None
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        self.post_message(self.ProcessHighlighted())
+        # The table is rebuilt on every process read: say so only when the choice changed.
+        selected = self.selected_process()
+        if selected != self._announced:
+            self._announced = selected
+            self.post_message(self.ProcessHighlighted())

@@ -124,6 +124,7 @@ class RunsPane(Vertical):
         self._order: list[str] = []
         self._widths: tuple[int, int] | None = None
         self._pending: str | None = None  # a run to put the cursor on once it is listed
+        self._announced: tuple[str, str] | None = None  # (run, state) the screen was last told of
         self.sort = 0
         self.query_text = ""
 
@@ -220,7 +221,15 @@ class RunsPane(Vertical):
         if target in order and table.cursor_row != order.index(target):
             table.move_cursor(row=order.index(target))
         self._show_foot()
-        self.post_message(self.Highlighted())
+        self._announce()
+
+    def _announce(self) -> None:
+        """Tell the screen when the selected run, or its state, changed (its controls follow)."""
+        run = self.selected()
+        key = (run.id, run.state) if run else None
+        if key != self._announced:
+            self._announced = key
+            self.post_message(self.Highlighted())
 
     def select(self, run_id: str) -> None:
         """Put the cursor on `run_id` now, or as soon as it is listed (a run just submitted)."""
@@ -260,7 +269,7 @@ class RunsPane(Vertical):
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         self._show_foot()
-        self.post_message(self.Highlighted())
+        self._announce()
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         if event.row_key.value is not None:
