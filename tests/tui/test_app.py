@@ -181,7 +181,7 @@ def test_doctor_tab_shows_findings_with_evidence_and_fix() -> None:
             await pilot.press("d")
             await wait_workers(pilot)
             await pilot.pause()
-            text = text_of(screen.query_one("#doctor-text", Static))
+            text = rendered(screen.query_one("#doctor-text", Static))
             assert "GPU underused: power 52 % of the limit" in text
             assert "evidence: power_w=300, power_limit_w=575, power_pct=52.2" in text
             assert "fix: train.compile: True" in text

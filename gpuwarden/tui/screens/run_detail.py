@@ -209,6 +209,7 @@ class RunDetailScreen(Screen[None]):
         self.log_offset = -LOG_TAIL_BYTES
         self._log_seen = False  # a chunk of the current stream has been shown
         self._switched = False  # stdout was empty and stderr was shown instead (once)
+        self._timeline_shown = False
         self._stop_log = threading.Event()
 
     @property
@@ -329,7 +330,9 @@ class RunDetailScreen(Screen[None]):
         if self.detail is None:
             return
         scroller = self.query_one("#timeline-scroll", Scroller)
-        follow = scroller.at_end and scroller.max_scroll_y > 0
+        # Opened at the top (the attempts); afterwards, at the bottom it follows new events.
+        follow = self._timeline_shown and scroller.at_end
+        self._timeline_shown = True
         self.query_one("#timeline-text", Static).update(timeline_renderable(self.detail, self.raw_evidence))
         if follow:
             self.call_after_refresh(scroller.scroll_end, animate=False)
@@ -495,17 +498,18 @@ def _step_labels(metrics: list[RunMetric]) -> list[tuple[float, str]]:
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 
-def doctor_text(findings: list[DoctorFinding]) -> Text:
-    """Doctor's findings, most severe first, each with its evidence and fix."""
-    out = Text()
+def doctor_text(findings: list[DoctorFinding]) -> RenderableType:
+    """Doctor's findings, most severe first, each with its evidence and fix (wrapped lines keep
+    their indent)."""
     if not findings:
-        out.append("no findings: nothing doctor would change", style="green")
-        return out
+        return Text("no findings: nothing doctor would change", style="green")
+    parts: list[RenderableType] = []
     for f in findings:
-        out.append(f"{f.severity:8}", style=_SEVERITY_STYLE.get(f.severity, ""))
-        out.append(f.title + "\n", style="bold")
+        head = Text(f"{f.severity:8}", style=_SEVERITY_STYLE.get(f.severity, ""))
+        head.append(f.title, style="bold")
+        parts.append(head)
         if f.evidence:
-            out.append(f"        evidence: {f.evidence}\n", style="dim")
+            parts.append(_indented(Text(f"evidence: {f.evidence}", style="dim"), 8))
         if f.fix:
-            out.append(f"        fix: {f.fix}\n")
-    return out
+            parts.append(_indented(Text(f"fix: {f.fix}"), 8))
+    return Group(*parts)
