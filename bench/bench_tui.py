@@ -132,11 +132,11 @@ async def _window() -> list[float]:
             # Start from 24 h each time, then time 24 h → 7 d.
             while pane.window != "24h":
                 await pilot.press("w")
-            while pane.loaded != ("24h", pane.metrics):
+            while pane.loaded != ("24h", pane.metrics, pane.host_metrics):
                 await pilot.pause(0.005)
             start = time.perf_counter()
             await pilot.press("w")
-            while pane.loaded != ("7d", pane.metrics):
+            while pane.loaded != ("7d", pane.metrics, pane.host_metrics):
                 await asyncio.sleep(0.001)
             await pilot.pause()  # the repaint of the new charts
             timings.append(1000 * (time.perf_counter() - start))

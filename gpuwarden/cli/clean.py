@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import click
 
-from gpuwarden.cli.format import gib, print_json
+from gpuwarden.cli.format import print_json
 from gpuwarden.client import ApiClient
+from gpuwarden.core.units import gib
 
 
 @click.command()

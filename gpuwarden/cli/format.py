@@ -16,16 +16,7 @@ from gpuwarden.core.telemetry.types import (
     HostSample,
     throttle_names,
 )
-
-GIB = 1024**3
-
-
-def gib(n: float | None, digits: int = 1) -> str:
-    return "n/a" if n is None else f"{n / GIB:.{digits}f}"
-
-
-def num(v: float | None, fmt: str = ".0f", unit: str = "") -> str:
-    return "n/a" if v is None else f"{v:{fmt}}{unit}"
+from gpuwarden.core.units import gib, num
 
 
 def gpu_line(static: GpuStatic | None, s: GpuSample) -> str:

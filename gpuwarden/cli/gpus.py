@@ -6,7 +6,8 @@ import time
 
 import click
 
-from gpuwarden.cli.format import gib, gpu_line, note, print_json
+from gpuwarden.cli.format import gpu_line, note, print_json
+from gpuwarden.core.units import gib
 
 
 @click.command()

@@ -27,7 +27,7 @@ SECTIONS: dict[str, dict[str, Entry]] = {
     "Runs": {
         "run": Entry("gpuwarden.cli.runs_cmds:run_cmd", "Submit a run spec (or a command) to the daemon"),
         "ps": Entry("gpuwarden.cli.runs_cmds:ps", "List runs with their state and attempt"),
-        "show": Entry("gpuwarden.cli.runs_cmds:show", "A run's spec, attempts, retunes and report"),
+        "show": Entry("gpuwarden.cli.show:show", "A run's spec, attempts, retunes and report"),
         "logs": Entry("gpuwarden.cli.runs_cmds:logs", "Print a run's output; -f follows it"),
         "events": Entry("gpuwarden.cli.runs_cmds:events", "A run's events: states, progress, retunes"),
         "stop": Entry("gpuwarden.cli.runs_cmds:stop", "Stop a run (it checkpoints first)"),

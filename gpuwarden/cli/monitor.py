@@ -12,11 +12,12 @@ from typing import Any
 
 import click
 
-from gpuwarden.cli.format import gib, gpu_line, host_line, note, num, print_json
+from gpuwarden.cli.format import gpu_line, host_line, note, print_json
 from gpuwarden.core.config.settings import load_settings
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.monitor import SummaryAccumulator
 from gpuwarden.core.telemetry.types import GpuStatic, Tick
+from gpuwarden.core.units import gib, num
 
 
 def select_gpus(gpus: list[GpuStatic], wanted: tuple[str, ...]) -> list[GpuStatic]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-GIB = 1024**3
+from gpuwarden.core.units import size
 
 
 def _n(value: Any, fmt: str = ".2f", unit: str = "") -> str:
@@ -16,7 +16,7 @@ def _n(value: Any, fmt: str = ".2f", unit: str = "") -> str:
 
 
 def _bytes(value: Any) -> str:
-    return "n/a" if value is None else f"{value / GIB:.2f} GiB"
+    return "n/a" if value is None else size(value)
 
 
 def report_rows(report: dict[str, Any]) -> list[tuple[str, str]]:

@@ -8,8 +8,7 @@ from typing import Any
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.report.performance import util_metric
 from gpuwarden.core.report.snapshot import RunSnapshot
-
-GIB = 1024**3
+from gpuwarden.core.units import GIB
 
 
 def _t0(snap: RunSnapshot) -> float:

@@ -10,70 +10,27 @@ import datetime as dt
 import shutil
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
 from gpuwarden.cli.command_spec import command_document, command_options, flags_given, printable_spec
+from gpuwarden.cli.event_lines import event_line
 from gpuwarden.cli.format import print_json
 from gpuwarden.client import ApiClient
 from gpuwarden.core.api import LogChunk, RunDetail, RunEvent
-from gpuwarden.core.command.record import summary_lines
 from gpuwarden.core.config.yamlsource import read_yaml_text
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.run_state import FINAL_STATES
 from gpuwarden.core.telemetry.types import GPU_METRICS, HOST_METRICS
+from gpuwarden.core.units import named
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON (and nothing else) on stdout.")
 
 
 def _when(ts: float | None) -> str:
     return "-" if ts is None else dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
-
-
-# Bulky payloads a human does not want inline; `gpuwarden events RUN --json` has them whole.
-_EVENT_SKIP = {
-    "v",
-    "type",
-    "ts",
-    "id",
-    "attempt",
-    "source",
-    "run_id",
-    "dropped",
-    "config",
-    "report",
-    "fields",
-}
-_REPORT_KEYS = (
-    "steps",
-    "samples_seen",
-    "items_done",
-    "wall_s",
-    "samples_per_s",
-    "items_per_s",
-    "tokens_per_s",
-)
-
-
-def _compact(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
-
-
-def _event_line(event: RunEvent) -> str:
-    extra = event.model_extra or {}
-    fields = " ".join(
-        f"{k}={_compact(v)}" for k, v in extra.items() if k not in _EVENT_SKIP and v is not None
-    )
-    report = extra.get("report")
-    if event.type == "finished" and isinstance(report, dict):
-        fields = " ".join(f"{k}={_compact(report[k])}" for k in _REPORT_KEYS if report.get(k) is not None)
-    when = dt.datetime.fromtimestamp(event.ts).strftime("%H:%M:%S")
-    return f"{when} #{event.id} [{event.attempt or '-'}] {event.type}: {fields}"
 
 
 @click.command()
@@ -178,7 +135,7 @@ def _follow(client: ApiClient, run_id: str, as_json: bool) -> RunDetail:
         batch = client.events(run_id, since=since, wait=1.0)
         for event in batch.events:
             if not as_json:
-                click.echo(_event_line(event), err=True)
+                click.echo(event_line(event, with_message=False), err=True)
         since = batch.next_since
         detail = client.run(run_id)
         _print_new_output(client, run_id, detail, offsets, as_json)
@@ -186,7 +143,7 @@ def _follow(client: ApiClient, run_id: str, as_json: bool) -> RunDetail:
             more = client.events(run_id, since=since)
             for event in more.events:
                 if not as_json:
-                    click.echo(_event_line(event), err=True)
+                    click.echo(event_line(event, with_message=False), err=True)
             _print_new_output(client, run_id, detail, offsets, as_json)
             if not as_json:
                 click.echo(f"{run_id}: {detail.state} — {detail.message or ''}", err=True)
@@ -210,50 +167,6 @@ def _print_new_output(
                 if not chunk.data or chunk.next_offset >= chunk.size:
                     break
             offsets[key] = offset
-
-
-@click.command()
-@click.argument("run")
-@json_option
-def show(run: str, as_json: bool) -> None:
-    """A run's state, spec, attempts, retunes and report."""
-    with ApiClient() as client:
-        detail = client.run(run)
-    if as_json:
-        print_json(detail)
-        return
-    click.echo(f"{detail.id}  {detail.name}  ({detail.kind})")
-    click.echo(f"state:    {detail.state} — {detail.message or ''}")
-    click.echo(f"created:  {_when(detail.created_at)}   ended: {_when(detail.ended_at)}")
-    click.echo(f"run dir:  {detail.run_dir}")
-    if detail.effective_batch is not None:
-        click.echo(f"effective batch: {detail.effective_batch}")
-    for a in detail.attempts:
-        gpus = ",".join(g[:12] for g in a.gpus) or "cpu"
-        click.echo(
-            f"attempt {a.attempt}: {a.classification or a.state}  pid {a.pid}  gpus {gpus}"
-            f"  {_when(a.started_at)} → {_when(a.ended_at)}  {a.reason or ''}"
-        )
-        if a.restart is not None:
-            click.echo(
-                f"    restart {a.restart.restart} of {a.restart.max} after {a.restart.backoff_s:g} s:"
-                f" {a.restart.cause}"
-            )
-        for line in summary_lines(a.prepared) if a.prepared is not None else []:
-            click.echo(f"    {line}")
-    for r in detail.retunes:
-        changes = ", ".join(f"{k} {r.before.get(k)} → {v}" for k, v in r.after.items())
-        outcome = f", then {r.outcome}" if r.outcome else ""
-        click.echo(f"retune after attempt {r.attempt} ({r.verdict or '?'}{outcome}): {changes}")
-        decision = (r.evidence or {}).get("decision") or {}
-        if decision.get("reason"):
-            click.echo(f"    why: {decision['reason']}")
-    report = detail.report
-    if report is not None:
-        click.echo(f"report:   {Path(detail.run_dir) / 'report.json'}")
-        for key in (*_REPORT_KEYS, "mem_peak", "loss_first", "loss_last", "device", "dtype", "batch_size"):
-            if report.get(key) is not None:
-                click.echo(f"    {key}: {_compact(report[key])}")
 
 
 @click.command()
@@ -348,7 +261,7 @@ def events(run: str, since: int, as_json: bool) -> None:
         print_json({"events": rows})
         return
     for event in rows:
-        click.echo(_event_line(event))
+        click.echo(event_line(event))
 
 
 @click.command()
@@ -412,27 +325,14 @@ def history(
                 click.echo(f"{name:<8} {metric:<14} no data")
                 continue
             # each point is [bucket start, avg, min, max]; the mean weighs every bucket alike
-            show = _metric_formatter(metric)
             mean = sum(p[1] for p in values) / len(values)
+            low, high = min(p[2] for p in values), max(p[3] for p in values)
             click.echo(
-                f"{name:<8} {metric:<14} last {show(values[-1][1])}  mean {show(mean)}"
-                f"  min {show(min(p[2] for p in values))}  max {show(max(p[3] for p in values))}"
+                f"{name:<8} {metric:<14} last {named(metric, values[-1][1])}  mean {named(metric, mean)}"
+                f"  min {named(metric, low)}  max {named(metric, high)}"
                 f"  ({len(values)} points)"
             )
 
 
 # Host metrics that are not also GPU metric names (mem_used and mem_total are both).
 HOST_ONLY_METRICS = frozenset(HOST_METRICS) - frozenset(GPU_METRICS)
-
-
-def _metric_formatter(metric: str) -> Callable[[float], str]:
-    """Bytes in GiB, the rest with the unit its name carries."""
-    if metric.startswith(("mem_", "swap_")):
-        return lambda v: f"{v / 1024**3:.1f} GiB"
-    if metric.endswith("_bps"):
-        return lambda v: f"{v / 1e6:.1f} MB/s"
-    units = {"_w": " W", "_c": " °C", "_mhz": " MHz", "_pct": " %", "_percent": " %", "_j": " J"}
-    unit = next((u for suffix, u in units.items() if metric.endswith(suffix)), "")
-    if metric.startswith("util_"):
-        unit = " %"
-    return lambda v: f"{v:.4g}{unit}"

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from gpuwarden.cli.format import gib, note, print_json
+from gpuwarden.cli.format import note, print_json
+from gpuwarden.core.units import size
 
 if TYPE_CHECKING:
     from gpuwarden.core.tune.objective import Objective
@@ -134,7 +135,7 @@ def probe_line(n: int, r: ProbeResult) -> str:
     energy = ""
     if r.joules_per_sample is not None:
         energy = f", {r.joules_per_sample:.4g} J/sample ({r.samples_per_kwh or 0:,.0f} samples/kWh)"
-    peak = f"peak {gib(r.mem_peak, 2)} GiB"
+    peak = f"peak {size(r.mem_peak)}"
     return f"{what}: {r.samples_per_s:.2f} samples/s{energy}, {peak} ({r.wall_s:.0f} s)"
 
 

@@ -41,8 +41,12 @@ FINAL_STATES: tuple[RunState, ...] = (
     RunState.INTERRUPTED,
 )
 RUN_STATES: tuple[RunState, ...] = tuple(RunState)
-# Runs a person may resume, tune or edit: they are settled and have no process.
+# Runs a person may resume: they are settled and have no process.
 RESUMABLE_STATES: tuple[RunState, ...] = (RunState.FAILED, RunState.STOPPED, RunState.INTERRUPTED)
+# Runs whose spec a person may change (edit, tune): settled ones, and queued ones not yet started.
+CHANGEABLE_STATES: tuple[RunState, ...] = (RunState.QUEUED, *RESUMABLE_STATES)
+# Runs a stop applies to: waiting in the queue, or holding a process.
+STOPPABLE_STATES: tuple[RunState, ...] = (RunState.QUEUED, *ACTIVE_STATES)
 
 _ENDINGS = frozenset({RunState.SUCCEEDED, RunState.FAILED, RunState.STOPPED, RunState.INTERRUPTED})
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import getpass
 import math
+import socket
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -24,6 +25,7 @@ from gpuwarden.core.api import HistoryAnswer, LogChunk, RunDetail, RunEvent, Run
 from gpuwarden.core.api.telemetry import Bucket
 from gpuwarden.core.config.yamlsource import read_yaml_text
 from gpuwarden.core.errors import UserError
+from gpuwarden.core.oom.explain import oom_phases
 from gpuwarden.core.run_state import ACTIVE_STATES, RunState
 from gpuwarden.core.telemetry.types import GpuStatic
 from gpuwarden.tui.backend import (
@@ -31,6 +33,8 @@ from gpuwarden.tui.backend import (
     EventFrame,
     Frame,
     HistorySeries,
+    HostSeries,
+    Point,
     ProcessInfo,
     RunDetailView,
     RunFrame,
@@ -46,18 +50,17 @@ from gpuwarden.tui.backend import (
 
 PROCESS_EVERY = 5  # sample frames between two process reads
 EVENT_PAGE = 1000
+SETTLE_PER_CALL = 10  # finished runs read per runs() call: the newest first, the rest on later polls
 
 
-def series_from_buckets(
-    buckets: Sequence[Bucket], start: float, step: float, points: int
-) -> list[tuple[float, float | None]]:
-    """Evenly spaced (ts, avg) points from the store's (bucket start, avg, min, max) rows; a
+def series_from_buckets(buckets: Sequence[Bucket], start: float, step: float, points: int) -> list[Point]:
+    """Evenly spaced points (mean and max) from the store's (bucket start, avg, min, max) rows; a
     bucket the store left out (no reading) becomes None, so gaps show as gaps."""
-    slots: list[tuple[float, float | None]] = [(start + (k + 0.5) * step, None) for k in range(points)]
+    slots = [Point(start + (k + 0.5) * step, None) for k in range(points)]
     for row in buckets:
         k = math.floor((row[0] - start) / step + 1e-6) if step > 0 else 0
         if 0 <= k < points:
-            slots[k] = (slots[k][0], row[1])
+            slots[k] = Point(slots[k].ts, row[1], row[3])
     return slots
 
 
@@ -94,6 +97,13 @@ def event_text(event: RunEvent) -> str:
         return f"step {e.get('step')} samples {e.get('samples_seen')}"
     if kind == "finished":
         return "finished"
+    if kind == "retuned":
+        return str(e.get("reason") or "")
+    if kind == "edited" and isinstance(e.get("changes"), dict):
+        return "changed " + ", ".join(
+            f"{k} {v[0]} → {v[1]}" if isinstance(v, list) and len(v) == 2 else f"{k} → {v}"
+            for k, v in e["changes"].items()
+        )
     return str(e.get("message") or e.get("reason") or "")
 
 
@@ -128,7 +138,8 @@ class ApiBackend:
         self._statics: dict[str, GpuStatic] = {}
         self._progress: dict[str, _Progress] = {}
         self._final_retunes: dict[str, int] = {}
-        self._placed: dict[str, tuple[int, list[str]]] = {}  # run id → (attempt, GPU UUIDs)
+        self._placed: dict[str, tuple[int, list[str], int | None]] = {}  # run id → (attempt, GPUs, pid)
+        self._settled: set[str] = set()  # finished runs whose last progress has been read
         self._lock = threading.Lock()
         self._user = getpass.getuser()
 
@@ -140,6 +151,8 @@ class ApiBackend:
         return SourceStatus(
             "daemon",
             health.socket or str(self.client.socket_path),
+            # A Unix socket is served on this machine: its name is the daemon's host.
+            host=socket.gethostname(),
             sampling=None if gpus else health.gpu_status or "no GPU",
             version=health.version,
         )
@@ -187,9 +200,7 @@ class ApiBackend:
         )
         return buckets_to_series(answer, start, end, points)
 
-    def host_history(
-        self, metrics: Sequence[str], start: float, end: float, points: int
-    ) -> dict[str, list[tuple[float, float | None]]]:
+    def host_history(self, metrics: Sequence[str], start: float, end: float, points: int) -> HostSeries:
         answer = self.client.history(
             window=f"{max(1.0, end - start):.0f}s", metrics=metrics, points=points, end=end, host=True
         )
@@ -202,7 +213,7 @@ class ApiBackend:
         if isinstance(run, RunDetail):
             placed = run.attempts[-1].gpus if run.attempts else []
         else:
-            placed = self._placed.get(run.id, (0, []))[1]
+            placed = self._placed.get(run.id, (0, [], None))[1]
         if placed:
             return self._indices(placed)
         if isinstance(run.gpus, list):
@@ -217,9 +228,13 @@ class ApiBackend:
             retunes = len(run.retunes)
         elif not active and run.id in self._final_retunes:
             retunes = self._final_retunes[run.id]
+        pid = self._placed.get(run.id, (0, [], None))[2]
+        if isinstance(run, RunDetail) and run.attempts:
+            pid = run.attempts[-1].pid
         return run_row(
             run,
             placed=self._placement(run),
+            pid=pid if active else None,
             samples_seen=progress.samples_seen,
             total=progress.total,
             samples_per_s=progress.samples_per_s if active else None,
@@ -250,16 +265,24 @@ class ApiBackend:
 
     def runs(self) -> list[RunRow]:
         rows = self.client.runs()
+        settle = SETTLE_PER_CALL
         for r in rows:
-            if r.attempt and self._placed.get(r.id, (0, []))[0] != r.attempt:
+            placed = self._placed.get(r.id)
+            if r.attempt and (placed is None or placed[0] != r.attempt or placed[2] is None):
                 # The list has no placement: read it once per attempt (it cannot change within one).
                 attempts = self.client.attempts(r.id)
-                self._placed[r.id] = (r.attempt, list(attempts[-1].gpus) if attempts else [])
+                last = attempts[-1] if attempts else None
+                self._placed[r.id] = (r.attempt, list(last.gpus) if last else [], last.pid if last else None)
             if r.state in ACTIVE_STATES:
                 self._catch_up(r.id)
-            elif r.id not in self._final_retunes:
-                # A run that is not active no longer changes: count its retunes once.
+                self._settled.discard(r.id)
+            elif r.id not in self._settled and settle > 0:
+                # A run that is not active no longer changes: read its last progress and count its
+                # retunes once, a few runs per call so a long history does not delay the first view.
+                settle -= 1
+                self._catch_up(r.id)
                 self._final_retunes[r.id] = len(self.client.retunes(r.id))
+                self._settled.add(r.id)
         return [self._summary(r) for r in rows]
 
     def doctor(self, run_id: str) -> list[DoctorFinding]:
@@ -268,13 +291,13 @@ class ApiBackend:
 
         return doctor_findings(diagnose_run(ApiRunData(self.client), run_id).to_dict())
 
-    def _timeline(self, run_id: str) -> list[TimelineEvent]:
+    def _timeline(self, run_id: str) -> list[RunEvent]:
         """Every event but progress: those are many and become the charts."""
-        events: list[TimelineEvent] = []
+        events: list[RunEvent] = []
         since = 0
         while True:
             page = self.client.events(run_id, since=since, limit=EVENT_PAGE)
-            events += [timeline_event(e, run_id) for e in page.events if e.type != "progress"]
+            events += [e for e in page.events if e.type != "progress"]
             if len(page.events) < EVENT_PAGE:
                 return events
             since = page.next_since
@@ -290,10 +313,12 @@ class ApiBackend:
             detail.spec,
             detail.attempts,
             detail.retunes,
-            events,
+            [timeline_event(e, detail.id) for e in events],
             self.client.metrics(detail.id),
             min((c for c in capacities if c), default=None),
             {uuid: static.index for uuid, static in self._statics.items()},
+            oom_phases(events),
+            detail.report,
         )
 
     def logs(self, run_id: str, offset: int, stream: Literal["stdout", "stderr"] = "stdout") -> LogChunk:

@@ -26,15 +26,20 @@ from textual.worker import Worker, WorkerState
 from gpuwarden.core.errors import UserError
 from gpuwarden.tui.backend import (
     DashboardBackend,
+    HistorySeries,
     ProcessInfo,
+    RunDetailView,
     RunRow,
     SampleFrame,
     SourceStatus,
 )
+from gpuwarden.tui.controls import OFFLINE
 from gpuwarden.tui.keys import CONTROL_ACTIONS
+from gpuwarden.tui.knobs import current_knobs, knob_changes
 from gpuwarden.tui.live import SERIES_CAPACITY, FrameBuffer, LiveState
 from gpuwarden.tui.messages import Connected, FramesReady, RunsLoaded
 from gpuwarden.tui.metrics import CHART_METRICS, METRICS_BY_KEY, next_metric
+from gpuwarden.tui.palette import palette_commands
 from gpuwarden.tui.screens.dialogs import ConfirmScreen, KnobScreen, SubmitScreen
 from gpuwarden.tui.screens.help import HelpScreen
 from gpuwarden.tui.screens.main import MainScreen
@@ -43,6 +48,7 @@ from gpuwarden.tui.widgets.status_bar import StatusBar
 
 RUNS_POLL_S = 5.0  # progress and throughput come with the runs list; state changes come live
 RECONNECT_S = 2.0
+TICK_S = 1.0  # the history's "newest point" age and its slower refresh of long windows
 
 
 class GpuwardenApp(App[None]):
@@ -77,6 +83,7 @@ class GpuwardenApp(App[None]):
         self.overview_metric = CHART_METRICS[0].key
         self._stop = threading.Event()
         self._ready_posted = threading.Event()
+        self._on_done: dict[Worker[Any], Callable[[Any], None]] = {}
         self.reconnect_s = RECONNECT_S
         self.redraws = 0  # how many coalesced redraws happened (benchmarks and tests read it)
 
@@ -92,6 +99,7 @@ class GpuwardenApp(App[None]):
     def on_mount(self) -> None:
         # The first connect starts from the main screen's first refresh, once its panes exist.
         self.set_interval(RUNS_POLL_S, self.poll_runs)
+        self.set_interval(TICK_S, self.tick)
 
     def on_unmount(self) -> None:
         self._stop.set()
@@ -111,17 +119,13 @@ class GpuwardenApp(App[None]):
         gpus = b.gpus()
         snapshot = b.snapshot()
         runs = b.runs()
-        recent: dict[str, dict[str, list[float | None]]] = {}
+        recent: HistorySeries = {}
         if gpus:
             # Seed the live charts with the last SERIES_CAPACITY seconds at one point a second (the
             # daemon's default tick), so a freshly opened view already shows recent load.
             now = self.clock()
             keys = [m.key for m in CHART_METRICS]
-            series = b.history([g.uuid for g in gpus], keys, now - SERIES_CAPACITY, now, SERIES_CAPACITY)
-            recent = {
-                uuid: {m: [v for _, v in pts] for m, pts in by_metric.items()}
-                for uuid, by_metric in series.items()
-            }
+            recent = b.history([g.uuid for g in gpus], keys, now - SERIES_CAPACITY, now, SERIES_CAPACITY)
         self.post_message(Connected(status, gpus, snapshot, runs, recent))
         for frame in b.frames(self._stop):
             self.buffer.put(frame)
@@ -134,12 +138,11 @@ class GpuwardenApp(App[None]):
     async def on_connected(self, message: Connected) -> None:
         if not self.live_ui:
             return
+        reconnected = self._had_connection and not self.connected
         self.status = message.status
-        self.connected = True
         if not message.status.controls and not self.readonly:
             self.readonly = True  # a database cannot act: hide the controls rather than fail them
             self.main.runs.readonly = True
-            self.refresh_bindings()
         live = self.live
         live.set_gpus(message.gpus)
         for uuid, by_metric in message.recent.items():
@@ -150,10 +153,26 @@ class GpuwardenApp(App[None]):
         main = self.main
         await main.overview.set_gpus(live, message.status.sampling)
         await main.history.set_gpus(message.gpus, message.status.sampling)
+        self.set_connected(True)
         with self.batch_update():
             self._redraw(samples=True, processes=True, runs=True)
+        # What the history shows may predate the gap: fetch it again (now if it is on screen).
+        main.history.stale()
         if main.tab == "history":
             main.history.reload()
+        if reconnected:
+            self.notify("daemon reachable again", title="connection", timeout=3)
+        self._had_connection = True
+
+    _had_connection = False
+
+    def set_connected(self, connected: bool) -> None:
+        """Live or not: offline, every screen dims its stale data and offers no control."""
+        self.connected = connected
+        for screen in self.screen_stack:
+            screen.set_class(not connected and self.status is not None, "-offline")
+        self.show_status()
+        self.refresh_bindings()
 
     @property
     def live_ui(self) -> bool:
@@ -170,6 +189,8 @@ class GpuwardenApp(App[None]):
         changes = self.live.apply(frames)
         with self.batch_update():
             self._redraw(samples=changes.samples, processes=changes.processes, runs=bool(changes.runs))
+            if changes.snapshots:
+                self.main.history.add_samples(changes.snapshots, self.clock())
         detail = self.screen if isinstance(self.screen, RunDetailScreen) else None
         if detail is not None:
             touched = changes.runs | {e.run_id for e in changes.events}
@@ -179,9 +200,13 @@ class GpuwardenApp(App[None]):
     def _redraw(self, *, samples: bool, processes: bool, runs: bool) -> None:
         self.redraws += 1
         main = self.main
-        if samples or processes:
+        if samples or processes or runs:
             main.overview.show(
-                self.live, METRICS_BY_KEY[self.overview_metric], samples=samples, processes=processes
+                self.live,
+                METRICS_BY_KEY[self.overview_metric],
+                samples=samples,
+                processes=processes,
+                runs=runs,
             )
         if runs:
             main.runs.show(self.live.runs_sorted())
@@ -189,9 +214,20 @@ class GpuwardenApp(App[None]):
 
     def show_status(self) -> None:
         snap = self.live.snapshot
-        self.main.query_one("#status", StatusBar).show(
-            self.status, connected=self.connected, last_ts=snap.ts if snap else None, readonly=self.readonly
-        )
+        for screen in self.screen_stack:
+            for bar in screen.query(StatusBar):
+                bar.show(
+                    self.status,
+                    connected=self.connected,
+                    last_ts=snap.ts if snap else None,
+                    readonly=self.readonly,
+                )
+
+    def tick(self) -> None:
+        """Once a second: the history's age line, and its refresh when a long window is due."""
+        if self.connected and self.screen_stack:
+            visible = isinstance(self.screen, MainScreen) and self.main.tab == "history"
+            self.main.history.tick(self.clock(), visible)
 
     def poll_runs(self) -> None:
         if self.connected:
@@ -207,28 +243,32 @@ class GpuwardenApp(App[None]):
         self.live.set_runs(message.runs)
         with self.batch_update():
             self.main.runs.show(self.live.runs_sorted())
+            self.main.overview.show_runs(self.live)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """The one place worker failures are reported."""
         worker = event.worker
         if event.state == WorkerState.SUCCESS and worker.group == "control":
-            result = worker.result
-            self.notify(
-                f"{worker.name}: {result}" if isinstance(result, str) else f"{worker.name}: done", timeout=4
-            )
+            done = self._on_done.pop(worker, None)
+            if done is not None:
+                done(worker.result)
+            else:
+                self.notify(f"{worker.name}: done", timeout=4)
             self._load_runs()
             self._refresh_snapshot()
             return
         if event.state != WorkerState.ERROR:
             return
+        self._on_done.pop(worker, None)
         error = worker.error
         text = str(error) if isinstance(error, UserError) else f"{type(error).__name__}: {error}"
         if worker.group == "stream":
             was_connected = self.connected
-            self.connected = False
-            self.show_status()
-            if was_connected or self.status is None:
-                self.notify(text, title="connection", severity="warning", timeout=6)
+            self.set_connected(False)
+            if was_connected or not self._had_connection:
+                # The first failure may say more (not running, a version the dashboard refuses).
+                first = text if isinstance(error, UserError) and not self._had_connection else OFFLINE
+                self.notify(first, title="connection", severity="warning", timeout=6)
             if not self._stop.is_set():
                 self.set_timer(self.reconnect_s, self.connect)
             return
@@ -257,79 +297,102 @@ class GpuwardenApp(App[None]):
         with self.batch_update():
             self._redraw(samples=True, processes=False, runs=False)
 
+    def history_window(self, step: int) -> None:
+        self.action_show_tab("history")
+        self.main.history.action_cycle_window(step)
+
+    def choose_metrics(self) -> None:
+        self.action_show_tab("history")
+        self.call_later(self.main.action_choose_metrics)
+
     def open_run(self, run_id: str) -> None:
         run = self.live.runs.get(run_id)
         if run is not None:
-            self.push_screen(RunDetailScreen(self.backend, run))
+            screen = RunDetailScreen(self.backend, run)
+            self.push_screen(screen)
+            screen.set_class(not self.connected, "-offline")
 
     # -- controls ----------------------------------------------------------------------------
 
+    def control_refusal(self) -> str | None:
+        """Why no control can run now (read-only, or no daemon), else None."""
+        if self.readonly:
+            return "read-only: this dashboard shows, it does not act (start it without --readonly or --db)"
+        if not self.connected:
+            return OFFLINE
+        return None
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in CONTROL_ACTIONS and self.readonly:
+        if action in CONTROL_ACTIONS and self.control_refusal() is not None:
             return False
         # Submitting from a run's screen is hidden to keep its footer to the run's own keys.
         return not (action == "submit" and isinstance(self.screen, RunDetailScreen))
 
-    def control(self, label: str, call: Callable[..., Any], *args: Any) -> None:
+    def control(
+        self, label: str, call: Callable[..., Any], *args: Any, done: Callable[[Any], None] | None = None
+    ) -> None:
         """Run a control in a thread; its result or refusal is reported by the state handler."""
-        if self.readonly:
+        if self.control_refusal() is not None:
             return
-        self.run_worker(partial(call, *args), name=label, group="control", thread=True, exit_on_error=False)
+        worker = self.run_worker(
+            partial(call, *args), name=label, group="control", thread=True, exit_on_error=False
+        )
+        if done is not None:
+            self._on_done[worker] = done
 
     def ask_stop(self, run: RunRow) -> None:
-        if self.readonly:
-            return
-        if run.state not in ("running", "starting", "retuning", "queued"):
-            self.notify(f"{run.name} is {run.state}: nothing to stop", timeout=4)
-            return
-
         def answered(yes: bool | None) -> None:
             if yes:
                 self.control(f"stop {run.name}", self.backend.stop_run, run.id)
 
         detail = (
             "SIGTERM to its process group: it writes a checkpoint, then is killed after the grace period."
+            if run.state != "queued"
+            else "It leaves the queue before it starts."
         )
-        self.push_screen(ConfirmScreen(f"Stop run {run.name} ({run.id[:8]})?", detail), answered)
+        self.push_screen(ConfirmScreen(f"Stop run {run.name} ({run.id})?", detail), answered)
 
     def ask_resume(self, run: RunRow) -> None:
-        if self.readonly:
-            return
-        self.control(f"resume {run.name}", self.backend.resume_run, run.id)
+        self.control(
+            f"resume {run.name}",
+            self.backend.resume_run,
+            run.id,
+            done=lambda _: self.notify(f"{run.name}: queued again, it resumes from its last checkpoint"),
+        )
 
     def ask_tune(self, run: RunRow) -> None:
-        if self.readonly:
-            return
-        self.control(f"tune {run.name}", self.backend.tune, run.id)
+        self.control(
+            f"tune {run.name}",
+            self.backend.tune,
+            run.id,
+            done=lambda _: self.notify(f"{run.name}: queued to probe the fastest micro-batch, then go on"),
+        )
 
-    def ask_edit(self, run: RunRow, spec: dict[str, Any] | None) -> None:
-        if self.readonly:
+    def ask_edit(self, run: RunRow, detail: RunDetailView | None = None) -> None:
+        """The knob dialog, with the run's knobs and their values (read first if not at hand)."""
+        if detail is not None:
+            self._edit_dialog(run, detail.spec)
             return
+        self.control(
+            f"read {run.name}", self.backend.run_detail, run.id, done=lambda d: self._edit_dialog(run, d.spec)
+        )
+
+    def _edit_dialog(self, run: RunRow, spec: dict[str, Any]) -> None:
+        knobs = current_knobs(run.kind, spec)
+
+        def apply(typed: dict[str, Any]) -> None:
+            """Runs in the dialog's thread: a refusal stays in the dialog with what was typed."""
+            self.backend.restart_with(run.id, knob_changes(run.kind, typed, knobs))
 
         def answered(changes: dict[str, Any] | None) -> None:
             if changes:
-                self.control(f"restart {run.name}", self.backend.restart_with, run.id, changes)
+                shown = ", ".join(f"{k}={v}" for k, v in changes.items())
+                self.notify(f"{run.name}: {shown}; it starts again with them")
+                self._load_runs()
 
-        current = ""
-        if spec:
-            flat = _flatten(spec)
-            current = "now: " + ", ".join(f"{k}={v}" for k, v in list(flat.items())[:6])
-        self.push_screen(KnobScreen(run.name, current), answered)
+        self.push_screen(KnobScreen(run.name, knobs, apply), answered)
 
     def ask_kill(self, proc: ProcessInfo) -> None:
-        if self.readonly:
-            return
-        if not proc.owned:
-            self.notify(
-                f"process {proc.pid} belongs to {proc.user}: you can only terminate your own", timeout=5
-            )
-            return
-        if proc.run_id:
-            self.notify(
-                f"process {proc.pid} is run {proc.run_id}: stop the run instead (2, then s)", timeout=5
-            )
-            return
-
         def answered(yes: bool | None) -> None:
             if yes:
                 self.control(f"terminate {proc.pid}", self.backend.kill_process, proc.pid)
@@ -342,64 +405,19 @@ class GpuwardenApp(App[None]):
         )
 
     def action_submit(self) -> None:
-        if self.readonly:
+        if self.control_refusal() is not None:
             return
 
-        def answered(path: str | None) -> None:
-            if path:
-                self.control("submit", self.backend.submit, path)
+        def answered(run_id: str | None) -> None:
+            if run_id:
+                self.notify(f"submitted {run_id}", timeout=4)
+                self.action_show_tab("runs")
+                self.main.runs.select(run_id)
+                self._load_runs()
 
-        self.push_screen(SubmitScreen(self.cwd or Path.cwd()), answered)
+        self.push_screen(SubmitScreen(self.cwd or Path.cwd(), self.backend.submit), answered)
 
     # -- command palette ---------------------------------------------------------------------
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
-        yield SystemCommand(
-            "Overview", "GPU cards, host and processes (1)", partial(self.action_show_tab, "overview")
-        )
-        yield SystemCommand("Runs", "The runs table (2)", partial(self.action_show_tab, "runs"))
-        yield SystemCommand("History", "Charts over 5m … 30d (3)", partial(self.action_show_tab, "history"))
-        yield SystemCommand("Help", "Every key (?)", self.action_help)
-        yield SystemCommand(
-            "Next metric", "Chart another metric (m)", partial(self._palette_action, "cycle_metric(1)")
-        )
-        if isinstance(screen, MainScreen):
-            yield SystemCommand(
-                "History metrics", "Choose the metrics the history tab charts (c)", self._choose_metrics
-            )
-        if self.readonly:
-            return
-        yield SystemCommand("Submit a spec", "Queue a run from a spec file (n)", self.action_submit)
-        for title, action, key in (
-            ("Stop run", "stop_run", "s"),
-            ("Resume run", "resume_run", "r"),
-            ("Change a knob and restart", "edit_run", "e"),
-            ("Tune run", "tune_run", "t"),
-            ("Terminate GPU process", "kill_process", "k"),
-        ):
-            if hasattr(screen, f"action_{action}") and screen.check_action(action, ()):
-                yield SystemCommand(
-                    title,
-                    f"The selected run or process ({key})",
-                    partial(self._palette_action, action, screen),
-                )
-
-    def _choose_metrics(self) -> None:
-        self.main.show_tab("history")
-        self.call_later(self.main.action_choose_metrics)
-
-    def _palette_action(self, action: str, screen: Screen[Any] | None = None) -> None:
-        self.call_later(self.run_action, action, screen or self.screen)
-
-
-def _flatten(spec: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"train": {"batch_size": 4}} → {"train.batch_size": 4}: how the knob dialog names keys."""
-    out: dict[str, Any] = {}
-    for key, value in spec.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            out.update(_flatten(value, name + "."))
-        else:
-            out[name] = value
-    return out
+        return palette_commands(self, screen)

@@ -15,15 +15,27 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 from pydantic import ConfigDict
 
 from gpuwarden.core.api import Attempt, LogChunk, Retune, RunMetric, RunSummary
 from gpuwarden.core.telemetry.types import GpuSample, GpuStatic, HostSample
 
-# gpu uuid → metric → [(ts, value)], oldest first; value None where the GPU reported nothing.
-HistorySeries = dict[str, dict[str, list[tuple[float, float | None]]]]
+
+class Point(NamedTuple):
+    """One point of a history chart: a bucket's middle, its mean and its largest reading (the
+    store's rollups keep both; None where nothing was recorded)."""
+
+    ts: float
+    value: float | None
+    peak: float | None = None
+
+
+# gpu uuid → metric → points, oldest first, evenly spaced.
+HistorySeries = dict[str, dict[str, list[Point]]]
+# host metric → points.
+HostSeries = dict[str, list[Point]]
 
 
 @dataclass(frozen=True)
@@ -32,6 +44,7 @@ class SourceStatus:
 
     source: str  # "daemon", "database" or "fake"
     location: str  # socket or database path, for the status bar
+    host: str = ""  # the machine the data is about, when known
     # None while GPUs are sampled; else the daemon's one line saying why not (no driver, …).
     sampling: str | None = None
     version: str | None = None
@@ -72,6 +85,7 @@ class RunRow(RunSummary):
     model_config = ConfigDict(frozen=True)
 
     placed: tuple[int, ...] = ()  # indices of the GPUs the latest attempt runs on
+    pid: int | None = None  # the latest attempt's process (group leader)
     samples_seen: float | None = None
     total: float | None = None
     samples_per_s: float | None = None
@@ -120,6 +134,10 @@ class RunDetailView:
     mem_capacity: int | None = None
     # GPU UUID → index, to name the GPUs of each attempt as the rest of the dashboard does.
     gpu_index: dict[str, int] = field(default_factory=dict)
+    # attempt → where its `oom` event says memory ran out (forward, backward, optimizer …).
+    oom_phases: dict[int, str] = field(default_factory=dict)
+    # The run's report.json once written (throughput, memory, energy per sample …).
+    report: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -179,7 +197,7 @@ class DashboardBackend(Protocol):
 
     def host_history(
         self, metrics: Sequence[str], start: float, end: float, points: int
-    ) -> dict[str, list[tuple[float, float | None]]]:
+    ) -> dict[str, list[Point]]:
         """The host's series (HOST_METRICS names), like `history`; {} where none was recorded."""
         ...
 

@@ -9,6 +9,7 @@ app hides them because `status().controls` is False. If a daemon is writing the 
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -18,6 +19,7 @@ from typing import Any, Literal
 from gpuwarden.core.api import Attempt, HistoryAnswer, LogChunk, Retune, RunEvent, RunMetric, RunSummary
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.logtail import NO_LOG, log_chunk, read_log
+from gpuwarden.core.oom.explain import oom_phases
 from gpuwarden.core.run_state import ACTIVE_STATES, FINAL_STATES
 from gpuwarden.core.store.db import open_db
 from gpuwarden.core.store.runs import RunStore
@@ -28,6 +30,7 @@ from gpuwarden.tui.backend import (
     DoctorFinding,
     Frame,
     HistorySeries,
+    HostSeries,
     ProcessInfo,
     RunDetailView,
     RunRow,
@@ -122,9 +125,7 @@ class DbBackend:
             answer = _answer(self.telemetry.history(known, list(metrics), start, end, points))
         return buckets_to_series(answer, start, end, points)
 
-    def host_history(
-        self, metrics: Sequence[str], start: float, end: float, points: int
-    ) -> dict[str, list[tuple[float, float | None]]]:
+    def host_history(self, metrics: Sequence[str], start: float, end: float, points: int) -> HostSeries:
         with self._lock:
             answer = _answer(self.telemetry.host_history(list(metrics), start, end, points))
         return buckets_to_series(answer, start, end, points).get("host", {})
@@ -144,6 +145,7 @@ class DbBackend:
         return run_row(
             RunSummary.from_row(run),
             placed=self._indices(attempt["gpus"] if attempt else []),
+            pid=attempt["pid"] if attempt and run["state"] in ACTIVE_STATES else None,
             samples_seen=reported_number(progress.get("samples_seen")),
             total=reported_number(progress.get("total")),
             samples_per_s=reported_number(progress.get("samples_per_s"))
@@ -169,6 +171,7 @@ class DbBackend:
             attempts = [Attempt.model_validate(a) for a in self.store.attempts(run["id"])]
             retunes = [Retune.model_validate(r) for r in self.store.retunes(run["id"])]
             events = [RunEvent.model_validate(e) for e in self.store.events(run["id"], limit=100_000)]
+            report = self._report(Path(run["run_dir"]))
             metrics = [RunMetric.model_validate(m) for m in self.store.metrics(run["id"])]
         used = attempts[-1].gpus if attempts else []
         capacity = (
@@ -183,7 +186,18 @@ class DbBackend:
             metrics,
             capacity,
             {uuid: static.index for uuid, static in self._statics.items()},
+            oom_phases(events),
+            report,
         )
+
+    @staticmethod
+    def _report(run_dir: Path) -> dict[str, Any] | None:
+        """The run's report.json where the dashboard can read it (it runs where the daemon wrote)."""
+        try:
+            report = json.loads((run_dir / "report.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return report if isinstance(report, dict) else None
 
     def logs(self, run_id: str, offset: int, stream: Literal["stdout", "stderr"] = "stdout") -> LogChunk:
         """The log file named in the store (the dashboard runs where the daemon wrote it)."""

@@ -1,4 +1,5 @@
-"""Short, fixed-width renderings of numbers for an 80-column terminal."""
+"""The dashboard's own renderings: text bars, clock times, run progress. Sizes, durations and
+units come from `gpuwarden.core.units`, shared with the CLI."""
 
 from __future__ import annotations
 
@@ -6,53 +7,12 @@ import time
 
 from gpuwarden.tui.backend import RunRow
 
-GIB = 1024**3
-MIB = 1024**2
-
-
-def gib(n: float | None, digits: int = 1) -> str:
-    return "–" if n is None else f"{n / GIB:.{digits}f}"
-
-
-def size(n: float | None) -> str:
-    """Bytes as MiB below 1 GiB, else GiB: process memory spans both."""
-    if n is None:
-        return "–"
-    if n < GIB:
-        return f"{n / MIB:.0f} MiB"
-    return f"{n / GIB:.1f} GiB"
-
-
-def num(v: float | None, fmt: str = ".0f", unit: str = "") -> str:
-    return "–" if v is None else f"{v:{fmt}}{unit}"
-
-
-def duration(seconds: float | None) -> str:
-    """Compact duration: 45s, 12m05s, 3h07m, 2d04h."""
-    if seconds is None or seconds < 0:
-        return "–"
-    s = int(seconds)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
-
 
 def clock(ts: float | None, with_date: bool = False) -> str:
     """Local wall-clock time of `ts`."""
     if ts is None:
         return "–"
     return time.strftime("%m-%d %H:%M:%S" if with_date else "%H:%M:%S", time.localtime(ts))
-
-
-def energy(joules: float) -> str:
-    if joules < 3600:
-        return f"{joules:.0f} J"
-    wh = joules / 3600
-    return f"{wh:.1f} Wh" if wh < 1000 else f"{wh / 1000:.2f} kWh"
 
 
 def progress_fraction(run: RunRow) -> float | None:
@@ -77,3 +37,8 @@ def bar(fraction: float | None, width: int) -> str:
     full, part = divmod(eighths, 8)
     partial = " ▏▎▍▌▋▊▉"[part] if part and full < width else ""
     return ("█" * full + partial).ljust(width)
+
+
+def cut(text: str, width: int) -> str:
+    """`text` in at most `width` cells, an ellipsis marking what was cut."""
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"

@@ -13,31 +13,52 @@ class KeyAction:
     description: str
     where: str  # "everywhere", "runs", "run detail", "overview", "history"
     control: bool = False  # changes something: absent with --readonly
+    also: tuple[str, ...] = ()  # other actions the same keys are bound to (up and down, both ends)
 
 
 ACTIONS: tuple[KeyAction, ...] = (
     KeyAction("1", "show_tab('overview')", "Overview: GPU cards, host, processes", "everywhere"),
     KeyAction("2", "show_tab('runs')", "Runs table", "everywhere"),
     KeyAction("3", "show_tab('history')", "History charts", "everywhere"),
-    KeyAction("m / M", "cycle_metric", "Next / previous chart metric", "overview, history"),
     KeyAction("?", "help", "This help", "everywhere"),
-    KeyAction("ctrl+p", "command_palette", "Command palette", "everywhere"),
-    KeyAction("q", "quit", "Quit", "everywhere"),
-    KeyAction("n", "submit", "Submit a run spec (path with completion)", "everywhere", control=True),
+    KeyAction("ctrl+p", "command_palette", "Command palette: every action, by name", "everywhere"),
+    KeyAction("q", "quit", "Quit (the daemon and its runs go on)", "everywhere"),
+    KeyAction("n", "submit", "Submit a run spec (path completion)", "everywhere", control=True),
     KeyAction(
-        "k", "kill_process", "Terminate the selected GPU process (yours only)", "overview", control=True
+        "j / k",
+        "cursor_down",
+        "Down / up (also ↓ ↑)",
+        "tables, run detail",
+        also=("cursor_up", "scroll_down", "scroll_up"),
+    ),
+    KeyAction(
+        "g / G",
+        "first_row",
+        "First / last row (also home / end)",
+        "tables, run detail",
+        also=("last_row", "scroll_home", "scroll_end"),
+    ),
+    KeyAction("m / M", "cycle_metric", "Next / previous chart metric (GPUs)", "overview, history"),
+    KeyAction(
+        "x", "kill_process", "Terminate the selected GPU process (yours only)", "overview", control=True
     ),
     KeyAction("enter", "open_run", "Open the selected run", "runs"),
+    KeyAction("/", "filter_runs", "Filter by name, id or state (esc clears)", "runs", also=("clear_filter",)),
+    KeyAction("o", "sort_runs", "Sort by state, newest, name, progress", "runs"),
     KeyAction("s", "stop_run", "Stop the run (asks first)", "runs, run detail", control=True),
-    KeyAction("r", "resume_run", "Resume a stopped or failed run", "runs, run detail", control=True),
-    KeyAction("e", "edit_run", "Change a knob and restart", "runs, run detail", control=True),
-    KeyAction("t", "tune_run", "Tune: search better settings", "runs, run detail", control=True),
-    KeyAction("c", "choose_metrics", "Choose the metrics charted for every GPU", "history"),
+    KeyAction(
+        "r", "resume_run", "Resume a stopped, failed or interrupted run", "runs, run detail", control=True
+    ),
+    KeyAction("e", "edit_run", "Change its knobs and start it again", "runs, run detail", control=True),
+    KeyAction("t", "tune_run", "Tune: probe the fastest micro-batch", "runs, run detail", control=True),
+    KeyAction("c", "choose_metrics", "Choose the metrics charted (GPUs and host)", "history"),
     KeyAction("w / W", "cycle_window", "Next / previous window (5m 1h 24h 7d 30d)", "history"),
-    KeyAction("← / →", "cursor", "Move the cursor (value and time below the chart)", "history"),
+    KeyAction("← / →", "cursor", "Move the cursor (its values and time are above each chart)", "history"),
     KeyAction("home / end", "cursor_edge", "Cursor to the oldest / newest point", "history"),
     KeyAction("a / c / l / d", "detail_tab", "Timeline / charts / log / doctor tab", "run detail"),
-    KeyAction("f", "toggle_follow", "Follow the log on / off", "run detail"),
+    KeyAction("v", "toggle_evidence", "Each retune's raw evidence, on / off", "run detail"),
+    KeyAction("o", "toggle_stream", "Log: stdout / stderr", "run detail"),
+    KeyAction("f", "toggle_follow", "Log: follow on / off", "run detail"),
     KeyAction("escape", "back", "Back to the runs table", "run detail"),
 )
 

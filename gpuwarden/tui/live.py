@@ -16,6 +16,7 @@ from gpuwarden.core.telemetry.types import GpuSample, GpuStatic
 from gpuwarden.tui.backend import (
     EventFrame,
     Frame,
+    Point,
     ProcessInfo,
     RunFrame,
     RunRow,
@@ -26,6 +27,7 @@ from gpuwarden.tui.backend import (
 from gpuwarden.tui.metrics import CHART_METRICS
 
 SERIES_CAPACITY = 600  # samples kept per chart: 10 minutes at 1 Hz, wider than any terminal x2
+MAX_GAP = 30  # missing points filled in as a gap; a longer absence is a reconnect, not a gap
 
 
 class FrameBuffer:
@@ -100,6 +102,7 @@ class GpuState:
     series: dict[str, deque[float | None]] = field(default_factory=dict)
     energy: EnergyMeter = field(default_factory=EnergyMeter)
     last_ts: float | None = None
+    step: float | None = None  # seconds per point of the history the chart started with: later gaps stay gaps
 
     def __post_init__(self) -> None:
         for m in CHART_METRICS:
@@ -108,6 +111,12 @@ class GpuState:
     def add(self, sample: GpuSample) -> None:
         if self.last_ts is not None and sample.ts <= self.last_ts:
             return  # a repeated frame after a reconnect: already counted
+        if self.last_ts is not None and self.step:
+            # Readings the store had not written when the history was read: a gap, so the chart's
+            # time stays true instead of the live part joining the history early.
+            missing = round((sample.ts - self.last_ts) / self.step) - 1
+            for series in self.series.values():
+                series.extend([None] * max(0, min(missing, MAX_GAP)))
         self.last_ts = sample.ts
         self.latest = sample
         self.energy.add(sample)
@@ -123,6 +132,7 @@ class Changes:
     processes: bool = False
     runs: set[str] = field(default_factory=set)
     events: list[TimelineEvent] = field(default_factory=list)
+    snapshots: list[Snapshot] = field(default_factory=list)  # in arrival order, for the history
 
 
 class LiveState:
@@ -141,12 +151,21 @@ class LiveState:
             else:
                 self.gpus[s.uuid].static = s
 
-    def prefill(self, uuid: str, metric: str, values: list[float | None]) -> None:
+    def prefill(self, uuid: str, metric: str, points: list[Point]) -> None:
         """Seed a chart with recent history so it is not empty when the view opens."""
-        if uuid in self.gpus:
-            series = self.gpus[uuid].series[metric]
-            series.clear()
-            series.extend(values)
+        if uuid not in self.gpus:
+            return
+        state = self.gpus[uuid]
+        # A last bucket the store has not written yet is no reading: the live ticks follow on.
+        end = len(points)
+        while end and points[end - 1].value is None:
+            end -= 1
+        series = state.series[metric]
+        series.clear()
+        series.extend(p.value for p in points[:end])
+        if end:
+            state.last_ts = points[end - 1].ts
+            state.step = points[1].ts - points[0].ts if len(points) > 1 else None
 
     def set_runs(self, runs: list[RunRow]) -> None:
         self.runs = {r.id: r for r in runs}
@@ -166,6 +185,7 @@ class LiveState:
     def _apply_snapshot(self, snap: Snapshot, changes: Changes) -> None:
         self.snapshot = snap
         changes.samples = True
+        changes.snapshots.append(snap)
         for sample in snap.gpus:
             state = self.gpus.get(sample.uuid)
             if state is not None:

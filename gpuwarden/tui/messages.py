@@ -15,6 +15,7 @@ from gpuwarden.core.telemetry.types import GpuStatic
 from gpuwarden.tui.backend import (
     DoctorFinding,
     HistorySeries,
+    HostSeries,
     RunDetailView,
     RunRow,
     Snapshot,
@@ -37,8 +38,8 @@ class Connected(Message, bubble=False):
     gpus: list[GpuStatic]
     snapshot: Snapshot
     runs: list[RunRow]
-    # uuid → metric → recent values, to seed the live charts.
-    recent: dict[str, dict[str, list[float | None]]]
+    # uuid → metric → recent points, to seed the live charts.
+    recent: HistorySeries
 
 
 @dataclass
@@ -58,10 +59,12 @@ class SnapshotLoaded(Message, bubble=False):
 class HistoryLoaded(Message, bubble=False):
     window: str
     metrics: tuple[str, ...]
+    host_metrics: tuple[str, ...]
     start: float
     end: float
+    points: int
     series: HistorySeries  # per GPU UUID, per metric
-    host: dict[str, list[tuple[float, float | None]]]  # per host metric
+    host: HostSeries  # per host metric
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, HistoryLoaded)

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuwarden.core.telemetry.types import GpuSample, GpuStatic
-
-GIB = 1024**3
+from gpuwarden.core.units import GIB, size
 
 
 @dataclass(frozen=True)
@@ -21,6 +20,14 @@ class ChartMetric:
         if raw is None:
             return "–"
         return f"{raw / self.scale:.{self.digits}f}{self.unit}"
+
+    def short(self, raw: float | None) -> str:
+        """At most 7 cells, for a chart's axis: 100%, 80 GiB, 700W, 1980MHz."""
+        if raw is None:
+            return ""
+        if self.scale == GIB:
+            return size(raw)
+        return f"{raw / self.scale:.0f}{self.unit.strip()}"
 
     def value(self, sample: GpuSample) -> float | None:
         if sample.lost:
@@ -69,4 +76,7 @@ def next_metric(current: str, step: int = 1) -> str:
 HOST_CHART_METRICS: tuple[ChartMetric, ...] = (
     ChartMetric("cpu_percent", "CPU", "%"),
     ChartMetric("mem_used", "memory", " GiB", scale=GIB, digits=1),
+    ChartMetric("load1", "load (1 min)", "", digits=2),
+    ChartMetric("swap_used", "swap", " GiB", scale=GIB, digits=1),
 )
+HOST_METRICS_BY_KEY = {m.key: m for m in HOST_CHART_METRICS}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from typing import Any
 
@@ -130,7 +131,7 @@ def test_history_for_gpus_and_the_host_with_units(daemon_factory: Any) -> None:
     power = [line for line in lines if "power_w" in line]
     assert [line.split()[:2] for line in power] == [["GPU", "0"], ["GPU", "1"]]
     assert all(" W  mean " in line and "max" in line for line in power)
-    assert all("GiB" in line for line in lines if "mem_used" in line)
+    assert all(re.search(r"last [\d.]+ [KMG]iB ", line) for line in lines if "mem_used" in line)
 
     host = gw.cli("history", "--host", "--window", "5m")
     assert host.returncode == 0, host.stderr

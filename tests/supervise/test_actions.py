@@ -86,6 +86,12 @@ def test_edit_revalidates_the_whole_spec_and_keeps_the_state(rig: Rig) -> None:
     edited = rig.sup.edit_run(run_id, {"set": {"train.batch_size": 2, "train.grad_accum_steps": 8}})
     assert edited["state"] == RunState.STOPPED
     assert (edited["spec"]["train"]["batch_size"], edited["spec"]["train"]["grad_accum_steps"]) == (2, 8)
+    (record,) = rig.events(run_id, "edited")  # the change is part of the run's timeline
+    before = rig.run(run_id)["submitted_spec"]["train"]
+    assert record["changes"] == {
+        "train.batch_size": [before["batch_size"], 2],
+        "train.grad_accum_steps": [before["grad_accum_steps"], 8],
+    }
     with pytest.raises(UserError, match="did you mean 'batch_size'"):
         rig.sup.edit_run(run_id, {"set": {"train.batchsize": 2}})
     with pytest.raises(UserError, match="not a spec key path"):

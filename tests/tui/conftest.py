@@ -78,3 +78,12 @@ def run(coro: Coroutine[Any, Any, None]) -> None:
 @pytest.fixture
 def fake() -> FakeBackend:
     return FakeBackend()
+
+
+async def until(pilot: Pilot[Any], condition: Callable[[], object], what: str, timeout: float = 10.0) -> None:
+    """Let the app run until `condition()` holds; fail naming `what` after `timeout` seconds (a
+    bound for a loaded machine, never a wait that passes by itself)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        await pilot.pause(0.02)

@@ -17,6 +17,7 @@ from functools import partial
 from typing import Any, Literal
 
 from gpuwarden.core.api import Attempt, LogChunk, Retune, RunMetric
+from gpuwarden.core.api.runs import AttemptRecord, ConfigCopy
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.run_state import RunState
 from gpuwarden.core.telemetry.types import GpuSample, GpuStatic, HostSample
@@ -25,6 +26,8 @@ from gpuwarden.tui.backend import (
     EventFrame,
     Frame,
     HistorySeries,
+    HostSeries,
+    Point,
     ProcessInfo,
     RunDetailView,
     RunFrame,
@@ -52,7 +55,7 @@ def _wave(ts: float, period: float, phase: float) -> float:
 
 
 class FakeBackend:
-    """Two GPUs (or `gpu_count`), a host, processes and five runs in different states."""
+    """Two GPUs (or `gpu_count`), a host, processes and six runs in different states."""
 
     def __init__(
         self,
@@ -69,6 +72,7 @@ class FakeBackend:
         self._sampling = sampling
         self._controls = controls
         self.actions: list[tuple[Any, ...]] = []
+        self.refuse_edits: str | None = None  # the daemon's refusal of the next knob change
         self.history_calls: list[tuple[tuple[str, ...], tuple[str, ...], float, float, int]] = []
         self.host_history_calls: list[tuple[tuple[str, ...], float, float, int]] = []
         self._lock = threading.Lock()
@@ -78,6 +82,7 @@ class FakeBackend:
         self._runs: dict[str, RunRow] = {}
         self._details: dict[str, RunDetailView] = {}
         self._logs: dict[str, list[str]] = {}
+        self._errs: dict[str, list[str]] = {}  # stderr, by run
         self._processes: list[ProcessInfo] = []
         if gpu_count and with_runs:
             self._seed_runs()
@@ -186,7 +191,7 @@ class FakeBackend:
         s0 = self._statics[0]
         self._processes = [
             ProcessInfo(
-                4242, s0.uuid, 0, "me", 14 * GIB, "python -m gpuwarden.runners.train", "a1b2c3d4", True
+                4242, s0.uuid, 0, "me", 14 * GIB, "python -m gpuwarden.runners.train", "ra1b2c3d4e5", True
             ),
             ProcessInfo(5151, s0.uuid, 0, "me", 900 * 1024**2, "python notebook_kernel.py", None, True),
         ]
@@ -201,21 +206,25 @@ class FakeBackend:
     def _seed_runs(self) -> None:
         t = FROZEN_TS
         runs = [
-            _row("a1b2c3d4", "llm-finetune", "train", "running", (0,), 2, 12_800, 50_000, 42.5, 1,
+            _row("ra1b2c3d4e5", "llm-finetune", "train", "running", (0,), 2, 12_800, 50_000, 42.5, 1,
                  "attempt 2 after OOM: batch 8 → 4", t - 3600, t - 3500),
-            _row("e5f6a7b8", "doc-parse", "infer", "queued", (), 0, None, 1200, None, 0,
+            _row("re5f6a7b8c9", "doc-parse", "infer", "queued", (), 0, None, 1200, None, 0,
                  "waiting for 15 GiB free on one GPU", t - 600),
-            _row("c9d0e1f2", "captcha-bf16", "train", "succeeded", (1,), 1, 40_000, 40_000, 210.0, 0,
+            _row("rc9d0e1f2a3", "captcha-bf16", "train", "succeeded", (1,), 1, 40_000, 40_000, 210.0, 0,
                  "finished in 3h10m", t - 90_000, t - 89_000, t - 77_600),
-            _row("0a1b2c3d", "restore-unet", "train", "failed", (0,), 3, 3_000, 100_000, None, 2,
+            _row("r0a1b2c3d4e", "restore-unet", "train", "failed", (0,), 3, 3_000, 100_000, None, 2,
                  "OOM again at batch 1: the model does not fit", t - 7200, t - 7100, t - 5400),
-            _row("4e5f6a7b", "vlm-batch", "infer", "stopped", (1,), 1, 300, 1200, 0.4, 0,
+            _row("r4e5f6a7b8c", "vlm-batch", "infer", "stopped", (1,), 1, 300, 1200, 0.4, 0,
                  "stopped by user", t - 20_000, t - 19_900, t - 19_000),
+            _row("r7c8d9e0f1a", "my-script", "command", "stopped", (0,), 2, 96, 160, None, 1,
+                 "stopped by user", t - 30_000, t - 29_900, t - 28_000),
         ]  # fmt: skip
         for r in runs:
             self._runs[r.id] = r
             self._details[r.id] = self._detail_for(r)
             self._logs[r.id] = self._log_for(r)
+            if r.state == "succeeded":
+                self._errs[r.id] = ["UserWarning: the fused AdamW is not available here; using foreach"]
 
     def _uuid(self, index: int) -> str:
         return self._statics[index % len(self._statics)].uuid
@@ -228,6 +237,7 @@ class FakeBackend:
             ended = None if last and r.state == "running" else t0 + 600 * n
             classification = None if ended is None else ("oom" if not last else str(r.state))
             folder = f"/fake/runs/{r.id}/attempts/{n}"
+            prepared = _prepared(n, folder) if r.kind == "command" else None
             attempts.append(
                 Attempt(
                     run_id=r.id, attempt=n, state="running" if ended is None else "ended", pid=4242 + n,
@@ -237,7 +247,7 @@ class FakeBackend:
                     reason="CUDA out of memory in backward" if classification == "oom" else None,
                     adopted=False, events_offset=0, events_skipped=0, stdout_path=f"{folder}/stdout.log",
                     stderr_path=f"{folder}/stderr.log", events_path=f"{folder}/events.jsonl",
-                    gpus=[self._uuid(i) for i in r.placed], oom_kill_before=None,
+                    gpus=[self._uuid(i) for i in r.placed], oom_kill_before=None, prepared=prepared,
                 )
             )  # fmt: skip
         retunes = []
@@ -252,8 +262,19 @@ class FakeBackend:
                     before={"train.batch_size": batch, "train.grad_accum": 32 // batch},
                     after={"train.batch_size": batch // 2, "train.grad_accum": 64 // batch},
                     verdict="gpu_capacity",
-                    evidence={"reserved_gib": 22.9, "capacity_gib": 24.0, "other_processes_gib": 0.9},
-                    prediction=None,
+                    evidence={
+                        "message": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+                        "reason": "the card is full",
+                        "fields": {"requested": 2 * GIB, "total": 24 * GIB, "free": GIB // 2},
+                        "decision": {
+                            "action": "reduce_micro_batch",
+                            "changes": {
+                                "batch_size": [batch, batch // 2],
+                                "grad_accum_steps": [32 // batch, 64 // batch],
+                            },
+                        },
+                    },
+                    prediction={"batch": batch // 2 + 1, "capacity": 24 * GIB, "basis": "least-squares fit"},
                     outcome="succeeded" if n < r.retunes or r.state == "running" else "oom again",
                 )
             )
@@ -282,31 +303,54 @@ class FakeBackend:
             )
             for k in range(60 if r.attempt else 0)
         ]
-        spec: dict[str, Any] = {
-            "name": r.name,
-            "kind": r.kind,
-            "train": {"batch_size": 4, "grad_accum": 8, "precision": "bf16"},
-        }
+        spec: dict[str, Any] = {"name": r.name, "kind": r.kind}
+        if r.kind == "command":
+            spec["knobs"] = {"batch_size": 8, "grad_accum_steps": 2}
+        else:
+            spec[r.kind] = {"batch_size": 4, "grad_accum_steps": 8, "precision": "bf16"}
         capacity = None
         if r.placed and self._statics:
             capacity = min(self._statics[i % len(self._statics)].memory_total or 0 for i in r.placed)
         gpu_index = {s.uuid: s.index for s in self._statics}
-        return RunDetailView(r, spec, attempts, retunes, events, metrics, capacity, gpu_index)
+        phases = {rt.attempt: "backward" for rt in retunes}
+        report = None
+        if r.state == "succeeded":
+            report = {"steps": 600, "samples_seen": 40_000, "wall_s": 11_400.0, "samples_per_s": 210.0,
+                      "mem_peak": 9 * GIB, "joules_per_sample": 0.52, "samples_per_kwh": 6_923_076.0}  # fmt: skip
+        return RunDetailView(r, spec, attempts, retunes, events, metrics, capacity, gpu_index, phases, report)
 
     @staticmethod
     def _log_for(r: RunRow) -> list[str]:
-        if not r.attempt:
-            return []
+        if not r.attempt or r.state == "succeeded":
+            return []  # the built-in runners print nothing: they report through events
         return [
             f"step {10 * k:>5}  loss {2.5 * math.exp(-k / 25) + 0.3:.4f}  {40 + k % 7}.0 samples/s"
             for k in range(80)
         ]
 
+    def add_cpu_run(self, run_id: str, name: str, state: str, pid: int | None) -> RunRow:
+        """A run on the host's CPU (`resources.gpus: 0`), as on a machine without a GPU."""
+        row = _row(
+            run_id, name, "train", state, (), 1, 64, 192, 1.5, 0, f"attempt 1: pid {pid}", self.clock()
+        )
+        row = row.model_copy(update={"gpus": 0, "pid": pid})
+        with self._lock:
+            self._runs[run_id] = row
+            self._details[run_id] = RunDetailView(
+                row, {"name": name, "train": {"batch_size": 16}}, [], [], [], []
+            )
+        return row
+
     # -- the protocol ------------------------------------------------------------------------
 
     def status(self) -> SourceStatus:
         return SourceStatus(
-            "fake", "in-memory fake", sampling=self._sampling, version="0.1.0", controls=self._controls
+            "fake",
+            "in-memory fake",
+            host="gpu-box",
+            sampling=self._sampling,
+            version="0.1.0",
+            controls=self._controls,
         )
 
     def gpus(self) -> list[GpuStatic]:
@@ -335,9 +379,7 @@ class FakeBackend:
             }
         return out
 
-    def host_history(
-        self, metrics: Sequence[str], start: float, end: float, points: int
-    ) -> dict[str, list[tuple[float, float | None]]]:
+    def host_history(self, metrics: Sequence[str], start: float, end: float, points: int) -> HostSeries:
         self.host_history_calls.append((tuple(metrics), start, end, points))
         step = (end - start) / max(points, 1)
         # One host reading per instant serves every metric (a reading computes them all).
@@ -382,7 +424,8 @@ class FakeBackend:
 
     def logs(self, run_id: str, offset: int, stream: Literal["stdout", "stderr"] = "stdout") -> LogChunk:
         with self._lock:
-            data = "".join(line + "\n" for line in self._logs.get(run_id, [])).encode()
+            lines = self._logs.get(run_id, []) if stream == "stdout" else self._errs.get(run_id, [])
+            data = "".join(line + "\n" for line in lines).encode()
             attempt = self._runs[run_id].attempt if run_id in self._runs else 0
         start = offset
         if offset < 0:
@@ -457,7 +500,7 @@ class FakeBackend:
         self.actions.append(("submit", spec_path))
         if not spec_path.endswith((".yaml", ".yml")):
             raise UserError(f"{spec_path}: not a YAML run spec", code="invalid_config")
-        run_id = f"f{len(self._runs):07x}"
+        run_id = f"r{len(self._runs) + 0xF000000000:010x}"
         name = spec_path.rsplit("/", 1)[-1].rsplit(".", 1)[0]
         run = _row(run_id, name, "train", "queued", (), 0, None, None, None, 0, "submitted", self.clock())
         with self._lock:
@@ -469,6 +512,8 @@ class FakeBackend:
     def restart_with(self, run_id: str, changes: dict[str, Any]) -> None:
         run = self._require(run_id)
         self.actions.append(("restart_with", run_id, dict(changes)))
+        if self.refuse_edits:
+            raise UserError(self.refuse_edits, code="invalid_config")
         self._set_state(run, "queued", "restarting with " + ", ".join(f"{k}={v}" for k, v in changes.items()))
 
     def tune(self, run_id: str) -> None:
@@ -492,6 +537,32 @@ class FakeBackend:
         self.actions.append(("close",))
 
 
+def _prepared(attempt: int, folder: str) -> AttemptRecord:
+    """What a command run's attempt was handed: the first as written, the next retuned."""
+    batch, accum = (16, 1) if attempt == 1 else (8, 2)
+    diff = (
+        ""
+        if attempt == 1
+        else "--- config.yaml\n+++ attempts/2/config.yaml\n@@ -2,2 +2,2 @@\n-  batch_size: 16  # per device\n"
+        "+  batch_size: 8  # per device\n-  grad_accum: 1\n+  grad_accum: 2\n"
+    )
+    changes: dict[str, tuple[Any, Any]] = (
+        {} if attempt == 1 else {"training.batch_size": (16, 8), "training.grad_accum": (1, 2)}
+    )
+    return AttemptRecord(
+        prepared_at=FROZEN_TS,
+        argv=["python", "train.py", "--config", f"{folder}/config.yaml"],
+        cwd="/home/me/proj",
+        knobs={"batch_size": batch, "grad_accum_steps": accum},
+        env={},
+        config=ConfigCopy(
+            source="/home/me/proj/config.yaml", path=f"{folder}/config.yaml", changes=changes, diff=diff
+        ),
+        resume_from=None if attempt == 1 else "/home/me/proj/ckpt/checkpoint-3",
+        resume_note=None if attempt == 1 else "attempt 2 resumes from checkpoint-3 (step 3)",
+    )
+
+
 def _row(
     run_id: str, name: str, kind: str, state: str, placed: tuple[int, ...], attempt: int,
     samples_seen: int | None, total: int | None, samples_per_s: float | None, retunes: int, message: str,
@@ -503,15 +574,18 @@ def _row(
             "id": run_id, "name": name, "kind": kind, "state": state, "attempt": attempt, "message": message,
             "created_at": created_at, "updated_at": ended_at or started_at or created_at,
             "started_at": started_at, "ended_at": ended_at, "gpus": max(1, len(placed)), "placed": placed,
+            "pid": 4242 if state == "running" else None,
             "samples_seen": samples_seen, "total": total, "samples_per_s": samples_per_s, "retunes": retunes,
         }
     )  # fmt: skip
 
 
-def _bucket(value: Callable[[float], float | None], start: float, step: float) -> tuple[float, float | None]:
-    """A bucket's mean, as the store's rollups give it: point samples of a wide bucket would alias
-    the minutes-long swings; a bucket of a few seconds is one reading anyway."""
+def _bucket(value: Callable[[float], float | None], start: float, step: float) -> Point:
+    """A bucket's mean and max, as the store's rollups give them: point samples of a wide bucket
+    would alias the minutes-long swings; a bucket of a few seconds is one reading anyway."""
     n = 1 if step <= 30 else 8
     values = [value(start + (j + 0.5) * step / n) for j in range(n)]
     present = [v for v in values if v is not None]
-    return start + step / 2, (sum(present) / len(present) if present else None)
+    if not present:
+        return Point(start + step / 2, None)
+    return Point(start + step / 2, sum(present) / len(present), max(present))

@@ -43,13 +43,13 @@ def test_api_backend_reads_a_live_daemon(gw: DaemonHandle) -> None:  # noqa: F81
         first = next(f for f in backend.frames(stop) if isinstance(f, SampleFrame))
         stop.set()
         assert len(first.snapshot.gpus) == 2
-        time.sleep(1.0)  # a few ticks into the store
+        gw.wait_samples(3)  # a few ticks into the store
         now = time.time()
         series = backend.history([gpus[0].uuid], ["util_gpu"], now - 300, now, 100)
-        assert sum(v is not None for _, v in series[gpus[0].uuid]["util_gpu"]) >= 1
+        assert sum(p.value is not None for p in series[gpus[0].uuid]["util_gpu"]) >= 1
         host = backend.host_history(["cpu_percent", "mem_used", "mem_total"], now - 300, now, 100)
         assert set(host) == {"cpu_percent", "mem_used", "mem_total"} and len(host["mem_used"]) <= 100
-        assert any(v for _, v in host["mem_total"])
+        assert any(p.value for p in host["mem_total"])
     finally:
         backend.close()
 

@@ -3,10 +3,12 @@ was asked to do out."""
 
 from __future__ import annotations
 
+import io
 import time
 from typing import Any
 
-from textual.widgets import DataTable, Footer, Input, Log, Static
+from rich.console import Console
+from textual.widgets import DataTable, Footer, Input, Log, SelectionList, Static
 
 from gpuwarden.tui.app import GpuwardenApp
 from gpuwarden.tui.backend import RunFrame, SampleFrame
@@ -16,17 +18,37 @@ from gpuwarden.tui.screens.dialogs import ConfirmScreen, KnobScreen, MetricsScre
 from gpuwarden.tui.screens.help import HelpScreen
 from gpuwarden.tui.screens.history import HistoryBlock, HistoryPane
 from gpuwarden.tui.screens.main import MainScreen
-from gpuwarden.tui.screens.run_detail import RunDetailScreen
+from gpuwarden.tui.screens.run_detail import RunDetailScreen, Scroller
+from gpuwarden.tui.screens.runs import RunsPane
 from gpuwarden.tui.widgets.gpu_card import GpuCard
-from tests.tui.conftest import make_app, run, settle, wait_workers
+from gpuwarden.tui.widgets.nav_table import NavTable
+from tests.tui.conftest import make_app, run, settle, until, wait_workers
 from tests.tui.fake_backend import FROZEN_TS, FakeBackend
 
-RUNNING = "a1b2c3d4"
-STOPPED = "4e5f6a7b"
+RUNNING = "ra1b2c3d4e5"
+STOPPED = "r4e5f6a7b8c"
+SCRIPT = "r7c8d9e0f1a"
+FAILED = "r0a1b2c3d4e"
 
 
 def text_of(widget: Static) -> str:
     return str(widget.render())
+
+
+def rendered(widget: Static, width: int = 1000) -> str:
+    """What a widget shows, as plain text (wide: no wrapping to think about)."""
+    console = Console(width=width, record=True, file=io.StringIO())
+    console.print(widget.content)
+    return console.export_text()
+
+
+def timeline_text(screen: RunDetailScreen) -> str:
+    return rendered(screen.query_one("#timeline-text", Static))
+
+
+def messages(app: GpuwardenApp) -> list[str]:
+    """The notifications shown so far, oldest first."""
+    return [n.message for n in app._notifications]
 
 
 def footer_keys(app: GpuwardenApp) -> set[str]:
@@ -112,7 +134,14 @@ def test_runs_table_and_detail_with_retune_and_log() -> None:
             await wait_workers(pilot)
             table = app.query_one("#runs-table", DataTable)
             rows = [table.get_row_at(i) for i in range(table.row_count)]
-            assert [str(r[0]) for r in rows] == ["running", "queued", "failed", "stopped", "succeeded"]
+            assert [str(r[0]) for r in rows] == [
+                "running",
+                "queued",
+                "failed",
+                "stopped",
+                "stopped",
+                "succeeded",
+            ]
             running = rows[0]
             assert "26%" in str(running[3])  # 12 800 of 50 000 samples
             assert str(running[4]) == "14m35s"  # (50 000 − 12 800) / 42.5 samples/s
@@ -121,16 +150,16 @@ def test_runs_table_and_detail_with_retune_and_log() -> None:
             await wait_workers(pilot)
             screen = app.screen
             assert isinstance(screen, RunDetailScreen) and screen.summary.id == RUNNING
-            timeline = text_of(screen.query_one("#timeline-text", Static))
-            assert "train.batch_size" in timeline and "8 → 4" in timeline
-            assert "gpu_capacity" in timeline and "reserved_gib=22.9" in timeline
+            timeline = timeline_text(screen)
+            assert "out of memory in backward (GPU: tried 2.0 GiB, limit 24 GiB, 512 MiB free)" in timeline
+            assert "micro-batch 8 → 4, accumulation 4 → 8, effective batch 32 kept" in timeline
             assert "#1" in timeline and "#2" in timeline and "oom" in timeline
             await pilot.press("l")
             log = screen.query_one("#log-view", Log)
             assert log.line_count >= 80 and "step   790" in "\n".join(log.lines)
             await pilot.press("c")
             labels = [text_of(s) for s in screen.query(".chart-label").results(Static)]
-            assert any("of 24.0 GiB card" in label for label in labels)
+            assert any("of 24 GiB" in label and "card's limit" in label for label in labels)
             await pilot.press("escape")
             assert isinstance(app.screen, MainScreen)
 
@@ -152,7 +181,7 @@ def test_doctor_tab_shows_findings_with_evidence_and_fix() -> None:
             await pilot.press("d")
             await wait_workers(pilot)
             await pilot.pause()
-            text = text_of(screen.query_one("#doctor-text", Static))
+            text = rendered(screen.query_one("#doctor-text", Static))
             assert "GPU underused: power 52 % of the limit" in text
             assert "evidence: power_w=300, power_limit_w=575, power_pct=52.2" in text
             assert "fix: train.compile: True" in text
@@ -207,58 +236,86 @@ def test_resume_edit_and_tune_controls() -> None:
         app = make_app(fake)
         async with app.run_test(size=(80, 24)) as pilot:
             await settle(pilot)
-            await pilot.press("2", "down", "down", "down")  # the stopped run
+            await pilot.press("2")
             pane = app.main.runs
-            assert pane.selected_id() == STOPPED
+            await until(pilot, lambda: pane.selected_id() is not None, "the runs table")
+            pane.select(STOPPED)
             await pilot.press("t")
             await wait_workers(pilot)
             assert ("tune", STOPPED) in fake.actions
+            pane.select(STOPPED)
             await pilot.press("e")
-            assert isinstance(app.screen, KnobScreen)
-            await pilot.press(*"train.batch_size", "=", "2")
-            await pilot.press("enter")
+            await until(pilot, lambda: isinstance(app.screen, KnobScreen), "the knob dialog")
+            # The dialog names the run's knobs with their values, and its example is one of them.
+            dialog = app.screen
+            assert "now: batch_size=4, precision=bf16" in text_of(dialog.query_one(".hint", Static))
+            assert dialog.query_one(Input).placeholder == "batch_size=8"
+            await pilot.press(*"batch_size=2", "enter")
+            await until(pilot, lambda: isinstance(app.screen, MainScreen), "the dialog to close")
+            assert ("restart_with", STOPPED, {"infer.batch_size": 2}) in fake.actions
             await wait_workers(pilot)
-            assert ("restart_with", STOPPED, {"train.batch_size": 2}) in fake.actions
+            pane.select(FAILED)  # the edited run is queued again; the failed one resumes
+            await until(pilot, lambda: app.main.check_action("resume_run", ()) is True, "resume offered")
             await pilot.press("r")
             await wait_workers(pilot)
-            assert ("resume", STOPPED) in fake.actions
+            assert ("resume", FAILED) in fake.actions
 
     run(body())
 
 
-def test_knob_dialog_rejects_malformed_input() -> None:
+def test_knob_dialog_keeps_the_input_with_what_was_wrong() -> None:
     async def body() -> None:
         fake = FakeBackend()
         app = make_app(fake)
         async with app.run_test(size=(80, 24)) as pilot:
             await settle(pilot)
-            await pilot.press("2", "e", *"batch", "enter")
-            assert isinstance(app.screen, KnobScreen)
-            assert "key=value" in text_of(app.screen.query_one("#knob-error", Static))
+            await pilot.press("2")
+            app.main.runs.select(SCRIPT)
+            await pilot.press("e")
+            await until(pilot, lambda: isinstance(app.screen, KnobScreen), "the knob dialog")
+            dialog = app.screen
+            error = dialog.query_one("#knob-error", Static)
+            await pilot.press(*"batch", "enter")
+            assert "name=value" in text_of(error)
+            await pilot.press("backspace", "backspace", "backspace", "backspace", "backspace")
+            await pilot.press(*"lr=0.1", "enter")
+            await until(pilot, lambda: "not a knob" in text_of(error), "the unknown knob named")
+            assert "its knobs: batch_size, grad_accum_steps" in text_of(error)
+            assert isinstance(app.screen, KnobScreen) and dialog.query_one(Input).value == "lr=0.1"
+            fake.refuse_edits = "run my-script: training.batch_size must be at least 1"
+            await pilot.press("ctrl+a", "ctrl+k", *"batch_size=0", "enter")
+            await until(pilot, lambda: "at least 1" in text_of(error), "the daemon's refusal in the dialog")
+            assert dialog.query_one(Input).value == "batch_size=0"  # nothing typed is lost
             await pilot.press("escape")
-            assert not [a for a in fake.actions if a[0] == "restart_with"]
+            assert not [a for a in fake.actions if a[0] == "restart_with" and a[2] != {"batch_size": 0}]
 
     run(body())
 
 
-def test_refused_control_is_reported_in_one_line() -> None:
+def test_refused_control_says_why_instead_of_acting() -> None:
     async def body() -> None:
         fake = FakeBackend()
         app = make_app(fake)
         async with app.run_test(size=(80, 24)) as pilot:
             await settle(pilot)
-            await pilot.press("2", "r")  # resume the running run: the backend refuses
+            await pilot.press("2")
+            await until(pilot, lambda: app.main.runs.selected_id() == RUNNING, "the running run selected")
+            await pilot.press("r", "e")  # resume and edit a running run: not offered, say why
             await wait_workers(pilot)
-            assert ("resume", RUNNING) in fake.actions
-            messages = [n.message for n in app._notifications]
-            assert any("only stopped or failed runs resume" in m for m in messages)
+            assert not [a for a in fake.actions if a[0] in ("resume", "restart_with")]
+            assert not isinstance(app.screen, KnobScreen)
+            shown = messages(app)
+            assert "llm-finetune is running: only a failed, stopped or interrupted run resumes" in shown
+            assert "llm-finetune is running: stop it first (s), then change it" in shown
 
     run(body())
 
 
-def test_submit_with_path_completion(tmp_path: Any) -> None:
+def test_submit_lists_the_completions_and_selects_the_new_run(tmp_path: Any) -> None:
     (tmp_path / "specs").mkdir()
     (tmp_path / "specs" / "finetune.yaml").write_text("name: x\n")
+    (tmp_path / "specs" / "fine-lora.yaml").write_text("name: y\n")
+    (tmp_path / "spare").mkdir()
 
     async def body() -> None:
         fake = FakeBackend()
@@ -267,16 +324,46 @@ def test_submit_with_path_completion(tmp_path: Any) -> None:
             await settle(pilot)
             await pilot.press("n")
             assert isinstance(app.screen, SubmitScreen)
+            dialog = app.screen
             await pilot.press(*"sp")
-            await pilot.pause(0.1)
-            await pilot.press("right")  # accept "specs/"
+            options = dialog.candidates
+            shown = [str(options.get_option_at_index(i).prompt) for i in range(options.option_count)]
+            assert shown == ["spare/", "specs/"]  # every match, not only the first
+            await pilot.press("down", "tab")  # the second one
+            assert dialog.query_one(Input).value == "specs/"
             await pilot.press("f")
-            await pilot.pause(0.1)
-            await pilot.press("right")  # accept "finetune.yaml"
-            assert app.screen.query_one(Input).value == "specs/finetune.yaml"
+            shown = [str(options.get_option_at_index(i).prompt) for i in range(options.option_count)]
+            assert shown == ["specs/fine-lora.yaml", "specs/finetune.yaml"]
+            await pilot.press("down", "enter")  # enter on a partial path completes it
+            assert dialog.query_one(Input).value == "specs/finetune.yaml"
             await pilot.press("enter")
-            await wait_workers(pilot)
+            await until(pilot, lambda: isinstance(app.screen, MainScreen), "the dialog to close")
             assert ("submit", str(tmp_path / "specs" / "finetune.yaml")) in fake.actions
+            # The new run is listed and has the cursor.
+            await until(
+                pilot,
+                lambda: app.main.runs.selected() is not None and app.main.runs.selected().name == "finetune",
+                "the new run selected",
+            )  # type: ignore[union-attr]
+            assert app.main.tab == "runs"
+
+    run(body())
+
+
+def test_a_refused_spec_stays_in_the_dialog(tmp_path: Any) -> None:
+    (tmp_path / "notes.txt").write_text("no spec\n")
+
+    async def body() -> None:
+        fake = FakeBackend()
+        app = GpuwardenApp(fake, clock=lambda: FROZEN_TS, cwd=tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot)
+            await pilot.press("n", *"notes.txt", "enter")
+            dialog = app.screen
+            assert isinstance(dialog, SubmitScreen)
+            error = dialog.query_one("#submit-error", Static)
+            await until(pilot, lambda: "not a YAML run spec" in text_of(error), "the refusal in the dialog")
+            assert dialog.query_one(Input).value == "notes.txt"
 
     run(body())
 
@@ -287,19 +374,21 @@ def test_kill_only_own_stray_processes_after_confirm() -> None:
         app = make_app(fake)
         async with app.run_test(size=(80, 24)) as pilot:
             await settle(pilot)
-            await pilot.press("k")  # first row: pid 4242 belongs to a run
+            assert "kill_process" not in footer_keys(app)  # first row: pid 4242 belongs to a run
+            await pilot.press("x")
             assert not isinstance(app.screen, ConfirmScreen)
-            await pilot.press("down", "down", "k")  # pid 6060 is alice's
+            assert "process 4242 is run ra1b2c3d4e5: stop the run instead (2, then s)" in messages(app)
+            await pilot.press("j", "j", "x")  # pid 6060 is alice's
             assert not isinstance(app.screen, ConfirmScreen)
-            await pilot.press("up", "k")  # pid 5151: a stray notebook of ours
+            assert messages(app)[-1] == "process 6060 belongs to alice: you can only terminate your own"
+            await pilot.press("k")  # pid 5151: a stray notebook of ours
+            assert "kill_process" in footer_keys(app)
+            await pilot.press("x")
             assert isinstance(app.screen, ConfirmScreen)
             await pilot.press("y")
             await wait_workers(pilot)
             assert [a for a in fake.actions if a[0] == "kill"] == [("kill", 5151)]
-            deadline = time.monotonic() + 3
-            while app.query_one("#processes", DataTable).row_count != 2:
-                assert time.monotonic() < deadline
-                await pilot.pause(0.05)
+            await until(pilot, lambda: app.query_one("#processes", DataTable).row_count == 2, "the row gone")
 
     run(body())
 
@@ -312,17 +401,20 @@ def test_history_windows_metric_and_cursor() -> None:
             await settle(pilot)
             fake.history_calls.clear()
             await pilot.press("3")
-            await wait_workers(pilot)
             pane = app.query_one(HistoryPane)
+            await until(pilot, lambda: pane.loaded is not None and not pane.needs_reload, "the history")
+            await wait_workers(pilot)
             uuids, metrics, start, end, points = fake.history_calls[-1]
             assert uuids == tuple(g.uuid for g in fake.gpus())
             assert (metrics, end - start, end) == (("util_gpu",), 300.0, FROZEN_TS)
-            assert points == 2 * (80 - 4)  # two points per character cell of the chart
+            chart = app.query(HistoryBlock).first().charts[0].chart
+            assert points == 2 * chart.plot_width  # two points per character cell of the chart
+            assert chart.plot_width == 80 - 2 - 2 - 8  # the pane less its margins, scrollbar and axis
             host_metrics, *_ = fake.host_history_calls[-1]
             assert host_metrics == ("cpu_percent", "mem_used", "mem_total")
             await pilot.press("w", "w", "w")
             await wait_workers(pilot)
-            assert pane.window == "7d" and pane.loaded == ("7d", ("util_gpu",))
+            assert pane.window == "7d" and pane.loaded == ("7d", ("util_gpu",), ("cpu_percent", "mem_used"))
             assert fake.history_calls[-1][3] - fake.history_calls[-1][2] == 7 * 86_400
             block = app.query(HistoryBlock).first()
             assert "▸ 11-21 02:" in text_of(
@@ -360,7 +452,7 @@ def test_history_charts_several_metrics_and_the_host_under_one_cursor() -> None:
             await wait_workers(pilot)
             pane = app.query_one(HistoryPane)
             assert pane.metrics == ("util_gpu", "power_w")
-            assert pane.loaded == ("5m", ("util_gpu", "power_w"))
+            assert pane.loaded == ("5m", ("util_gpu", "power_w"), ("cpu_percent", "mem_used"))
             assert fake.history_calls[-1][1] == ("util_gpu", "power_w")
             blocks = list(app.query(HistoryBlock))
             assert [b.key for b in blocks] == [*(g.uuid for g in fake.gpus()), "host"]
@@ -378,7 +470,14 @@ def test_history_charts_several_metrics_and_the_host_under_one_cursor() -> None:
             assert power.startswith("power") and " W" in power and "max" in power
 
             # An empty choice is refused in the dialog; esc leaves the charts as they were.
-            await pilot.press("c", "space", "down", "down", "space", "enter")
+            await pilot.press("c")
+            assert isinstance(app.screen, MetricsScreen)
+            choices = app.screen.query_one(SelectionList)
+            assert [str(choices.get_option_at_index(i).prompt) for i in range(choices.option_count)][-4:] == [
+                "host CPU", "host memory", "host load (1 min)", "host swap"
+            ]  # fmt: skip
+            choices.deselect_all()
+            await pilot.press("enter")
             assert isinstance(app.screen, MetricsScreen)
             assert "at least one" in text_of(app.screen.query_one("#metrics-error", Static))
             await pilot.press("escape")
@@ -422,7 +521,9 @@ def test_readonly_removes_every_control() -> None:
             assert isinstance(app.screen, RunDetailScreen)
             assert not [a for a in fake.actions if a[0] != "close"]
             titles = [c.title for c in app.get_system_commands(app.screen)]
-            assert "Overview" in titles and "Stop run" not in titles and "Submit a spec" not in titles
+            assert "Overview" in titles and not any(
+                t.startswith(("Stop", "Resume", "Submit")) for t in titles
+            )
             await pilot.press("question_mark")
             assert isinstance(app.screen, HelpScreen)
 
@@ -441,19 +542,26 @@ def test_a_database_source_forces_readonly() -> None:
     run(body())
 
 
-def test_every_binding_is_in_the_help_table_and_palette_offers_controls() -> None:
+def test_every_binding_is_in_the_help_table_and_palette_offers_only_gpuwardens_commands() -> None:
     async def body() -> None:
         app = make_app()
         async with app.run_test(size=(80, 24)) as pilot:
             await settle(pilot)
-            documented = {a.action.split("(")[0] for a in ACTIONS}
-            screens: list[Any] = [app, app.main, RunDetailScreen, HistoryPane]
-            for holder in screens:
+            documented = {name for a in ACTIONS for name in (a.action.split("(")[0], *a.also)}
+            holders: list[Any] = [app, app.main, RunDetailScreen, HistoryPane, RunsPane, NavTable, Scroller]
+            for holder in holders:
                 for binding in holder.BINDINGS:
                     assert binding.action.split("(")[0] in documented, binding
             await pilot.press("2")
-            titles = [c.title for c in app.get_system_commands(app.screen)]
-            assert {"Stop run", "Resume run", "Tune run", "Submit a spec", "Help"} <= set(titles)
+            await until(pilot, lambda: app.main.runs.selected_id() == RUNNING, "the runs table")
+            titles = {c.title: c.help for c in app.get_system_commands(app.screen)}
+            # The selected run is running: stop is offered, resume and edit are not.
+            assert "Stop llm-finetune" in titles and "Resume llm-finetune" not in titles
+            assert "SIGTERM" in titles["Stop llm-finetune"] and "(s)" in titles["Stop llm-finetune"]
+            assert {"Submit a run spec", "Keys", "History window", "Filter runs", "Sort runs"} <= set(titles)
+            # Textual's own commands are not gpuwarden's: none is offered.
+            assert not {"Theme", "Screenshot", "Maximize", "Show keys and help panel"} & set(titles)
+            assert not any("selected run or process" in h for h in titles.values())
             await pilot.press("question_mark")
             assert isinstance(app.screen, HelpScreen)
             await pilot.press("escape")
@@ -545,25 +653,34 @@ def test_command_palette_runs_a_control_on_the_selected_run() -> None:
         app = make_app(fake)
         async with app.run_test(size=(80, 24)) as pilot:
             await settle(pilot)
-            await pilot.press("2", "ctrl+p")
-            await pilot.pause(0.1)
-            await pilot.press(*"Tune run")
-            await pilot.pause(0.3)
+            await pilot.press("2")
+            await until(pilot, lambda: app.main.runs.selected_id() is not None, "the runs table")
+            app.main.runs.select(STOPPED)
+            await pilot.press("ctrl+p")
+            await pilot.press(*"Tune vlm")
+            await until(pilot, lambda: "Tune vlm-batch" in rendered_palette(app), "the command listed")
             await pilot.press("enter")
-            await pilot.pause(0.2)
+            await until(pilot, lambda: ("tune", STOPPED) in fake.actions, "the tune asked for")
             await wait_workers(pilot)
-            assert ("tune", RUNNING) in fake.actions
             # On a run's screen the palette offers that run's controls and not the process one.
             await pilot.press("enter")
-            await wait_workers(pilot)
+            await until(pilot, lambda: isinstance(app.screen, RunDetailScreen), "the run's screen")
             titles = [c.title for c in app.get_system_commands(app.screen)]
-            assert (
-                "Stop run" in titles
-                and "Terminate GPU process" not in titles
-                and "History metrics" not in titles
-            )
+            assert "Resume vlm-batch" in titles and "Back to the runs" in titles
+            assert not any(t.startswith("Terminate") for t in titles) and "History metrics" not in titles
 
     run(body())
+
+
+def rendered_palette(app: GpuwardenApp) -> str:
+    from textual.command import CommandList
+
+    lists = list(app.screen.query(CommandList))
+    return (
+        " ".join(str(lists[0].get_option_at_index(i).prompt) for i in range(lists[0].option_count))
+        if lists
+        else ""
+    )
 
 
 def test_command_palette_opens_the_history_metrics_from_another_tab() -> None:
@@ -581,7 +698,11 @@ def test_command_palette_opens_the_history_metrics_from_another_tab() -> None:
             assert app.screen_stack[0].tab == "history"  # type: ignore[attr-defined]
             await pilot.press("down", "space", "enter")  # add memory
             await wait_workers(pilot)
-            assert app.query_one(HistoryPane).loaded == ("5m", ("util_gpu", "mem_used"))
+            assert app.query_one(HistoryPane).loaded == (
+                "5m",
+                ("util_gpu", "mem_used"),
+                ("cpu_percent", "mem_used"),
+            )
 
     run(body())
 

@@ -83,9 +83,9 @@ def test_db_backend_reads_everything_and_writes_nothing(db_file: Path) -> None:
     assert snap.processes and snap.processes[0].pid == 4242 and snap.processes[0].gpu_index == 0
     series = backend.history([gpus[0].uuid], ["util_gpu"], FROZEN_TS - 120, FROZEN_TS, 60)
     points = series[gpus[0].uuid]["util_gpu"]
-    assert 55 <= len(points) <= 60 and sum(v is not None for _, v in points) >= 55
+    assert 55 <= len(points) <= 60 and sum(p.value is not None for p in points) >= 55
     host = backend.host_history(["cpu_percent"], FROZEN_TS - 120, FROZEN_TS, 60)
-    assert 12.0 in [v for _, v in host["cpu_percent"]]
+    assert 12.0 in [p.value for p in host["cpu_percent"]]
     (run,) = backend.runs()
     assert (run.state, run.samples_seen, run.total, run.retunes, run.placed) == ("running", 40, 160, 1, (0,))
     detail = backend.run_detail("r1")
@@ -135,7 +135,8 @@ def test_db_backend_refuses_a_missing_file(tmp_path: Path) -> None:
 
 def test_history_buckets_become_evenly_spaced_points_with_gaps() -> None:
     points = series_from_buckets([[100.0, 5.0, 4.0, 6.0], [130.0, 7.0, 7.0, 7.0]], 100.0, 10.0, 4)
-    assert points == [(105.0, 5.0), (115.0, None), (125.0, None), (135.0, 7.0)]
+    # Each point is the bucket's mean and its largest reading (the rollups keep both).
+    assert points == [(105.0, 5.0, 6.0), (115.0, None, None), (125.0, None, None), (135.0, 7.0, 7.0)]
 
 
 def _summary(run_id: str, name: str, kind: str, state: str, attempt: int, message: str | None,
@@ -210,6 +211,7 @@ class StubClient:
         ]
 
     def events(self, ref: str, since: int = 0, limit: int = 1000, wait: float = 0.0) -> EventsPage:
+        self.calls.append(("events", ref))
         rows = [
             {"id": 1, "attempt": 1, "type": "state", "state": "retuning", "ts": 1.0, "source": "daemon"},
             {"id": 2, "attempt": 1, "type": "progress", "ts": 2.0, "samples_seen": 30, "total": 120,
@@ -288,7 +290,8 @@ class StubClient:
 def test_api_backend_maps_the_api_answers() -> None:
     client = StubClient()
     backend = ApiBackend(client)  # type: ignore[arg-type]
-    assert backend.status().sampling is None
+    status = backend.status()
+    assert status.sampling is None and status.host  # the machine's name for the status line
     snap = backend.snapshot()
     assert len(snap.gpus) == 2 and snap.host is not None and snap.host.cpu_percent == 3.0
     assert snap.processes is not None
@@ -302,11 +305,17 @@ def test_api_backend_maps_the_api_answers() -> None:
         1,
     )
     assert runs["r2"].retunes == 2 and runs["r2"].samples_per_s is None
-    assert runs["r1"].placed == (1,)  # placement read from the run's latest attempt
+    # A finished run shows where it ended in a freshly opened dashboard too (read once).
+    assert (runs["r2"].samples_seen, runs["r2"].total) == (30, 120)
+    reads = len([c for c in client.calls if c == ("events", "r2")])
+    backend.runs()
+    assert len([c for c in client.calls if c == ("events", "r2")]) == reads
+    assert runs["r1"].placed == (1,) and runs["r1"].pid == 10  # from the run's latest attempt
+    assert runs["r2"].pid is None  # a finished run has no process
     detail = backend.run_detail("r1")
     assert detail.gpu_index[detail.attempts[0].gpus[0]] == 0 and detail.mem_capacity == 24 * GIB
     assert detail.retunes[0].after == {"bs": 4} and detail.retunes[0].evidence == {"free_gib": 0.2}
-    assert [e.type for e in detail.events] == ["state", "oom"]
+    assert [e.type for e in detail.events] == ["state", "oom"] and detail.oom_phases == {1: "backward"}
     assert "gpu_capacity" in detail.events[1].text
     series = backend.history([client.statics[0].uuid], ["util_gpu"], FROZEN_TS - 600, FROZEN_TS, 10)
     assert series[client.statics[0].uuid]["util_gpu"][0][1] == 50.0

@@ -86,3 +86,16 @@ def test_blank_when_out_of_range_or_empty() -> None:
     chart = Chart(width=3, height=2)
     assert lines(chart) == ["   ", "   "]
     assert chart.render_line(5).text == "   "
+
+
+def test_axes_show_the_range_the_labels_and_the_limit_line() -> None:
+    chart = Chart(width=14, height=4, vmax=100.0, y_gutter=5, axis=True)
+    chart.extend([10.0] * 18)
+    chart.set_axes(("100%", "0"), [(0.0, "-5m"), (1.0, "now")], limit=80.0)
+    top, middle, bottom, axis = (chart.render_line(y).text for y in range(4))
+    assert top.startswith("100%┤") and middle.startswith("    │") and bottom.startswith("   0┤")
+    assert axis == "     -5m   now"
+    # 80 of 100 on three plot rows is dot 10 of 12: the top row's second dot row, over empty cells.
+    assert top[5:] == "\u2824" * 9
+    segments = list(chart.render_line(0))
+    assert segments[-1].style == Style.parse("red")

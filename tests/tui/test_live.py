@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from gpuwarden.core.telemetry.types import GpuSample
+from gpuwarden.core.units import duration
 from gpuwarden.tui.backend import EventFrame, RunFrame, RunRow, SampleFrame, Snapshot, TimelineEvent
-from gpuwarden.tui.formatting import bar, duration, eta_seconds, progress_fraction
+from gpuwarden.tui.formatting import bar, eta_seconds, progress_fraction
 from gpuwarden.tui.live import EnergyMeter, FrameBuffer, LiveState
 from tests.tui.fake_backend import FROZEN_TS, FakeBackend
 
@@ -55,7 +56,7 @@ def test_live_state_folds_frames_and_ignores_repeated_ticks() -> None:
     live = LiveState()
     live.set_gpus(fake.gpus())
     snap = fake.snapshot()
-    event = TimelineEvent(1, "a1b2c3d4", 1, FROZEN_TS, "state", "stopped")
+    event = TimelineEvent(1, "ra1b2c3d4e5", 1, FROZEN_TS, "state", "stopped")
     changes = live.apply([SampleFrame(snap), SampleFrame(snap), EventFrame(event)])
     uuid = snap.gpus[0].uuid
     assert len(live.gpus[uuid].series["util_gpu"]) == 1  # the repeat was not counted twice

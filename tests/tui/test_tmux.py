@@ -1,6 +1,7 @@
 """Smoke test as a user over SSH would work: the real dashboard in tmux at 80×24 with 256
 colours, against a real daemon; no mouse. The screen shows the host panel and a submitted run,
-and keys stop the run."""
+keys stop the run, the window grows to 120×40 and the dashboard fills it, and the daemon goes
+away and comes back while the dashboard says so."""
 
 from __future__ import annotations
 
@@ -25,23 +26,28 @@ pytestmark = [
 def tmux(daemon_factory: Callable[[], DaemonHandle]) -> Iterator[tuple[str, DaemonHandle]]:  # noqa: F811
     daemon = daemon_factory()  # two fake H100s
     session = f"gw-{uuid.uuid4().hex[:8]}"
-    env = {k: v for k, v in daemon.env.items() if k not in ("COLORTERM",)}
+    # COLUMNS/LINES (set by pytest's terminal) would pin the dashboard to one size: Textual
+    # prefers them to the terminal's. A tmux server of its own (-L) inherits none of a user's.
+    env = {k: v for k, v in daemon.env.items() if k not in ("COLORTERM", "COLUMNS", "LINES")}
     env["TERM"] = "screen-256color"
     env_args = [arg for k, v in env.items() for arg in ("-e", f"{k}={v}")]
     subprocess.run(
-        ["tmux", "new-session", "-d", "-s", session, "-x", "80", "-y", "24", *env_args,
+        ["tmux", "-L", session, "new-session", "-d", "-s", session, "-x", "80", "-y", "24", *env_args,
          sys.executable, "-m", "gpuwarden", "tui"],
-        check=True, timeout=20,
+        check=True, timeout=20, env=env,
     )  # fmt: skip
     try:
         yield session, daemon
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True, timeout=20)
+        subprocess.run(["tmux", "-L", session, "kill-server"], capture_output=True, timeout=20)
 
 
 def _screen(session: str) -> str:
     out = subprocess.run(
-        ["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True, timeout=20
+        ["tmux", "-L", session, "capture-pane", "-p", "-t", session],
+        capture_output=True,
+        text=True,
+        timeout=20,
     )
     return out.stdout
 
@@ -59,8 +65,12 @@ def _wait_for(session: str, ok: Callable[[str], bool], timeout: float = 30.0) ->
 
 def _keys(session: str, *keys: str) -> None:
     for key in keys:
-        subprocess.run(["tmux", "send-keys", "-t", session, key], check=True, timeout=20)
-        time.sleep(0.4)
+        subprocess.run(["tmux", "-L", session, "send-keys", "-t", session, key], check=True, timeout=20)
+
+
+def _fits(screen: str, width: int, height: int) -> bool:
+    lines = screen.splitlines()
+    return len(lines) <= height and all(len(line) <= width for line in lines)
 
 
 def test_dashboard_in_tmux_shows_host_and_run_and_stops_it(tmux: tuple[str, DaemonHandle]) -> None:
@@ -77,12 +87,33 @@ def test_dashboard_in_tmux_shows_host_and_run_and_stops_it(tmux: tuple[str, Daem
     )
     daemon.wait_state(run["id"], ("running",))
     screen = _wait_for(session, lambda s: "H100" in s and "host" in s.lower())
-    assert len(screen.splitlines()) <= 24 and all(len(line) <= 80 for line in screen.splitlines())
+    assert _fits(screen, 80, 24)
     _keys(session, "2")
-    _wait_for(session, lambda s: "tmux-sleeper" in s and "running" in s)
+    screen = _wait_for(session, lambda s: "tmux-sleeper" in s and "running" in s)
+    assert run["id"] in screen  # the whole id, even at 80 columns
     _keys(session, "s")
-    _wait_for(session, lambda s: "Stop" in s or "stop" in s)
+    _wait_for(session, lambda s: "Stop run tmux-sleeper" in s)
     _keys(session, "y")
     final = daemon.wait_state(run["id"], timeout=30)
     assert final["state"] == "stopped"
     _wait_for(session, lambda s: "stopped" in s)
+
+    # A bigger window: the history is fetched again for the width, its axis reaches the edge.
+    subprocess.run(
+        ["tmux", "-L", session, "resize-window", "-t", session, "-x", "120", "-y", "40"],
+        check=True,
+        timeout=20,
+    )
+    _keys(session, "3")
+    screen = _wait_for(
+        session, lambda s: any(line.endswith("now") and len(line) > 110 for line in s.splitlines())
+    )
+    assert _fits(screen, 120, 40) and len(screen.splitlines()) > 30
+
+    # The daemon goes away: the dashboard says so and offers no control; it comes back by itself.
+    daemon.stop()
+    _wait_for(session, lambda s: "daemon not reachable — reconnecting (gpuwarden up starts it)" in s)
+    daemon.start()
+    _keys(session, "2")
+    screen = _wait_for(session, lambda s: "not reachable" not in s and "tmux-sleeper" in s and "stopped" in s)
+    assert "daemon" in screen.splitlines()[0]

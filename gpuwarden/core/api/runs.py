@@ -184,12 +184,12 @@ class AttemptEnergyReading(BaseModel):
 class RunEnergy(BaseModel):
     """A run's energy per sample from the GPUs' energy counters, over the attempts with a reading."""
 
-    joules: float | None
-    samples: int | None
-    per_sample_j: float | None
-    samples_per_kwh: float | None
-    per_token_j: float | None = Field(description="set by reports that know the tokens done")
-    per_attempt: list[AttemptEnergyReading]
+    joules: float | None = None
+    samples: int | None = None
+    per_sample_j: float | None = None
+    samples_per_kwh: float | None = None
+    per_token_j: float | None = Field(default=None, description="set by reports that know the tokens done")
+    per_attempt: list[AttemptEnergyReading] = Field(default_factory=list)
 
 
 class RunDetail(RunSummary):
@@ -203,7 +203,7 @@ class RunDetail(RunSummary):
     retunes: list[Retune]
     effective_batch: int | None = Field(description="micro-batch × accumulation × world size (train)")
     report: dict[str, Any] | None = Field(description="the run's report.json, once written")
-    energy: RunEnergy
+    energy: RunEnergy = Field(default_factory=RunEnergy, description="empty until an attempt has run")
 
 
 class LogSlice(BaseModel):

@@ -16,8 +16,8 @@ from typing import Any, Literal
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.oom.classify import format_size, parse_size
 from gpuwarden.core.telemetry.types import GpuReader
+from gpuwarden.core.units import GIB
 
-_GIB = 1 << 30
 # Smallest value `--gpu-memory` accepts; smaller numbers are almost surely a missing unit.
 MIN_GPU_MEMORY = 1 << 30
 
@@ -102,7 +102,7 @@ def detect_target(
     n = cores if cores is not None else usable_cores()
     if gpu_memory is not None:
         return Target(
-            device="gpu", source=f"--gpu-memory {gpu_memory / _GIB:g} GiB", cores=n, memory_total=gpu_memory
+            device="gpu", source=f"--gpu-memory {gpu_memory / GIB:g} GiB", cores=n, memory_total=gpu_memory
         )
     if not wants_gpu:
         return Target(device="cpu", source="the spec asks for no GPU (resources.gpus: 0)", cores=n)

@@ -21,6 +21,7 @@ from gpuwarden.core.config.validation import StrictModel, validate
 from gpuwarden.core.config.yamlsource import load_yaml_file
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.oom.classify import parse_size
+from gpuwarden.core.units import GIB
 
 PACKAGE_PROFILES = Path(__file__).resolve().parent / "profiles.yaml"
 # A card reaches a tier at this share of the tier's nominal size.
@@ -28,7 +29,6 @@ TIER_TOLERANCE = 0.94
 # max_memory never promises more than the card minus this (the CUDA context and the desktop need
 # it). The tables leave 1 GiB of the nominal size; cards report slightly less than nominal.
 SYSTEM_RESERVE = 768 << 20
-_GIB = 1 << 30
 
 Kind = Literal["train", "infer"]
 TrainTask = Literal["causal_lm", "image"]
@@ -71,7 +71,7 @@ def _shipped_table() -> ProfileTable:
 def tier_for(memory_total_bytes: int, table: ProfileTable | None = None) -> Tier:
     """The largest tier the card reaches; the smallest tier for a card below every tier."""
     tiers = (table or _shipped_table()).tiers
-    gib = memory_total_bytes / _GIB
+    gib = memory_total_bytes / GIB
     reached = [t for t in tiers if gib >= t.gb * TIER_TOLERANCE]
     return reached[-1] if reached else tiers[0]
 
@@ -113,7 +113,7 @@ def profile_for(
     rows: dict[Any, dict[str, Any]] = dict(tier.train) if kind == "train" else dict(tier.infer)
     values = copy.deepcopy(rows.get(task, {}))
     _clamp_budget(values, memory_total_bytes)
-    reached = memory_total_bytes / _GIB >= tier.gb * TIER_TOLERANCE
+    reached = memory_total_bytes / GIB >= tier.gb * TIER_TOLERANCE
     values["tier"] = f"{tier.gb:g} GB" if reached else f"below {tier.gb:g} GB"
     return values
 

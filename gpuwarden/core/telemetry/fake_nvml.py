@@ -332,6 +332,7 @@ class FakeNvml:
                 (peer,) = pair - {index}
                 ends += [peer] * links
         return ends
+
     def set_load(self, gpu_index: int, util: int, power_w: float | None = None) -> None:
         """From now on, a steady `util` % drawing `power_w` W (default: the model's line at that
         utilisation), capped at the power limit; the energy counter follows it exactly."""

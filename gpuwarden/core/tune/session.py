@@ -136,7 +136,9 @@ def tune_spec(
     """
     name = label or spec.name
     if spec.command is not None:  # the user's own program: its roles, its probes
-        spec, target = setup_command_tune(spec, target, change_effective_batch=change_effective_batch, label=name)
+        spec, target = setup_command_tune(
+            spec, target, change_effective_batch=change_effective_batch, label=name
+        )
     # Every probe would fail the same way: say it once instead of after a ladder of probes.
     require_inputs(spec, name, "fix the path, then tune")
     settings = spec.tune or TuneSettings()

@@ -6,24 +6,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from gpuwarden.core.config.yamlsource import load_yaml_file
+from gpuwarden.core.command.config_file import load_config
 
 
 def write_tuned_spec(source: Path, out: Path, section: str, knobs: dict[str, Any], summary: str) -> Path:
-    """Copy `source` with `section.<knob>` set for each tuned knob (comments are not kept: the
-    header names the source file)."""
-    doc = load_yaml_file(source)
-    data = dict(doc.data)
-    block = dict(data.get(section) or {})
-    block.update(knobs)
-    if "precision" in knobs:
+    """Copy `source` with `section.<knob>` set for each tuned knob. The copy is the user's file
+    round-tripped: comments, key order and quoting stay, only the tuned values differ."""
+    doc = load_config(source)
+    for knob, value in knobs.items():
+        doc.set(f"{section}.{knob}", value)
+    block = doc.data.get(section)
+    if "precision" in knobs and isinstance(block, dict):
         block.pop("amp", None)  # the legacy switch would contradict the tuned precision
-    data[section] = block
-    data.pop("autotune", None)
+    doc.data.pop("autotune", None)
     header = f"# tuned by `gpuwarden tune {source}` on {time.strftime('%Y-%m-%d %H:%M')}\n" + "".join(
         f"# {line}\n" for line in summary.splitlines()
     )
-    out.write_text(header + yaml.safe_dump(data, sort_keys=False))
+    out.write_text(header + doc.dump())
     return out

@@ -19,14 +19,11 @@ from gpuwarden.core.command.complete import complete_command
 from gpuwarden.core.config.inputs import require_inputs
 from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
 from gpuwarden.core.errors import UserError
-from gpuwarden.core.run_state import ACTIVE_STATES, RESUMABLE_STATES, RunState
+from gpuwarden.core.run_state import ACTIVE_STATES, CHANGEABLE_STATES, RESUMABLE_STATES, RunState
 from gpuwarden.core.tune.command_tune import tune_blocker
 from gpuwarden.daemon.placement import check_feasible
 from gpuwarden.daemon.supervise.context import Conflict, Context, spec_document
 from gpuwarden.daemon.supervise.hooks import ProfileHook
-
-# A settled run may be tuned or edited; a queued one too (it has not started).
-CHANGEABLE_STATES = (RunState.QUEUED, *RESUMABLE_STATES)
 
 
 def submit(
@@ -135,6 +132,8 @@ def edit(ctx: Context, run_id: str, changes: Mapping[str, Any]) -> dict[str, Any
         spec = complete_command(spec_from_mapping(changed(run["spec"], changes), label="PATCH"))
         check_feasible(spec.resources, ctx.backends.gpu_states())
         ctx.store(lambda s: s.update_run(run_id, spec=spec_document(spec), name=spec.name))
+        # A person's change is part of the run's story: the timeline and `show` list it.
+        ctx.event(run_id, None, "edited", changes=edit_record(run["spec"], spec_document(spec), changes))
         updated = ctx.run(run_id)
         ctx.publish_run(updated)
         return updated
@@ -165,6 +164,29 @@ def changed(spec: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, An
         elif value is not None:
             document[key] = value
     return document
+
+
+def edit_record(
+    before: Mapping[str, Any], after: Mapping[str, Any], changes: Mapping[str, Any]
+) -> dict[str, list[Any]]:
+    """What an edit changed, key → [before, after]: dotted keys as given, knobs one by one."""
+    out: dict[str, list[Any]] = {}
+    for key, value in changes.items():
+        if key == "set":
+            out.update({d: [_dotted(before, d), _dotted(after, d)] for d in value or {}})
+        elif key == "knobs" and isinstance(value, Mapping):
+            old = before.get("knobs") or {}
+            out.update({f"knobs.{k}": [old.get(k), v] for k, v in value.items() if old.get(k) != v})
+        elif value is not None:
+            out[key] = [before.get(key), after.get(key)]
+    return out
+
+
+def _dotted(document: Mapping[str, Any], dotted: str) -> Any:
+    node: Any = document
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, Mapping) else None
+    return node
 
 
 def set_dotted(document: dict[str, Any], dotted: str, value: Any) -> None:

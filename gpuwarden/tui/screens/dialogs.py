@@ -4,6 +4,8 @@ the history charts' metrics."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -12,8 +14,9 @@ from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.suggester import Suggester
-from textual.widgets import Input, Label, SelectionList, Static
+from textual.widgets import Input, Label, OptionList, SelectionList, Static
 from textual.widgets.selection_list import Selection
+from textual.worker import Worker, WorkerState
 
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.safeload import load_yaml_value
@@ -57,7 +60,7 @@ class ConfirmScreen(ModalScreen[bool]):
 
 
 class PathSuggester(Suggester):
-    """Completes the last path component: directories first (with a slash), then YAML files."""
+    """Completes the last path component inline with the first candidate (→ accepts it)."""
 
     def __init__(self, cwd: Path | None = None) -> None:
         super().__init__(use_cache=False, case_sensitive=True)
@@ -67,10 +70,9 @@ class PathSuggester(Suggester):
         return complete_path(value, self.cwd)
 
 
-def complete_path(value: str, cwd: Path | None = None) -> str | None:
-    """The first completion of `value` (as typed, `~` kept), or None."""
-    if not value:
-        return None
+def path_candidates(value: str, cwd: Path | None = None, limit: int = 200) -> list[str]:
+    """Every completion of `value` (as typed, `~` kept): directories first, with a slash, then
+    YAML files; hidden entries only when the typed name starts with a dot."""
     head, sep, stem = value.rpartition("/")
     directory = Path(os.path.expanduser(head + sep)) if sep else Path(".")
     if not directory.is_absolute() and cwd is not None:
@@ -78,87 +80,184 @@ def complete_path(value: str, cwd: Path | None = None) -> str | None:
     try:
         entries = sorted(os.scandir(directory), key=lambda e: e.name)
     except OSError:
-        return None
+        return []
     prefix = value[: len(value) - len(stem)]
-    dirs = [
-        e.name + "/" for e in entries if e.name.startswith(stem) and e.is_dir() and not e.name.startswith(".")
+    shown = [
+        e for e in entries if e.name.startswith(stem) and (stem.startswith(".") or not e.name.startswith("."))
     ]
-    specs = [e.name for e in entries if e.name.startswith(stem) and e.name.endswith((".yaml", ".yml"))]
-    for name in dirs + specs:
-        if name != stem:
-            return prefix + name
-    return None
+    dirs = [e.name + "/" for e in shown if e.is_dir()]
+    specs = [e.name for e in shown if not e.is_dir() and e.name.endswith((".yaml", ".yml"))]
+    return [prefix + name for name in dirs + specs if name != stem][:limit]
+
+
+def complete_path(value: str, cwd: Path | None = None) -> str | None:
+    """The first completion of `value`, or None."""
+    if not value:
+        return None
+    found = path_candidates(value, cwd, limit=1)
+    return found[0] if found else None
 
 
 class SubmitScreen(ModalScreen[str | None]):
-    """Ask for a spec path; → accepts the completion, enter submits."""
+    """Ask for a spec path with its completions listed; the dialog stays open, with what was
+    typed, until the daemon accepts the spec (its refusal is shown here)."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
-    DEFAULT_CSS = _DIALOG_CSS.format(name="SubmitScreen")
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "cancel", "Cancel"),
+        Binding("tab", "accept", "Complete", priority=True),
+        Binding("down", "move(1)", show=False, priority=True),
+        Binding("up", "move(-1)", show=False, priority=True),
+    ]
+    DEFAULT_CSS = (
+        _DIALOG_CSS.format(name="SubmitScreen")
+        + """
+    SubmitScreen OptionList { height: auto; max-height: 8; border: none; padding: 0; }
+    """
+    )
 
-    def __init__(self, cwd: Path | None = None) -> None:
+    def __init__(self, cwd: Path | None = None, submit: Callable[[str], str] | None = None) -> None:
         super().__init__()
         self.cwd = cwd
+        self.submit = submit  # None: the dialog only answers the path (the caller submits)
 
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Label("Submit a run spec", classes="title")
             yield Input(placeholder="path/to/spec.yaml", suggester=PathSuggester(self.cwd), id="spec-path")
-            yield Label("→ completes   enter submits   esc cancels", classes="hint")
+            yield OptionList(id="candidates")
+            yield Label("↑↓ choose  tab completes  enter submits a file  esc cancels", classes="hint")
             yield Static(classes="error", id="submit-error")
+
+    def on_mount(self) -> None:
+        self.show_candidates("")
+
+    @property
+    def candidates(self) -> OptionList:
+        return self.query_one("#candidates", OptionList)
+
+    def show_candidates(self, value: str) -> None:
+        found = path_candidates(value or "", self.cwd)
+        options = self.candidates
+        options.clear_options()
+        options.add_options(found)
+        options.display = bool(found)
+        options.highlighted = 0 if found else None
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        self.query_one("#submit-error", Static).update("")
+        self.show_candidates(event.value)
+
+    def action_move(self, step: int) -> None:
+        options = self.candidates
+        if options.option_count:
+            current = options.highlighted if options.highlighted is not None else -1
+            options.highlighted = (current + step) % options.option_count
+
+    def highlighted(self) -> str | None:
+        options = self.candidates
+        if options.highlighted is None or not options.option_count:
+            return None
+        return str(options.get_option_at_index(options.highlighted).prompt)
+
+    def action_accept(self) -> None:
+        choice = self.highlighted()
+        if choice is not None:
+            field = self.query_one("#spec-path", Input)
+            field.value = choice
+            field.cursor_position = len(choice)
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        self.action_accept()
+        self.query_one("#spec-path", Input).focus()
+
+    def _path(self, value: str) -> Path:
+        path = Path(os.path.expanduser(value))
+        return path if path.is_absolute() or self.cwd is None else self.cwd / path
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         value = event.value.strip()
         if not value:
             self.query_one("#submit-error", Static).update("Type the path of a spec file.")
             return
-        path = Path(os.path.expanduser(value))
-        if not path.is_absolute() and self.cwd is not None:
-            path = self.cwd / path
-        self.dismiss(str(path))
+        if not self._path(value).is_file() and self.highlighted() is not None:
+            self.action_accept()  # enter on a partial path completes it
+            return
+        if self.submit is None:
+            self.dismiss(str(self._path(value)))
+            return
+        self.query_one("#submit-error", Static).update("submitting …")
+        self.run_worker(partial(self.submit, str(self._path(value))), thread=True, exit_on_error=False)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        _dialog_worker(self, event, "#submit-error")
 
     def action_cancel(self) -> None:
         self.dismiss(None)
 
 
+def _dialog_worker(screen: ModalScreen[Any], event: Worker.StateChanged, error_id: str) -> None:
+    """A dialog's action ended: close with its result, or keep the dialog and say what was wrong."""
+    event.stop()
+    if event.state == WorkerState.SUCCESS:
+        screen.dismiss(event.worker.result)
+    elif event.state == WorkerState.ERROR:
+        error = event.worker.error
+        known = isinstance(error, UserError | ValueError)
+        text = str(error) if known else f"{type(error).__name__}: {error}"
+        screen.query_one(error_id, Static).update(text)
+
+
 def parse_knob(text: str) -> dict[str, Any]:
-    """`train.batch_size=4, precision=fp16` → {"train.batch_size": 4, "precision": "fp16"};
-    values are read as YAML scalars so numbers and booleans keep their types."""
+    """`batch_size=4, precision=fp16` → {"batch_size": 4, "precision": "fp16"}; values are read as
+    YAML scalars so numbers and booleans keep their types."""
     changes: dict[str, Any] = {}
     for part in text.split(","):
         if not part.strip():
             continue
         key, sep, raw = part.partition("=")
         if not sep or not key.strip():
-            raise ValueError(f"'{part.strip()}': write key=value, e.g. train.batch_size=4")
+            raise ValueError(f"'{part.strip()}': write name=value, e.g. batch_size=4")
         try:
             changes[key.strip()] = load_yaml_value(raw.strip(), key.strip()) if raw.strip() else None
         except UserError:
             hint = "write a number, a word or true/false"
             raise ValueError(f"'{raw.strip()[:60]}' is not a value: {hint}") from None
     if not changes:
-        raise ValueError("nothing to change: write key=value, e.g. train.batch_size=4")
+        raise ValueError("nothing to change: write name=value, e.g. batch_size=4")
     return changes
 
 
+def _example(knobs: dict[str, Any]) -> str:
+    """A placeholder a person could type as is: the first knob at double (or its own) value."""
+    for name, value in knobs.items():
+        if isinstance(value, int) and not isinstance(value, bool):
+            return f"{name}={value * 2}"
+    return f"{next(iter(knobs))}=…" if knobs else "name=value"
+
+
 class KnobScreen(ModalScreen[dict[str, Any] | None]):
-    """Change knobs of a run's spec and restart it."""
+    """Change knobs of a run and start it again. `apply` asks the daemon (in a thread); the dialog
+    closes only when it agrees, and keeps the input with the refusal otherwise."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
     DEFAULT_CSS = _DIALOG_CSS.format(name="KnobScreen")
 
-    def __init__(self, run_name: str, current: str = "") -> None:
+    def __init__(
+        self, run_name: str, knobs: dict[str, Any], apply: Callable[[dict[str, Any]], None] | None = None
+    ) -> None:
         super().__init__()
         self.run_name = run_name
-        self.current = current
+        self.knobs = knobs
+        self.apply = apply
+        self._changes: dict[str, Any] = {}
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(f"Change and restart {self.run_name}", classes="title")
-            if self.current:
-                yield Static(self.current, classes="hint")
-            yield Input(placeholder="train.batch_size=4, train.grad_accum=8", id="knob")
-            yield Label("enter restarts with these values   esc cancels", classes="hint")
+            yield Label(f"Change {self.run_name}'s settings and start it again", classes="title")
+            now = ", ".join(f"{k}={v}" for k, v in self.knobs.items())
+            yield Static(f"now: {now}" if now else "this run declares no knobs", classes="hint")
+            yield Input(placeholder=_example(self.knobs), id="knob")
+            yield Label("name=value, …   enter applies   esc cancels", classes="hint")
             yield Static(classes="error", id="knob-error")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
@@ -167,7 +266,20 @@ class KnobScreen(ModalScreen[dict[str, Any] | None]):
         except ValueError as exc:
             self.query_one("#knob-error", Static).update(str(exc))
             return
-        self.dismiss(changes)
+        if self.apply is None:
+            self.dismiss(changes)
+            return
+        self._changes = changes
+        self.query_one("#knob-error", Static).update("applying …")
+        self.run_worker(partial(self._apply, changes), thread=True, exit_on_error=False)
+
+    def _apply(self, changes: dict[str, Any]) -> dict[str, Any]:
+        assert self.apply is not None
+        self.apply(changes)
+        return changes
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        _dialog_worker(self, event, "#knob-error")
 
     def action_cancel(self) -> None:
         self.dismiss(None)
@@ -185,6 +297,13 @@ class MetricsScreen(ModalScreen[list[str] | None]):
         _DIALOG_CSS.format(name="MetricsScreen")
         + """
     MetricsScreen SelectionList { height: auto; max-height: 12; border: none; padding: 0; }
+    /* Unticked: an empty box (the X drawn in the box's own colour); ticked: a bold green X. */
+    MetricsScreen SelectionList > .selection-list--button { color: $panel; }
+    MetricsScreen SelectionList > .selection-list--button-selected { color: $success; text-style: bold; }
+    MetricsScreen SelectionList > .selection-list--button-highlighted { color: $panel; }
+    MetricsScreen SelectionList > .selection-list--button-selected-highlighted {
+        color: $success; text-style: bold;
+    }
     """
     )
 
@@ -195,7 +314,8 @@ class MetricsScreen(ModalScreen[list[str] | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label("History: metrics to chart for every GPU", classes="title")
+            yield Label("History: what to chart", classes="title")
+            yield Label("GPU metrics are charted for every GPU, host metrics once", classes="hint")
             yield SelectionList[str](
                 *(Selection(label, key, key in self.chosen) for key, label in self.choices), id="metrics"
             )

@@ -1,20 +1,28 @@
-"""The main screen: a status line, three tabs (overview, runs, history) and the key footer."""
+"""The main screen: a status line, three tabs (overview, runs, history) and the key footer.
+
+The footer shows only the keys that do something here and now: a run's controls as its state
+allows, the process key when a process of yours is selected, the metric key when there are
+GPUs. A key pressed for something not offered says why in one line instead of doing nothing.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, TabbedContent, TabPane, Tabs
+from textual.widgets import Footer, TabbedContent, TabPane, Tabs
 
+from gpuwarden.tui.controls import CONTROL_KEYS, RUN_CONTROLS, refusal
 from gpuwarden.tui.keys import CONTROL_ACTIONS
-from gpuwarden.tui.metrics import CHART_METRICS
+from gpuwarden.tui.metrics import CHART_METRICS, HOST_CHART_METRICS
 from gpuwarden.tui.screens.dialogs import MetricsScreen
 from gpuwarden.tui.screens.history import HistoryPane
 from gpuwarden.tui.screens.overview import OverviewPane
 from gpuwarden.tui.screens.runs import RunsPane
+from gpuwarden.tui.widgets.nav_table import NavTable
 from gpuwarden.tui.widgets.status_bar import StatusBar
 
 if TYPE_CHECKING:
@@ -31,6 +39,10 @@ _ACTION_TAB = {
     "cycle_metric": ("overview", "history"),
     "choose_metrics": ("history",),
 }
+_KEY_ACTION = {key: action for action, key in CONTROL_KEYS.items()} | {
+    "m": "cycle_metric",
+    "M": "cycle_metric",
+}
 
 
 class MainScreen(Screen[None]):
@@ -38,57 +50,66 @@ class MainScreen(Screen[None]):
         Binding("m", "cycle_metric(1)", "Metric"),
         Binding("M", "cycle_metric(-1)", show=False),
         Binding("c", "choose_metrics", "Metrics"),
-        Binding("k", "kill_process", "Kill proc"),
+        Binding("x", "kill_process", "Terminate"),
         Binding("s", "stop_run", "Stop"),
         Binding("r", "resume_run", "Resume"),
         Binding("e", "edit_run", "Edit"),
         Binding("t", "tune_run", "Tune"),
     ]
+    DEFAULT_CSS = """
+    MainScreen.-offline #tabs { text-opacity: 55%; }
+    """
 
     def __init__(self, app: GpuwardenApp) -> None:
         super().__init__()
         self.gw = app
+        # Built once: the footer asks check_action often, and a DOM query each time is not free.
+        self._tabs = TabbedContent(initial="overview", id="tabs")
+        self._overview = OverviewPane(id="overview-pane")
+        self._runs = RunsPane(readonly=app.readonly, id="runs-pane")
+        self._history = HistoryPane(app.backend, app.clock, id="history-pane")
 
     def compose(self) -> ComposeResult:
         yield StatusBar(id="status")
-        with TabbedContent(initial="overview", id="tabs"):
+        with self._tabs:
             with TabPane("1 Overview", id="overview"):
-                yield OverviewPane(id="overview-pane")
+                yield self._overview
             with TabPane("2 Runs", id="runs"):
-                yield RunsPane(readonly=self.gw.readonly, id="runs-pane")
+                yield self._runs
             with TabPane("3 History", id="history"):
-                yield HistoryPane(self.gw.backend, self.gw.clock, id="history-pane")
+                yield self._history
         yield Footer()
 
     def on_mount(self) -> None:
         # Tabs change with 1/2/3; a focused tab strip would swallow ← → meant for the history cursor.
         self.query_one(Tabs).can_focus = False
-        self.query_one("#processes", DataTable).focus()
+        self.query_one("#processes", NavTable).focus()
         self.gw.show_status()
         self.call_after_refresh(self.gw.connect)
 
     @property
     def tab(self) -> str:
-        return self.query_one("#tabs", TabbedContent).active or "overview"
+        """The tab shown ("overview" while the screen is still being built)."""
+        return (self._tabs.active if self._tabs.is_mounted else "") or "overview"
 
     @property
     def overview(self) -> OverviewPane:
-        return self.query_one(OverviewPane)
+        return self._overview
 
     @property
     def runs(self) -> RunsPane:
-        return self.query_one(RunsPane)
+        return self._runs
 
     @property
     def history(self) -> HistoryPane:
-        return self.query_one(HistoryPane)
+        return self._history
 
     def show_tab(self, tab: str) -> None:
-        self.query_one("#tabs", TabbedContent).active = tab
+        self._tabs.active = tab
         focus = {"overview": "#processes", "runs": "#runs-table", "history": "#history-pane"}[tab]
         # The pane becomes visible on the next refresh; a hidden widget cannot take focus.
         self.call_after_refresh(self.query_one(focus).focus)
-        if tab == "history" and self.history.loaded != self.history.wanted:
+        if tab == "history" and self.history.needs_reload:
             self.history.reload()
         self.refresh_bindings()
 
@@ -98,11 +119,49 @@ class MainScreen(Screen[None]):
     def on_runs_pane_open_run(self, message: RunsPane.OpenRun) -> None:
         self.gw.open_run(message.run_id)
 
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in CONTROL_ACTIONS and self.gw.readonly:
-            return False
+    def on_runs_pane_highlighted(self, message: RunsPane.Highlighted) -> None:
+        self.refresh_bindings()
+
+    def on_overview_pane_process_highlighted(self, message: OverviewPane.ProcessHighlighted) -> None:
+        self.refresh_bindings()
+
+    # -- what is offered ----------------------------------------------------------------------
+
+    def refusal(self, action: str) -> str | None:
+        """Why `action` does nothing here and now (None: it is offered, or it is not this tab's)."""
         tabs = _ACTION_TAB.get(action)
-        return tabs is None or not self.is_mounted or self.tab in tabs
+        if tabs is not None and self.tab not in tabs:
+            return None
+        if action in CONTROL_ACTIONS and (why := self.gw.control_refusal()):
+            return why
+        if not (self._runs.is_mounted and self._overview.is_mounted):
+            return None  # still being built
+        if action in RUN_CONTROLS:
+            run = self.runs.selected()
+            return "no run selected" if run is None else refusal(action, run)
+        if action == "kill_process":
+            return self.overview.kill_refusal()
+        if action == "cycle_metric" and self.tab == "overview" and not self.gw.live.gpus:
+            return "no GPU to chart: the host's CPU and memory are in the history tab (3)"
+        return None
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if not self.is_mounted:
+            return True
+        tabs = _ACTION_TAB.get(action)
+        if tabs is not None and self.tab not in tabs:
+            return False
+        return self.refusal(action) is None
+
+    def on_key(self, event: events.Key) -> None:
+        """A key whose action is not offered now says why (it reaches here only then)."""
+        action = _KEY_ACTION.get(event.key)
+        why = self.refusal(action) if action else None
+        if why:
+            event.stop()
+            self.notify(why, timeout=4)
+
+    # -- actions ------------------------------------------------------------------------------
 
     def action_cycle_metric(self, step: int) -> None:
         if self.tab == "history":
@@ -117,8 +176,10 @@ class MainScreen(Screen[None]):
             if chosen:
                 self.call_later(pane.set_metrics, chosen)
 
-        choices = [(m.key, m.label) for m in CHART_METRICS]
-        self.app.push_screen(MetricsScreen(choices, list(pane.metrics)), answered)
+        gpu = [(m.key, m.label) for m in CHART_METRICS] if self.gw.live.gpus else []
+        host = [(f"host.{m.key}", f"host {m.label}") for m in HOST_CHART_METRICS]
+        chosen = [*pane.metrics, *(f"host.{k}" for k in pane.host_metrics)]
+        self.app.push_screen(MetricsScreen(gpu + host, chosen), answered)
 
     def action_kill_process(self) -> None:
         proc = self.overview.selected_process()
@@ -138,7 +199,7 @@ class MainScreen(Screen[None]):
     def action_edit_run(self) -> None:
         run = self.runs.selected()
         if run is not None:
-            self.gw.ask_edit(run, None)
+            self.gw.ask_edit(run)
 
     def action_tune_run(self) -> None:
         run = self.runs.selected()

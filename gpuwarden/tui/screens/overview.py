@@ -1,66 +1,103 @@
-"""The overview tab: a card per GPU, the host, and the processes holding GPU memory."""
+"""The overview tab: a card per GPU, the host, and the processes at work — those holding GPU
+memory and the active runs on the CPU (on a machine without a GPU, the host's runs alone)."""
 
 from __future__ import annotations
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Container, VerticalScroll
+from textual.events import Resize
+from textual.message import Message
 from textual.widgets import DataTable, Static
 
-from gpuwarden.tui.backend import ProcessInfo
-from gpuwarden.tui.formatting import size
+from gpuwarden.core.run_state import ACTIVE_STATES, RunState
+from gpuwarden.core.units import size
+from gpuwarden.tui.backend import ProcessInfo, RunRow
 from gpuwarden.tui.live import LiveState
 from gpuwarden.tui.metrics import ChartMetric
 from gpuwarden.tui.widgets.gpu_card import GpuCard
 from gpuwarden.tui.widgets.host_panel import HostPanel
+from gpuwarden.tui.widgets.nav_table import NavTable
 
 WIDE = 140  # from this many columns the cards sit two abreast
-TALL = 40  # from this many rows the card charts get taller
+CARD_TEXT = 3  # a card's lines above its chart
+CHART_MIN, CHART_MAX = 2, 40  # rows of a card's chart: what the height leaves, within these
 
-
-# (label, width): pid up to 7 digits, a user name, GPU index, "123.4 GiB", a run id, the command.
+# (label, width): pid up to 7 digits, a user name, GPU index or "cpu", "123 GiB", a run id; the
+# command takes what is left (27 cells at 80 columns, with the cells' padding and a scrollbar).
 PROCESS_COLUMNS: tuple[tuple[str, int], ...] = (
     ("PID", 7),
     ("User", 8),
     ("GPU", 3),
-    ("Memory", 9),
+    ("Memory", 8),
     ("Run", 11),
-    ("Command", 29),
-)  # 67 cells + 12 of padding: the whole table fits an 80-column SSH terminal
+)
+COMMAND_MIN = 27
+
+
+def cpu_runs(live: LiveState) -> list[RunRow]:
+    """Active runs that hold no GPU: they work on the host's CPU."""
+    return [
+        r
+        for r in live.runs_sorted()
+        if (r.state in ACTIVE_STATES or r.state == RunState.QUEUED) and not r.placed and r.gpus in (0, None)
+    ]
 
 
 class OverviewPane(VerticalScroll):
     DEFAULT_CSS = """
     OverviewPane #no-gpu { color: $warning; padding: 0 1; margin-bottom: 1; height: auto; }
     OverviewPane #cards { height: auto; }
-    OverviewPane.tall GpuCard { height: 8; }
-    OverviewPane.tall GpuCard Chart { height: 5; }
-    OverviewPane.wide #cards { layout: grid; grid-size: 2; grid-rows: 5; grid-gutter: 1 2; }
-    OverviewPane.wide.tall #cards { grid-rows: 8; }
+    OverviewPane.wide #cards { layout: grid; grid-size: 2; grid-gutter: 1 2; }
     OverviewPane.wide GpuCard { margin-bottom: 0; }
     OverviewPane.wide #host { margin-top: 1; }
     OverviewPane #proc-title { padding: 0 1; margin-top: 1; text-style: bold; height: 1; }
     OverviewPane #processes { height: auto; max-height: 12; }
+    OverviewPane.no-gpu #processes { max-height: 100%; }
+    OverviewPane #proc-empty { padding: 0 1; color: $text-muted; height: auto; }
     """
+
+    class ProcessHighlighted(Message):
+        """The selected process changed: the screen offers (or not) to terminate it."""
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self._processes: dict[int, ProcessInfo] = {}
+        self._gpu_processes: list[ProcessInfo] = []
+        self._cpu_runs: list[RunRow] = []
+        self.has_gpus = True
+        self._command_width = 0
+        self._card_rows: tuple[int, int] | None = None  # (chart rows, cards) last laid out
+        self._announced: ProcessInfo | None = None  # the selection the screen was last told of
 
     def compose(self) -> ComposeResult:
         yield Static(id="no-gpu")
         yield Container(id="cards")
         yield HostPanel(id="host")
         yield Static("GPU processes", id="proc-title")
-        table: DataTable[str | Text] = DataTable(id="processes", cursor_type="row", zebra_stripes=True)
-        # Fixed widths: the layout never jumps as processes come and go (and a repaint over SSH
-        # sends only the cells that changed).
-        for label, width in PROCESS_COLUMNS:
-            table.add_column(label, width=width)
-        yield table
+        yield NavTable(id="processes")
+        yield Static(id="proc-empty")
 
     def on_mount(self) -> None:
         self.query_one("#no-gpu").display = False
+        self._columns(self.app.size.width)
+
+    def on_resize(self, event: Resize) -> None:
+        self._columns(event.size.width)
+
+    def _columns(self, total: int) -> None:
+        """Widths fixed for a terminal width: the layout never jumps as processes come and go (and
+        a repaint over SSH sends only the cells that changed); the command gets the rest."""
+        fixed = sum(w for _, w in PROCESS_COLUMNS) + 2 * (len(PROCESS_COLUMNS) + 1) + 2
+        command = max(COMMAND_MIN, total - fixed)
+        if command == self._command_width:
+            return
+        self._command_width = command
+        table = self.query_one("#processes", NavTable)
+        table.clear(columns=True)
+        for label, width in (*PROCESS_COLUMNS, ("Command", command)):
+            table.add_column(label, width=width)
+        self._fill()
 
     async def set_gpus(self, live: LiveState, sampling: str | None) -> None:
         """Mount one card per GPU (once); with none, say why in one line."""
@@ -70,6 +107,9 @@ class OverviewPane(VerticalScroll):
         if new:
             await cards.mount_all(new)
         no_gpu = self.query_one("#no-gpu", Static)
+        self.has_gpus = bool(live.gpus)
+        self.set_class(not live.gpus, "no-gpu")
+        cards.display = bool(live.gpus)
         if live.gpus:
             no_gpu.display = False
         else:
@@ -82,9 +122,11 @@ class OverviewPane(VerticalScroll):
             return (width - 2) // 2 - 4
         return max(40, width - 4)
 
-    def show(self, live: LiveState, metric: ChartMetric, *, samples: bool, processes: bool) -> None:
+    def show(
+        self, live: LiveState, metric: ChartMetric, *, samples: bool, processes: bool, runs: bool = False
+    ) -> None:
         self.set_class(self.app.size.width >= WIDE, "wide")
-        self.set_class(self.app.size.height >= TALL, "tall")
+        self._fit_cards()
         width = self.card_width()
         if samples:
             for card in self.query(GpuCard):
@@ -93,27 +135,105 @@ class OverviewPane(VerticalScroll):
                     card.show(state, metric, width)
             self.query_one(HostPanel).show(live.snapshot.host if live.snapshot else None, width)
         if processes:
-            self.show_processes(live.processes)
+            self._gpu_processes = list(live.processes)
+        if processes or runs:
+            self._cpu_runs = cpu_runs(live)
+            self._fill()
 
-    def show_processes(self, processes: list[ProcessInfo]) -> None:
-        table: DataTable[str | Text] = self.query_one("#processes", DataTable)
+    def _fit_cards(self) -> None:
+        """Card charts take the height the processes table leaves (a tall terminal, taller charts)."""
+        cards = list(self.query(GpuCard))
+        if not cards:
+            return
+        height = self.size.height or self.app.size.height - 6
+        per_row = 2 if self.has_class("wide") else 1
+        rows = -(-len(cards) // per_row)
+        table = min(12, max(1, len(self._processes))) + 1  # its header
+        fixed = 1 + 2 + 2 + table  # the pane's top padding, the host line, the table's title, the table
+        chart = max(CHART_MIN, min(CHART_MAX, (height - fixed) // rows - CARD_TEXT - 1))
+        if (chart, len(cards)) == self._card_rows:
+            return  # a new layout only when the height to share changed
+        self._card_rows = (chart, len(cards))
+        for card in cards:
+            card.styles.height = CARD_TEXT + chart
+            card.chart.styles.height = chart
+        self.query_one("#cards").styles.grid_rows = f"{CARD_TEXT + chart}"
+
+    def show_runs(self, live: LiveState) -> None:
+        self._cpu_runs = cpu_runs(live)
+        self._fill()
+
+    def _fill(self) -> None:
+        table = self.query_one("#processes", NavTable)
         selected = self.selected_process()
         table.clear()
-        for p in sorted(
-            processes, key=lambda p: (p.gpu_index if p.gpu_index is not None else -1, -(p.used_memory or 0))
-        ):
+        shown: list[ProcessInfo] = sorted(
+            self._gpu_processes,
+            key=lambda p: (p.gpu_index if p.gpu_index is not None else -1, -(p.used_memory or 0)),
+        )
+        for p in shown:
             run = Text(p.run_id or "–", style="" if p.run_id else "dim")
             user = Text(p.user or "?", style="bold" if p.owned else "")
             gpu = "–" if p.gpu_index is None else str(p.gpu_index)
-            table.add_row(str(p.pid), user, gpu, size(p.used_memory), run, p.command[:60], key=str(p.pid))
-        if selected is not None and str(selected.pid) in {str(p.pid) for p in processes}:
+            command = (
+                p.command
+                if len(p.command) <= self._command_width
+                else p.command[: self._command_width - 1] + "…"
+            )
+            table.add_row(str(p.pid), user, gpu, size(p.used_memory), run, command, key=str(p.pid))
+        cpu: list[ProcessInfo] = []
+        for r in self._cpu_runs:
+            if r.pid is None or any(p.pid == r.pid for p in shown):
+                continue
+            proc = ProcessInfo(r.pid, "", None, None, None, f"{r.name} ({r.kind}, {r.state})", r.id, True)
+            cpu.append(proc)
+            table.add_row(
+                str(r.pid), Text("you", style="bold"), "cpu", "–", r.id, proc.command, key=str(r.pid)
+            )
+        if selected is not None and any(p.pid == selected.pid for p in shown + cpu):
             table.move_cursor(row=table.get_row_index(str(selected.pid)))
-        self.query_one("#proc-title", Static).update(f"GPU processes ({len(processes)})")
-        self._processes = {p.pid: p for p in processes}
+        self._processes = {p.pid: p for p in shown + cpu}
+        self._show_title(len(shown), len(cpu))
+
+    def _show_title(self, on_gpus: int, on_cpu: int) -> None:
+        title = self.query_one("#proc-title", Static)
+        empty = self.query_one("#proc-empty", Static)
+        if self.has_gpus:
+            title.update(
+                f"GPU processes ({on_gpus})" + (f" and runs on the CPU ({on_cpu})" if on_cpu else "")
+            )
+            empty.update("no process holds GPU memory")
+        else:
+            queued = sum(1 for r in self._cpu_runs if r.state == RunState.QUEUED)
+            title.update(f"Runs on this host ({on_cpu} working" + (f", {queued} queued)" if queued else ")"))
+            empty.update(
+                "no run is working on the host"
+                + (f" ({queued} queued)" if queued else "")
+                + " — 2 lists every run, n submits one"
+            )
+        empty.display = not (on_gpus or on_cpu)
 
     def selected_process(self) -> ProcessInfo | None:
-        table: DataTable[str | Text] = self.query_one("#processes", DataTable)
+        table: DataTable[str | Text] = self.query_one("#processes", NavTable)
         if not table.row_count:
             return None
         key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
         return self._processes.get(int(key)) if key is not None else None
+
+    def kill_refusal(self) -> str | None:
+        """Why `x` would not terminate the selected process (None: it is yours and no run's)."""
+        proc = self.selected_process()
+        if proc is None:
+            return "no process selected"
+        if not proc.owned:
+            return f"process {proc.pid} belongs to {proc.user}: you can only terminate your own"
+        if proc.run_id:
+            return f"process {proc.pid} is run {proc.run_id}: stop the run instead (2, then s)"
+        return None
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        # The table is rebuilt on every process read: say so only when the choice changed.
+        selected = self.selected_process()
+        if selected != self._announced:
+            self._announced = selected
+            self.post_message(self.ProcessHighlighted())

@@ -1,23 +1,31 @@
-"""One run: its attempts and retunes (settings before → after, verdict, evidence), charts of loss,
-throughput and peak memory against the card, and the log tail."""
+"""One run: its attempts (each with the settings it was handed and what changed in its config
+file) and retunes (one sentence each, the raw evidence one key away), charts of loss, throughput
+and peak memory with axes and the card's limit, the log tail, and doctor's findings."""
 
 from __future__ import annotations
 
+import json
 import threading
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+from rich.console import Group, RenderableType
+from rich.padding import Padding
+from rich.table import Table
 from rich.text import Text
-from textual import work
+from textual import events, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Log, Static, TabbedContent, TabPane
 
-from gpuwarden.core.api import Retune
+from gpuwarden.core.api import Attempt, RunMetric
+from gpuwarden.core.command.record import summary_lines
+from gpuwarden.core.oom.explain import retune_sentence
+from gpuwarden.core.units import compact, duration, named, num, size
 from gpuwarden.tui.backend import DashboardBackend, DoctorFinding, RunDetailView, RunRow
-from gpuwarden.tui.formatting import GIB, clock, duration, gib, num
-from gpuwarden.tui.keys import CONTROL_ACTIONS
+from gpuwarden.tui.controls import CONTROL_KEYS, RUN_CONTROLS, refusal
+from gpuwarden.tui.formatting import clock
 from gpuwarden.tui.messages import DetailLoaded, DoctorLoaded, LogLoaded
 from gpuwarden.tui.screens.runs import state_text
 from gpuwarden.tui.widgets.chart import Chart
@@ -27,71 +35,138 @@ if TYPE_CHECKING:
 
 LOG_TAIL_BYTES = 32_768  # what the log tab shows first: enough for a screenful many times over
 LOG_POLL_S = 1.0
+EVENTS_SHOWN = 200  # the newest events in the timeline (`gpuwarden events RUN` has them all)
+INDENT = 5
+Stream = Literal["stdout", "stderr"]
+_KEY_ACTION = {key: action for action, key in CONTROL_KEYS.items() if action in RUN_CONTROLS}
 
 
-def _value(v: Any) -> str:
-    return "–" if v is None else str(v)
+def _indented(text: RenderableType, cells: int = INDENT) -> Padding:
+    """A paragraph whose wrapped lines keep the indent (never wrapped to column 1)."""
+    return Padding(text, (0, 0, 0, cells))
 
 
-def retune_text(rt: Retune) -> Text:
-    """The settings that changed (before → after), the verdict, the evidence and the outcome."""
-    text = Text()
-    text.append("    retune ", style="bold magenta")
-    text.append(f"at {clock(rt.ts)}")
-    if rt.verdict:
-        text.append("  verdict ", style="dim")
-        text.append(rt.verdict, style="bold")
-    if rt.outcome:
-        text.append("  → ", style="dim")
-        text.append(rt.outcome, style="green" if rt.outcome == "succeeded" else "yellow")
-    for key in sorted(set(rt.before) | set(rt.after)):
-        before, after = rt.before.get(key), rt.after.get(key)
-        text.append(f"\n      {key:<24} ")
-        text.append(_value(before), style="red" if before != after else "")
-        text.append(" → ")
-        text.append(_value(after), style="green" if before != after else "")
-    if rt.evidence:
-        text.append("\n      evidence ", style="dim")
-        text.append("  ".join(f"{k}={v}" for k, v in rt.evidence.items()))
+def report_text(report: dict[str, Any] | None) -> Text | None:
+    """The report's headline figures in a person's units; energy per sample whatever it is called."""
+    if not report:
+        return None
+    parts: list[str] = []
+    for key, label in (("samples_seen", "samples"), ("steps", "steps"), ("wall_s", "in")):
+        if isinstance(report.get(key), int | float):
+            value = duration(report[key]) if key == "wall_s" else compact(report[key])
+            parts.append(f"{value} {label}" if label != "in" else f"in {value}")
+    if isinstance(report.get("samples_per_s"), int | float):
+        parts.append(f"{report['samples_per_s']:.3g} samples/s")
+    if isinstance(report.get("mem_peak"), int | float):
+        parts.append(f"peak {size(report['mem_peak'])}")
+    for key, value in report.items():
+        lowered = key.lower()
+        if isinstance(value, int | float) and ("joule" in lowered or "kwh" in lowered or key.endswith("_j")):
+            parts.append(_energy_part(key, value))
+    if not parts:
+        return None
+    text = Text("report  ", style="bold")
+    text.append(" · ".join(parts))
     return text
 
 
-def timeline_text(detail: RunDetailView) -> Text:
-    """Attempts in order, each followed by the retune that ended it, then the latest events."""
-    text = Text()
-    by_attempt: dict[int, list[Retune]] = {}
+def _energy_part(key: str, value: float) -> str:
+    lowered = key.lower()
+    if "per_sample" in lowered and ("joule" in lowered or lowered.endswith("_j")):
+        return f"{value:.3g} J/sample"
+    if "per_kwh" in lowered:
+        return f"{value:.3g} samples/kWh" if "sample" in lowered else f"{value:.3g} per kWh"
+    return f"{key} {named(key, value)}"
+
+
+def attempt_lines(a: Attempt, detail: RunDetailView) -> list[RenderableType]:
+    """An attempt's head line, its reason, and (command runs) the settings it was handed."""
+    head = Text()
+    head.append(f"#{a.attempt:<3}", style="bold")
+    end = clock(a.ended_at) if a.ended_at else "now"
+    head.append(f"{clock(a.started_at)} → {end}  ")
+    if a.started_at:
+        head.append(f"({duration(a.ended_at - a.started_at) if a.ended_at else a.state})  ")
+    outcome = a.classification or a.state
+    head.append(outcome, style="bold red" if outcome in ("oom", "failed") else "bold green")
+    gpus = [detail.gpu_index[u] for u in a.gpus if u in detail.gpu_index]
+    head.append(f"  GPU {','.join(map(str, gpus))}" if gpus else "  CPU", style="dim")
+    if a.exit_code is not None:
+        head.append(f"  exit {a.exit_code}", style="dim")
+    out: list[RenderableType] = [head]
+    if a.reason and a.reason != f"exit code {a.exit_code}":
+        out.append(_indented(Text(a.reason, style="italic")))
+    if a.prepared is not None:
+        knobs = ", ".join(f"{k}={v}" for k, v in a.prepared.knobs.items())
+        if knobs:
+            out.append(_indented(Text(f"knobs {knobs}", style="dim")))
+        for line in summary_lines(a.prepared):
+            style = "green" if line.startswith("+") else "red" if line.startswith("-") else "dim"
+            if line.startswith(("+++", "---", "@@")):
+                style = "dim"
+            out.append(_indented(Text(line, style=style)))
+    return out
+
+
+def timeline_renderable(detail: RunDetailView, raw: bool) -> Group:
+    """Attempts in order, each followed by the retune that ended it, then the events."""
+    parts: list[RenderableType] = []
+    report = report_text(detail.report)
+    if report is not None:
+        parts += [report, Text()]
+    if not detail.attempts:
+        parts.append(Text("No attempt yet: the run waits in the queue.", style="dim"))
+    by_attempt: dict[int, list[Any]] = {}
     for rt in detail.retunes:
         by_attempt.setdefault(rt.attempt, []).append(rt)
-    if not detail.attempts:
-        text.append("No attempt yet: the run waits in the queue.\n", style="dim")
     for a in detail.attempts:
-        text.append(f"#{a.attempt:<3}", style="bold")
-        end = clock(a.ended_at) if a.ended_at else "now"
-        text.append(f"{clock(a.started_at)} → {end}  ")
-        if a.started_at:
-            text.append(
-                f"({duration((a.ended_at or a.started_at) - a.started_at) if a.ended_at else a.state})  "
-            )
-        outcome = a.classification or a.state
-        text.append(outcome, style="bold red" if outcome in ("oom", "failed") else "bold green")
-        gpus = [detail.gpu_index[u] for u in a.gpus if u in detail.gpu_index]
-        if gpus:
-            text.append(f"  GPU {','.join(map(str, gpus))}", style="dim")
-        if a.exit_code is not None:
-            text.append(f"  exit {a.exit_code}", style="dim")
-        if a.reason:
-            text.append(f"\n     {a.reason}", style="italic")
-        text.append("\n")
+        parts += attempt_lines(a, detail)
         for rt in by_attempt.get(a.attempt, []):
-            text.append_text(retune_text(rt))
-            text.append("\n")
+            head = Text("retune ", style="bold magenta")
+            head.append(f"at {clock(rt.ts)}")
+            if rt.outcome:
+                head.append("  then ", style="dim")
+                head.append(rt.outcome, style="green" if rt.outcome == "succeeded" else "yellow")
+            parts.append(_indented(head, 3))
+            parts.append(_indented(Text(retune_sentence(rt, detail.oom_phases.get(rt.attempt)))))
+            if raw and rt.evidence:
+                evidence = json.dumps({"evidence": rt.evidence, "prediction": rt.prediction}, indent=2)
+                parts.append(_indented(Text(evidence, style="dim")))
+    if detail.retunes and not raw:
+        parts.append(Text("v shows each retune's raw evidence", style="dim"))
     if detail.events:
-        text.append("\nEvents\n", style="bold")
-        for e in detail.events[-20:]:
-            text.append(f"  {clock(e.ts)} ", style="dim")
-            text.append(f"{e.type:<10}", style="magenta" if e.type in ("oom", "error") else "cyan")
-            text.append(f" {e.text}\n")
+        parts.append(Text("\nEvents", style="bold"))
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(style="dim", no_wrap=True)
+        grid.add_column(no_wrap=True)
+        grid.add_column(overflow="fold")
+        for e in detail.events[-EVENTS_SHOWN:]:
+            kind = Text(e.type, style="magenta" if e.type in ("oom", "error") else "cyan")
+            grid.add_row(clock(e.ts), kind, _gpu_names(e.text, detail.gpu_index))
+        parts.append(_indented(grid, 2))
+    return Group(*parts)
+
+
+def _gpu_names(text: str, gpu_index: dict[str, int]) -> str:
+    """GPU UUIDs in a message as the dashboard names GPUs elsewhere (GPU 0)."""
+    for uuid, index in gpu_index.items():
+        text = text.replace(uuid, f"GPU {index}")
     return text
+
+
+class Scroller(VerticalScroll, can_focus=True):
+    """A tab's scrolling body: j/k and the arrows scroll it, g/G to either end."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("j", "scroll_down", show=False),
+        Binding("k", "scroll_up", show=False),
+        Binding("g", "scroll_home", show=False),
+        Binding("G", "scroll_end", show=False),
+    ]
+
+    @property
+    def at_end(self) -> bool:
+        return self.scroll_y >= self.max_scroll_y - 1
 
 
 class RunDetailScreen(Screen[None]):
@@ -101,6 +176,8 @@ class RunDetailScreen(Screen[None]):
         Binding("r", "resume_run", "Resume"),
         Binding("e", "edit_run", "Edit"),
         Binding("t", "tune_run", "Tune"),
+        Binding("v", "toggle_evidence", "Evidence"),
+        Binding("o", "toggle_stream", "Stderr"),
         Binding("f", "toggle_follow", "Follow"),
         Binding("a", "detail_tab('timeline')", "Timeline", show=False),
         Binding("c", "detail_tab('charts')", "Charts", show=False),
@@ -110,11 +187,15 @@ class RunDetailScreen(Screen[None]):
     DEFAULT_CSS = """
     RunDetailScreen #run-head { height: auto; max-height: 3; padding: 0 1; background: $panel; }
     RunDetailScreen #detail-tabs { height: 1fr; }
-    RunDetailScreen TabPane { height: 1fr; padding: 0; }
+    RunDetailScreen TabPane { height: 1fr; padding: 0; overflow: hidden; }
+    RunDetailScreen Scroller { height: 1fr; }
     RunDetailScreen #timeline-text { padding: 0 1; }
     RunDetailScreen .chart-label { height: 1; padding: 0 1; }
-    RunDetailScreen Chart { height: 3; margin: 0 1 1 1; }
+    RunDetailScreen #charts-empty { padding: 1 1; color: $text-muted; display: none; }
+    RunDetailScreen .chart-box Chart { height: 4; margin: 0 1 1 1; }
+    RunDetailScreen #log-head { height: 1; padding: 0 1; color: $text-muted; }
     RunDetailScreen Log { height: 1fr; }
+    RunDetailScreen.-offline #detail-tabs { text-opacity: 55%; }
     """
 
     def __init__(self, backend: DashboardBackend, run: RunRow) -> None:
@@ -123,7 +204,12 @@ class RunDetailScreen(Screen[None]):
         self.summary = run
         self.detail: RunDetailView | None = None
         self.follow = True
+        self.raw_evidence = False
+        self.stream: Stream = "stdout"
         self.log_offset = -LOG_TAIL_BYTES
+        self._log_seen = False  # a chunk of the current stream has been shown
+        self._switched = False  # stdout was empty and stderr was shown instead (once)
+        self._timeline_shown = False
         self._stop_log = threading.Event()
 
     @property
@@ -136,16 +222,22 @@ class RunDetailScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Static(id="run-head")
         with TabbedContent(initial="timeline", id="detail-tabs"):
-            with TabPane("Timeline", id="timeline"), VerticalScroll():
+            with TabPane("Timeline", id="timeline"), Scroller(id="timeline-scroll"):
                 yield Static(id="timeline-text")
-            with TabPane("Charts", id="charts"), VerticalScroll():
+            with TabPane("Charts", id="charts"), Scroller(id="charts-scroll"):
+                yield Static(
+                    "No progress reported yet: the charts fill as the run reports its steps (a script "
+                    "reports them with gpuwarden.sdk or the Trainer and Lightning callbacks).",
+                    id="charts-empty",
+                )
                 for key, style in (("loss", "yellow"), ("throughput", "cyan"), ("memory", "magenta")):
                     with Vertical(id=f"chart-{key}", classes="chart-box"):
                         yield Static(classes="chart-label")
-                        yield Chart(height=3, style=style, fit=True)
+                        yield Chart(height=4, style=style, fit=True, y_gutter=9, axis=True)
             with TabPane("Log", id="log"):
+                yield Static(id="log-head")
                 yield Log(max_lines=5000, auto_scroll=True, id="log-view")
-            with TabPane("Doctor", id="doctor"), VerticalScroll():
+            with TabPane("Doctor", id="doctor"), Scroller(id="doctor-scroll"):
                 yield Static("(press d to diagnose this run)", id="doctor-text")
         yield Footer()
 
@@ -153,6 +245,7 @@ class RunDetailScreen(Screen[None]):
         self.show_head()
         self.reload()
         self._tail_log()
+        self.query_one("#timeline-scroll", Scroller).focus()
 
     def on_unmount(self) -> None:
         self._stop_log.set()
@@ -176,29 +269,73 @@ class RunDetailScreen(Screen[None]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="log")
     def _tail_log(self) -> None:
         """Read the log from where we left off, every second while following."""
-        offset = self.log_offset
-        while not self._stop_log.is_set():
-            chunk = self.backend.logs(self.summary.id, offset)
+        offset, stream = self.log_offset, self.stream
+        while not self._stop_log.is_set() and stream == self.stream:
+            chunk = self.backend.logs(self.summary.id, offset, stream)
             offset = chunk.next_offset
-            if chunk.data or chunk.overflow:
-                self.post_message(LogLoaded(self.summary.id, chunk))
+            self.post_message(LogLoaded(self.summary.id, chunk))
             if not self.follow:
                 return
             self._stop_log.wait(LOG_POLL_S)
 
     def on_log_loaded(self, message: LogLoaded) -> None:
+        chunk = message.chunk
+        if chunk.stream != self.stream:
+            return  # a read of the stream the user switched away from
         log = self.query_one("#log-view", Log)
-        if message.chunk.overflow:
+        if chunk.overflow:
             log.write_line("… (log skipped ahead: it grew faster than it was read)")
-        log.write(message.chunk.data)
-        self.log_offset = message.chunk.next_offset
+        if chunk.data:
+            log.write(chunk.data)
+            self._log_seen = True
+        self.log_offset = chunk.next_offset
+        if not chunk.size and self.stream == "stdout" and not self._switched:
+            # Nothing on stdout (the built-in runners write warnings to stderr): show stderr.
+            self._switched = True
+            self.stream = "stderr"
+            self._switch_stream()
+            return
+        self._show_log_head(chunk.size)
+
+    def _show_log_head(self, size_now: int) -> None:
+        """`stderr · attempt 2 · o: stdout · …/attempts/2/stderr.log`, or why it is empty."""
+        attempt = self.detail.attempts[-1] if self.detail and self.detail.attempts else None
+        other = "stderr" if self.stream == "stdout" else "stdout"
+        head = Text(self.stream, style="bold")
+        if not size_now and not self._log_seen:
+            head.append(
+                " is empty — progress and memory are in the timeline (a) and charts (c)", style="italic"
+            )
+        elif self._switched and self.stream == "stderr":
+            head.append(" (stdout is empty)", style="dim")
+        if attempt is not None:
+            head.append(f" · attempt {attempt.attempt}", style="dim")
+        head.append(f" · o: {other}", style="dim")
+        if attempt is not None:
+            path = attempt.stdout_path if self.stream == "stdout" else attempt.stderr_path
+            room = (self.size.width or self.app.size.width) - 2 - head.cell_len - 3
+            if room > 12:
+                head.append(" · " + (path if len(path) <= room else "…" + path[-(room - 1) :]), style="dim")
+        self.query_one("#log-head", Static).update(head)
 
     def on_detail_loaded(self, message: DetailLoaded) -> None:
         self.detail = message.detail
         self.summary = message.detail.run
         self.show_head()
-        self.query_one("#timeline-text", Static).update(timeline_text(message.detail))
+        self.show_timeline()
         self.show_charts(message.detail)
+        self.refresh_bindings()
+
+    def show_timeline(self) -> None:
+        if self.detail is None:
+            return
+        scroller = self.query_one("#timeline-scroll", Scroller)
+        # Opened at the top (the attempts); afterwards, at the bottom it follows new events.
+        follow = self._timeline_shown and scroller.at_end
+        self._timeline_shown = True
+        self.query_one("#timeline-text", Static).update(timeline_renderable(self.detail, self.raw_evidence))
+        if follow:
+            self.call_after_refresh(scroller.scroll_end, animate=False)
 
     def show_head(self) -> None:
         r = self.summary
@@ -206,46 +343,92 @@ class RunDetailScreen(Screen[None]):
         head.append(r.name, style="bold")
         head.append(f" ({r.id}) {r.kind}  ", style="dim")
         head.append_text(state_text(r.state))
-        head.append(f"  attempt {r.attempt}  GPU {','.join(map(str, r.placed)) or '–'}")
+        where = ",".join(map(str, r.placed)) or ("CPU" if r.gpus == 0 else "–")
+        head.append(f"  attempt {r.attempt}  GPU {where}" if r.placed else f"  attempt {r.attempt}  {where}")
         if r.message:
             head.append(f"\n{r.message}", style="italic")
         self.query_one("#run-head", Static).update(head)
 
     def show_charts(self, detail: RunDetailView) -> None:
         metrics = detail.metrics
-        loss = [m.loss for m in metrics]
-        rate = [m.samples_per_s for m in metrics]
-        peak = [None if m.mem_peak is None else float(m.mem_peak) for m in metrics]
-        last = metrics[-1] if metrics else None
         boxes = {b.id: b for b in self.query(".chart-box").results(Vertical)}
+        steps = _step_labels(metrics)
+        last = metrics[-1] if metrics else None
 
-        def fill(key: str, label: Text, values: list[float | None], vmax: float | None) -> None:
+        def fill(
+            key: str, label: Text, values: list[float | None], lo: float, hi: float | None, fmt: Any
+        ) -> None:
             box = boxes[f"chart-{key}"]
             box.query_one(".chart-label", Static).update(label)
             chart = box.query_one(Chart)
-            chart.set_range(0.0, vmax)
+            chart.set_range(lo, hi)
+            present = [v for v in values if v is not None]
+            top = hi if hi is not None else max(present, default=None)
+            chart.set_axes((fmt(top) if top is not None else "", fmt(lo)), steps, limit=None)
             chart.replace(values)
 
-        fill("loss", Text(f"loss  last {num(last.loss if last else None, '.4f')}"), loss, None)
-        fill(
-            "throughput",
-            Text(f"samples/s  last {num(last.samples_per_s if last else None, '.1f')}"),
-            rate,
-            None,
-        )
+        loss = [m.loss for m in metrics]
+        present = [v for v in loss if v is not None]
+        lo, hi = (min(present), max(present)) if present else (0.0, None)
+        span = (hi - lo) if hi is not None else 0.0
+        loss_label = Text(f"loss  last {num(last.loss if last else None, '.4f')}")
+        fill("loss", loss_label, loss, max(0.0, lo - 0.1 * span), hi, lambda v: f"{v:.3g}")
+        rate = [m.samples_per_s for m in metrics]
+        rate_label = Text(f"samples/s  last {num(last.samples_per_s if last else None, '.1f')}")
+        fill("throughput", rate_label, rate, 0.0, None, lambda v: f"{v:.3g}")
+        peak = [None if m.mem_peak is None else float(m.mem_peak) for m in metrics]
         peak_now = max((p for p in peak if p is not None), default=None)
         capacity = detail.mem_capacity
-        label = Text(f"peak memory {gib(peak_now)} GiB")
+        label = Text(f"peak memory {size(peak_now)}")
         if capacity:
-            label.append(f" of {capacity / GIB:.1f} GiB card", style="dim")
+            label.append(f" of {size(capacity)} ", style="dim")
+            label.append("── card's limit", style="red")
             if peak_now is not None and peak_now / capacity >= 0.95:
                 label.append("  near capacity", style="bold red")
-        fill("memory", label, peak, float(capacity) if capacity else None)
+        fill("memory", label, peak, 0.0, capacity * 1.1 if capacity else None, size)
+        if capacity:
+            chart = boxes["chart-memory"].query_one(Chart)
+            chart.set_axes((size(capacity * 1.1), "0"), steps, limit=float(capacity))
+        for box in boxes.values():
+            box.display = bool(metrics)
+        self.query_one("#charts-empty", Static).display = not metrics
 
-    # -- actions ----------------------------------------------------------------------------
+    # -- what is offered ----------------------------------------------------------------------
+
+    @property
+    def tab(self) -> str:
+        """The tab shown ("timeline" while the screen is still being built)."""
+        tabs = self.query("#detail-tabs").results(TabbedContent)
+        return next((t.active for t in tabs if t.active), "timeline")
+
+    def refusal(self, action: str) -> str | None:
+        if action not in RUN_CONTROLS:
+            return None
+        return self.gw.control_refusal() or refusal(action, self.summary)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        return not (action in CONTROL_ACTIONS and self.gw.readonly)
+        if not self.is_mounted:
+            return True
+        if action in RUN_CONTROLS:
+            return self.refusal(action) is None
+        if action == "toggle_evidence":
+            return self.tab == "timeline" and bool(self.detail and self.detail.retunes)
+        if action in ("toggle_stream", "toggle_follow"):
+            return self.tab == "log"
+        return True
+
+    def on_key(self, event: events.Key) -> None:
+        """A control key the run does not offer now says why."""
+        action = _KEY_ACTION.get(event.key)
+        why = self.refusal(action) if action else None
+        if why:
+            event.stop()
+            self.notify(why, timeout=4)
+
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        self.refresh_bindings()
+
+    # -- actions ----------------------------------------------------------------------------
 
     def action_back(self) -> None:
         self.dismiss(None)
@@ -257,16 +440,36 @@ class RunDetailScreen(Screen[None]):
         self.gw.ask_resume(self.summary)
 
     def action_edit_run(self) -> None:
-        self.gw.ask_edit(self.summary, self.detail.spec if self.detail else None)
+        self.gw.ask_edit(self.summary, self.detail)
 
     def action_tune_run(self) -> None:
         self.gw.ask_tune(self.summary)
 
     def action_detail_tab(self, tab: str) -> None:
         self.query_one("#detail-tabs", TabbedContent).active = tab
+        focus = {"timeline": "#timeline-scroll", "charts": "#charts-scroll", "log": "#log-view"}
+        if tab in focus:
+            self.call_after_refresh(self.query_one(focus[tab]).focus)
         if tab == "doctor":
             self.query_one("#doctor-text", Static).update("diagnosing …")
             self._load_doctor(self.summary.id)
+            self.call_after_refresh(self.query_one("#doctor-scroll").focus)
+        self.refresh_bindings()
+
+    def action_toggle_evidence(self) -> None:
+        self.raw_evidence = not self.raw_evidence
+        self.show_timeline()
+
+    def action_toggle_stream(self) -> None:
+        self.stream = "stderr" if self.stream == "stdout" else "stdout"
+        self._switch_stream()
+
+    def _switch_stream(self) -> None:
+        self.log_offset = -LOG_TAIL_BYTES
+        self._log_seen = False
+        self.query_one("#log-view", Log).clear()
+        self._show_log_head(0)
+        self._tail_log()
 
     def action_toggle_follow(self) -> None:
         self.follow = not self.follow
@@ -279,23 +482,34 @@ class RunDetailScreen(Screen[None]):
         """Called by the app when the stream says this run changed."""
         self.summary = run
         self.show_head()
+        self.refresh_bindings()
         self.reload()
+
+
+def _step_labels(metrics: list[RunMetric]) -> list[tuple[float, str]]:
+    """Step numbers under a chart of `metrics`: the first, the middle and the last."""
+    steps = [m.step for m in metrics if m.step is not None]
+    if not steps:
+        return []
+    middle = steps[len(steps) // 2]
+    return [(0.0, f"step {compact(steps[0])}"), (0.5, compact(middle)), (1.0, compact(steps[-1]))]
 
 
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 
-def doctor_text(findings: list[DoctorFinding]) -> Text:
-    """Doctor's findings, most severe first, each with its evidence and fix."""
-    out = Text()
+def doctor_text(findings: list[DoctorFinding]) -> RenderableType:
+    """Doctor's findings, most severe first, each with its evidence and fix (wrapped lines keep
+    their indent)."""
     if not findings:
-        out.append("no findings: nothing doctor would change", style="green")
-        return out
+        return Text("no findings: nothing doctor would change", style="green")
+    parts: list[RenderableType] = []
     for f in findings:
-        out.append(f"{f.severity:8}", style=_SEVERITY_STYLE.get(f.severity, ""))
-        out.append(f.title + "\n", style="bold")
+        head = Text(f"{f.severity:8}", style=_SEVERITY_STYLE.get(f.severity, ""))
+        head.append(f.title, style="bold")
+        parts.append(head)
         if f.evidence:
-            out.append(f"        evidence: {f.evidence}\n", style="dim")
+            parts.append(_indented(Text(f"evidence: {f.evidence}", style="dim"), 8))
         if f.fix:
-            out.append(f"        fix: {f.fix}\n")
-    return out
+            parts.append(_indented(Text(f"fix: {f.fix}"), 8))
+    return Group(*parts)

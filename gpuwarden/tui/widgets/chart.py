@@ -5,8 +5,10 @@ values, packs two samples into each character cell (a braille cell is 2 dots wid
 renders each line on demand from a cache that is rebuilt only when the data, the size or the cursor
 change — so a 1 Hz tick costs one small redraw of a few lines, not a full-screen plot.
 
-`render_line()` needs no running app (the size comes from the constructor until the widget is
-resized), which lets the tests check the drawing directly.
+Optionally the chart has axes: a left gutter with the top and bottom values, a bottom line with
+labels at given positions (steps, times), and a limit drawn as a dotted red line (a card's
+memory). `render_line()` needs no running app (the size comes from the constructor until the
+widget is resized), which lets the tests check the drawing directly.
 """
 
 from __future__ import annotations
@@ -75,6 +77,44 @@ def resample(values: list[float | None], slots: int) -> list[float | None]:
     return out
 
 
+def limit_row(levels: list[int], limit: int, row_from_bottom: int) -> list[bool]:
+    """Per cell of a row: whether the limit's dot row lies in it above the data (drawn there)."""
+    base = row_from_bottom * DOTS_PER_ROW
+    if not base < limit <= base + DOTS_PER_ROW:
+        return [False] * ((len(levels) + 1) // SAMPLES_PER_CELL)
+    return [
+        max(levels[i : i + SAMPLES_PER_CELL], default=-1) < limit
+        for i in range(0, len(levels), SAMPLES_PER_CELL)
+    ]
+
+
+def _limit_char(limit: int, row_from_bottom: int) -> str:
+    """Both dots of the limit's dot row in one cell."""
+    dot_row = DOTS_PER_ROW - (limit - row_from_bottom * DOTS_PER_ROW)
+    left, right = _DOTS[dot_row]
+    return chr(_BRAILLE_BASE + (left | right))
+
+
+def place_labels(labels: list[tuple[float, str]], width: int) -> str:
+    """A line `width` cells wide with each label at its fraction (0 left … 1 right), never
+    overlapping: a label that would cover another is left out."""
+    line = [" "] * width
+    taken = [False] * width
+    for fraction, label in labels:
+        if not label or len(label) > width:
+            continue
+        pos = round(max(0.0, min(1.0, fraction)) * (width - 1))
+        start = max(0, min(width - len(label), pos - len(label) // 2))
+        span = range(max(0, start - 1), min(width, start + len(label) + 1))
+        if any(taken[i] for i in span):
+            continue
+        for i, ch in enumerate(label):
+            line[start + i] = ch
+        for i in span:
+            taken[i] = True
+    return "".join(line)
+
+
 class Chart(Widget):
     """A bounded series drawn right-aligned (newest at the right edge), with an optional cursor."""
 
@@ -95,14 +135,23 @@ class Chart(Widget):
         vmax: float | None = None,
         style: Style | str = "green",
         fit: bool = False,
+        y_gutter: int = 0,
+        axis: bool = False,
         name: str | None = None,
         id: str | None = None,
         classes: str | None = None,
     ) -> None:
         super().__init__(name=name, id=id, classes=classes)
         self.values: deque[float | None] = deque(maxlen=capacity)
-        self.plot_width = width
-        self.plot_height = height
+        self.y_gutter = y_gutter  # cells at the left for the top and bottom values
+        self.axis = axis  # a last line with x labels
+        self.plot_width = max(0, width - y_gutter)
+        self.plot_height = max(0, height - (1 if axis else 0))
+        self.y_labels: tuple[str, str] = ("", "")
+        self.x_labels: list[tuple[float, str]] = []
+        self.limit: float | None = None
+        self.limit_style = Style.parse("red")
+        self.axis_style = Style.parse("dim")
         self.vmin = vmin
         self.vmax = vmax  # None: scale to the largest visible value
         self.area_style = Style.parse(style) if isinstance(style, str) else style
@@ -137,6 +186,18 @@ class Chart(Widget):
             self.vmin, self.vmax = vmin, vmax
             self._changed()
 
+    def set_axes(
+        self,
+        y_labels: tuple[str, str] = ("", ""),
+        x_labels: list[tuple[float, str]] | None = None,
+        limit: float | None = None,
+    ) -> None:
+        """The y_gutter's top and bottom labels, the x labels (fraction, text) and the limit line."""
+        x = list(x_labels or [])
+        if (y_labels, x, limit) != (self.y_labels, self.x_labels, self.limit):
+            self.y_labels, self.x_labels, self.limit = y_labels, x, limit
+            self._changed()
+
     def set_cursor(self, index: int | None) -> None:
         if index is not None:
             index = max(0, min(len(self.values) - 1, index)) if self.values else None
@@ -154,7 +215,8 @@ class Chart(Widget):
     # -- drawing ----------------------------------------------------------------------------
 
     def on_resize(self, event: Resize) -> None:
-        self.plot_width, self.plot_height = event.size.width, event.size.height
+        self.plot_width = max(0, event.size.width - self.y_gutter)
+        self.plot_height = max(0, event.size.height - (1 if self.axis else 0))
         self._changed()
 
     def _visible(self) -> tuple[list[float | None], int]:
@@ -177,32 +239,56 @@ class Chart(Widget):
             present = [v for v in shown if v is not None]
             top = max(present, default=0.0) or 1.0
         levels = column_levels(shown, height, self.vmin, top)
+        limit = None
+        if self.limit is not None and top > self.vmin and self.vmin <= self.limit <= top:
+            limit = max(1, round((self.limit - self.vmin) / (top - self.vmin) * height * DOTS_PER_ROW))
         cursor_cell = None
         if self.cursor is not None and self.cursor >= offset:
             cursor_cell = (self.cursor - offset) // SAMPLES_PER_CELL
         strips: list[Strip] = []
         for y in range(height):
-            text = braille_row(levels, height - 1 - y)
-            if cursor_cell is None or not 0 <= cursor_cell < width:
-                strips.append(Strip([Segment(text, self.area_style)], width))
-                continue
-            # The cursor column is drawn reversed; a blank cell shows as a solid bar.
-            cell = text[cursor_cell] if text[cursor_cell] != " " else "\u2800"
-            strips.append(
-                Strip(
-                    [
-                        Segment(text[:cursor_cell], self.area_style),
-                        Segment(cell, self.cursor_style),
-                        Segment(text[cursor_cell + 1 :], self.area_style),
-                    ],
-                    width,
-                )
-            )
+            row = height - 1 - y
+            text = braille_row(levels, row)
+            styles = [self.area_style] * width
+            if limit is not None:
+                cells = list(text)
+                for i, above in enumerate(limit_row(levels, limit, row)):
+                    if above and i < width:
+                        cells[i] = _limit_char(limit, row)
+                        styles[i] = self.limit_style
+                text = "".join(cells)
+            if cursor_cell is not None and 0 <= cursor_cell < width:
+                # The cursor column is drawn reversed; a blank cell shows as a solid bar.
+                if text[cursor_cell] == " ":
+                    text = text[:cursor_cell] + "\u2800" + text[cursor_cell + 1 :]
+                styles[cursor_cell] = self.cursor_style
+            strips.append(Strip(self._y_gutter(y) + _runs(text, styles), width + self.y_gutter))
+        if self.axis:
+            line = " " * self.y_gutter + place_labels(self.x_labels, width)
+            strips.append(Strip([Segment(line, self.axis_style)], width + self.y_gutter))
         return strips
+
+    def _y_gutter(self, y: int) -> list[Segment]:
+        if not self.y_gutter:
+            return []
+        label = self.y_labels[0] if y == 0 else self.y_labels[1] if y == self.plot_height - 1 else ""
+        text = label[: self.y_gutter - 1].rjust(self.y_gutter - 1) + ("┤" if label else "│")
+        return [Segment(text, self.axis_style)]
 
     def render_line(self, y: int) -> Strip:
         if self._strips is None:
             self._strips = self._build()
         if 0 <= y < len(self._strips):
             return self._strips[y]
-        return Strip.blank(self.plot_width)
+        return Strip.blank(self.plot_width + self.y_gutter)
+
+
+def _runs(text: str, styles: list[Style]) -> list[Segment]:
+    """Segments of `text`, one per run of equal style (a row is mostly one style)."""
+    segments: list[Segment] = []
+    start = 0
+    for i in range(1, len(text) + 1):
+        if i == len(text) or styles[i] != styles[start]:
+            segments.append(Segment(text[start:i], styles[start]))
+            start = i
+    return segments

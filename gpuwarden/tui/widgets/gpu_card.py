@@ -9,7 +9,8 @@ from textual.containers import Vertical
 from textual.widgets import Static
 
 from gpuwarden.core.telemetry.types import THROTTLE_ACTIVE_MASK, throttle_names
-from gpuwarden.tui.formatting import bar, energy, gib, num
+from gpuwarden.core.units import energy, gib, num
+from gpuwarden.tui.formatting import bar
 from gpuwarden.tui.live import GpuState
 from gpuwarden.tui.metrics import ChartMetric
 from gpuwarden.tui.widgets.chart import Chart

@@ -6,7 +6,8 @@ from rich.text import Text
 from textual.widgets import Static
 
 from gpuwarden.core.telemetry.types import HostSample
-from gpuwarden.tui.formatting import bar, gib, num
+from gpuwarden.core.units import gib, num
+from gpuwarden.tui.formatting import bar
 
 
 class HostPanel(Static):

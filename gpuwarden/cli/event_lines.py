@@ -1,0 +1,82 @@
+"""A run event as one line a person reads (`gpuwarden events`, `run --follow`): sizes in units,
+settings as `key=value`, and no payload a terminal cannot show. `--json` prints events whole."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any
+
+from gpuwarden.core.api import RunEvent
+from gpuwarden.core.units import named
+
+# Bulky or bookkeeping fields a human does not want inline; `--json` has them whole.
+_SKIP = frozenset(
+    {"v", "type", "ts", "id", "attempt", "source", "run_id", "dropped", "config", "report", "fields"}
+)
+REPORT_KEYS = (
+    "steps",
+    "samples_seen",
+    "items_done",
+    "wall_s",
+    "samples_per_s",
+    "items_per_s",
+    "tokens_per_s",
+)
+
+
+def value_text(name: str, value: Any) -> str:
+    """A field's value: numbers in the unit the name carries, mappings as `k=v, …`."""
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k}={value_text(str(k), v)}" for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return ", ".join(value_text(name, v) for v in value)
+    return named(name, value)
+
+
+def fields_text(fields: Mapping[str, Any], skip: frozenset[str] = _SKIP) -> str:
+    return " ".join(
+        f"{k}={value_text(k, v)}" if not isinstance(v, Mapping) else f"{k}: {value_text(k, v)};"
+        for k, v in fields.items()
+        if k not in skip and v is not None
+    )
+
+
+def _body(event: RunEvent, extra: dict[str, Any], with_message: bool) -> str:
+    kind = event.type
+    if kind == "state":
+        return f"{extra.get('state')}" + (f" — {extra['message']}" if extra.get("message") else "")
+    if kind == "oom":
+        where = f" in {extra['phase']}" if extra.get("phase") else ""
+        rest = fields_text(extra, _SKIP | {"verdict", "phase", "message"})
+        line = f"out of memory ({extra.get('verdict', '?')}){where}" + (f": {rest}" if rest else "")
+        # With --follow the program's stderr already printed the allocator's message.
+        return line + (f"\n    {extra['message']}" if with_message and extra.get("message") else "")
+    if kind == "retuned":
+        why = extra.get("reason") or value_text("changes", extra.get("changes"))
+        return f"({extra.get('verdict') or '?'}) {why}"
+    if kind == "edited":
+        changes = extra.get("changes")
+        return edit_text(changes) if isinstance(changes, Mapping) else ""
+    report = extra.get("report")
+    if kind == "finished" and isinstance(report, Mapping):
+        return " ".join(f"{k}={named(k, report[k])}" for k in REPORT_KEYS if report.get(k) is not None)
+    return fields_text(extra)
+
+
+def edit_text(changes: Mapping[str, Any]) -> str:
+    """`train.batch_size 4 → 8, knobs.lr 0.1 → 0.05` from an `edited` event's changes."""
+    parts = []
+    for key, pair in changes.items():
+        if isinstance(pair, list | tuple) and len(pair) == 2:
+            parts.append(f"{key} {value_text(key, pair[0])} → {value_text(key, pair[1])}")
+        else:
+            parts.append(f"{key} → {value_text(key, pair)}")
+    return ", ".join(parts)
+
+
+def event_line(event: RunEvent, *, with_message: bool = True) -> str:
+    """`21:56:21 #6 [1] oom: out of memory (host_oom) in forward: batch_size=64 step=0 …`."""
+    when = dt.datetime.fromtimestamp(event.ts).strftime("%H:%M:%S")
+    body = _body(event, dict(event.model_extra or {}), with_message)
+    return f"{when} #{event.id} [{event.attempt or '-'}] {event.type}: {body}"

@@ -1,0 +1,101 @@
+"""`gpuwarden show RUN`: a run's state, attempts, retunes (as sentences), edits and report, in the
+units a person reads; `--json` prints the API's run detail as it is."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gpuwarden.cli.event_lines import REPORT_KEYS, edit_text
+from gpuwarden.cli.format import print_json
+from gpuwarden.client import ApiClient
+from gpuwarden.core.api import RunDetail, RunEvent
+from gpuwarden.core.command.record import summary_lines
+from gpuwarden.core.oom.explain import oom_phases, retune_sentence
+from gpuwarden.core.units import duration, named
+
+EVENT_PAGE = 1000
+# The report's headline figures, in reading order; energy figures follow whatever they are called.
+_REPORT_FIRST = (*REPORT_KEYS, "mem_peak", "loss_first", "loss_last", "device", "dtype", "batch_size")
+
+
+def when(ts: float | None) -> str:
+    return "-" if ts is None else dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _events(client: ApiClient, run_id: str) -> list[RunEvent]:
+    out: list[RunEvent] = []
+    since = 0
+    while True:
+        page = client.events(run_id, since=since, limit=EVENT_PAGE)
+        out += [e for e in page.events if e.type != "progress"]
+        if len(page.events) < EVENT_PAGE:
+            return out
+        since = page.next_since
+
+
+def energy_keys(report: dict[str, Any]) -> list[str]:
+    """Report keys about energy (joules per sample, samples per kWh, …), whatever their names."""
+    return [k for k in report if any(w in k.lower() for w in ("joule", "energy", "kwh")) or k.endswith("_j")]
+
+
+def report_lines(report: dict[str, Any]) -> Iterator[str]:
+    for key in (*_REPORT_FIRST, *energy_keys(report)):
+        value = report.get(key)
+        if value is not None and not isinstance(value, dict | list):
+            yield f"{key}: {named(key, value)}"
+
+
+def detail_lines(detail: RunDetail, events: list[RunEvent]) -> Iterator[str]:
+    yield f"{detail.id}  {detail.name}  ({detail.kind})"
+    yield f"state:    {detail.state} — {detail.message or ''}"
+    yield f"created:  {when(detail.created_at)}   ended: {when(detail.ended_at)}"
+    yield f"run dir:  {detail.run_dir}"
+    if detail.effective_batch is not None:
+        yield f"effective batch: {detail.effective_batch}"
+    for a in detail.attempts:
+        gpus = ",".join(g[:12] for g in a.gpus) or "cpu"
+        took = f" ({duration(a.ended_at - a.started_at)})" if a.ended_at and a.started_at else ""
+        yield (
+            f"attempt {a.attempt}: {a.classification or a.state}  pid {a.pid}  gpus {gpus}"
+            f"  {when(a.started_at)} → {when(a.ended_at)}{took}  {a.reason or ''}"
+        ).rstrip()
+        if a.restart is not None:
+            yield (
+                f"    restart {a.restart.restart} of {a.restart.max} after {a.restart.backoff_s:g} s:"
+                f" {a.restart.cause}"
+            )
+        for line in summary_lines(a.prepared) if a.prepared is not None else []:
+            yield f"    {line}"
+    phases = oom_phases(events)
+    for r in detail.retunes:
+        outcome = f", then {r.outcome}" if r.outcome else ""
+        yield f"retune after attempt {r.attempt} ({r.verdict or '?'}{outcome}):"
+        yield f"    {retune_sentence(r, phases.get(r.attempt))}"
+    for e in events:
+        if e.type == "edited":
+            changes = (e.model_extra or {}).get("changes") or {}
+            yield f"edited {when(e.ts)}: {edit_text(changes)}"
+    if detail.report is not None:
+        yield f"report:   {Path(detail.run_dir) / 'report.json'}"
+        for line in report_lines(detail.report):
+            yield f"    {line}"
+
+
+@click.command()
+@click.argument("run")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (and nothing else) on stdout.")
+def show(run: str, as_json: bool) -> None:
+    """A run's state, spec, attempts, retunes and report."""
+    with ApiClient() as client:
+        detail = client.run(run)
+        if as_json:
+            print_json(detail)
+            return
+        events = _events(client, detail.id)
+    for line in detail_lines(detail, events):
+        click.echo(line)

@@ -1,0 +1,58 @@
+"""Which controls a run offers in its state, and in one line why a control it does not offer
+would do nothing. The footer and the command palette show only what a run allows; a key pressed
+for anything else answers with the reason (the daemon's own rules, from `core.run_state`)."""
+
+from __future__ import annotations
+
+from gpuwarden.core.run_state import (
+    CHANGEABLE_STATES,
+    RESUMABLE_STATES,
+    STOPPABLE_STATES,
+    RunState,
+)
+from gpuwarden.tui.backend import RunRow
+
+RUN_CONTROLS = ("stop_run", "resume_run", "edit_run", "tune_run")
+# The key of each control, to name it in a reason.
+CONTROL_KEYS = {"stop_run": "s", "resume_run": "r", "edit_run": "e", "tune_run": "t", "kill_process": "x"}
+OFFLINE = "daemon not reachable — reconnecting (gpuwarden up starts it)"
+
+
+# How a state reads after a run's name: "x is running", "x succeeded", "x was stopped".
+_STATE_PHRASE = {
+    RunState.SUCCEEDED: "succeeded",
+    RunState.FAILED: "failed",
+    RunState.STOPPED: "was stopped",
+    RunState.INTERRUPTED: "was interrupted",
+}
+
+
+def refusal(action: str, run: RunRow) -> str | None:
+    """None when `run` allows `action` now, else the one line saying why not."""
+    state = RunState(run.state)
+    who = f"{run.name} {_STATE_PHRASE.get(state, f'is {state}')}"
+    if action == "stop_run":
+        return None if state in STOPPABLE_STATES else f"{who}: nothing to stop"
+    if action == "resume_run":
+        if state in RESUMABLE_STATES:
+            return None
+        if state is RunState.SUCCEEDED:
+            return f"{who}: nothing to resume (n submits a new run)"
+        return f"{who}: only a failed, stopped or interrupted run resumes"
+    if action in ("edit_run", "tune_run"):
+        verb = "change" if action == "edit_run" else "tune"
+        if action == "tune_run" and run.kind == "command":
+            return f"{run.name} runs your own command: only train and infer runs are tuned"
+        if state in CHANGEABLE_STATES:
+            return None
+        if state is RunState.SUCCEEDED:
+            return f"{who}: a finished run is not changed — submit a new one (n)"
+        return f"{who}: stop it first (s), then {verb} it"
+    return None
+
+
+def offered(run: RunRow | None) -> frozenset[str]:
+    """The run controls `run` allows now (none without a run)."""
+    if run is None:
+        return frozenset()
+    return frozenset(a for a in RUN_CONTROLS if refusal(a, run) is None)

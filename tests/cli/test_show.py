@@ -1,0 +1,73 @@
+"""`gpuwarden show`, `events` and `run --follow` in the units a person reads (JSON stays raw)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuwarden.cli.event_lines import event_line
+from gpuwarden.cli.show import detail_lines
+from gpuwarden.core.api import RunDetail, RunEvent
+from tests.oom.test_explain import HOST_OOM
+
+TS = 1_763_692_800.0
+
+
+def _attempt(n: int, classification: str, reason: str) -> dict[str, Any]:
+    return {
+        "run_id": "r6fd6d23865", "attempt": n, "state": "ended", "pid": 960 + n, "create_time": TS,
+        "started_at": TS + 100 * n, "ended_at": TS + 100 * n + 18, "exit_code": 3, "signal": None,
+        "classification": classification, "reason": reason, "adopted": False, "events_offset": 0, "events_skipped": 0,
+        "stdout_path": "o", "stderr_path": "e", "events_path": "ev", "gpus": [], "oom_kill_before": None,
+    }  # fmt: skip
+
+
+DETAIL = RunDetail.model_validate(
+    {
+        "id": "r6fd6d23865", "name": "oom-recovery-cpu", "kind": "train", "state": "succeeded", "attempt": 2,
+        "message": "attempt 2: exit code 0", "created_at": TS, "updated_at": TS, "started_at": TS,
+        "ended_at": TS + 300, "gpus": 0, "run_dir": "/runs/r6fd6d23865", "stop_requested": False,
+        "spec": {}, "submitted_spec": {}, "effective_batch": 64,
+        "attempts": [_attempt(1, "oom", "out of memory (exit code 3)"), _attempt(2, "succeeded", "exit code 0")],
+        "retunes": [HOST_OOM],
+        "report": {"steps": 3, "wall_s": 123.059, "mem_peak": 993251328, "samples_per_s": 1.56,
+                   "joules_per_sample": 0.52, "samples_per_kwh": 6_923_076.0, "per_batch": {"16": {}}},
+    }
+)  # fmt: skip
+
+
+def _event(kind: str, **fields: Any) -> RunEvent:
+    return RunEvent.model_validate(
+        {"type": kind, "ts": TS, "id": 6, "attempt": 1, "source": "runner", **fields}
+    )
+
+
+def test_show_reads_in_units_with_the_retune_as_a_sentence() -> None:
+    oom = _event("oom", verdict="host_oom", phase="forward", message="can't allocate", batch_size=64)
+    edited = _event("edited", changes={"train.batch_size": [64, 32]})
+    text = "\n".join(detail_lines(DETAIL, [oom, edited]))
+    assert (
+        "    out of memory in forward (host: tried 128 MiB, limit 1.6 GiB) → micro-batch 64 → 16, "
+        "accumulation 1 → 4, effective batch 64 kept; memory model: 24 would fit, 16 chosen because it "
+        "divides 64"
+    ) in text
+    assert "retune after attempt 1 (host_oom, then succeeded):" in text
+    assert "(18s)  out of memory (exit code 3)" in text
+    assert ": train.batch_size 64 → 32" in text  # a person's edit is part of the story
+    assert "mem_peak: 947 MiB" in text and "wall_s: 123.1 s" in text
+    assert "joules_per_sample: 0.52" in text and "samples_per_kwh: 6.923e+06" in text  # energy, if any
+    assert "993251328" not in text and "{" not in text
+
+
+def test_event_lines_have_units_and_no_python_dicts() -> None:
+    progress = _event("progress", step=1, mem_peak=993251328, vm_peak=1399386112, samples_per_s=1.371)
+    assert event_line(progress).endswith(
+        "progress: step=1 mem_peak=947 MiB vm_peak=1.3 GiB samples_per_s=1.371/s"
+    )
+    retuned = _event("retuned", changes={"train.batch_size": 16}, verdict="host_oom")
+    assert "retuned: (host_oom) changes=train.batch_size=16" not in event_line(retuned)
+    assert "{" not in event_line(retuned) and "train.batch_size=16" in event_line(retuned)
+    oom = _event("oom", verdict="host_oom", phase="forward", message="DefaultCPUAllocator: can't allocate")
+    # --follow prints the program's stderr, which already has the allocator's message.
+    assert "DefaultCPUAllocator" not in event_line(oom, with_message=False)
+    assert "DefaultCPUAllocator" in event_line(oom)
+    assert "out of memory (host_oom) in forward" in event_line(oom)

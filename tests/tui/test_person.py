@@ -1,0 +1,368 @@
+"""What a person sees and can do, item by item: live history, resizing, controls per state, the
+daemon going away and coming back, machines without a GPU, the run screen and the runs table."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from textual.widgets import DataTable, Static
+
+from gpuwarden.core.errors import UserError
+from gpuwarden.tui.backend import Frame, SampleFrame
+from gpuwarden.tui.controls import OFFLINE
+from gpuwarden.tui.messages import FramesReady
+from gpuwarden.tui.screens.dialogs import MetricsScreen
+from gpuwarden.tui.screens.history import HistoryBlock, HistoryPane
+from gpuwarden.tui.screens.run_detail import RunDetailScreen, Scroller
+from gpuwarden.tui.widgets.chart import Chart
+from tests.tui.conftest import make_app, run, settle, until, wait_workers
+from tests.tui.fake_backend import FROZEN_TS, FakeBackend
+from tests.tui.test_app import footer_keys, messages, rendered, text_of, timeline_text
+
+RUNNING, QUEUED, SUCCEEDED, FAILED, STOPPED, SCRIPT = (
+    "ra1b2c3d4e5", "re5f6a7b8c9", "rc9d0e1f2a3", "r0a1b2c3d4e", "r4e5f6a7b8c", "r7c8d9e0f1a"
+)  # fmt: skip
+CONTROLS = {"stop_run", "resume_run", "edit_run", "tune_run"}
+
+
+class Clock:
+    """A clock the test moves by hand: the same for the app and its fake backend."""
+
+    def __init__(self) -> None:
+        self.now = FROZEN_TS
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def _history(pilot: Any) -> HistoryPane:
+    await pilot.press("3")
+    pane = pilot.app.query_one(HistoryPane)
+    await until(pilot, lambda: pane.loaded is not None and not pane.needs_reload, "the history loaded")
+    await wait_workers(pilot)
+    return pane
+
+
+def test_the_five_minute_history_follows_live_samples() -> None:
+    async def body() -> None:
+        clock = Clock()
+        fake = FakeBackend(clock=clock)
+        app = make_app(fake, clock=clock)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot)
+            pane = await _history(pilot)
+            sc = app.query(HistoryBlock).first().charts[0]
+            count, step, last = len(sc.points), pane.step, sc.points[-1].ts
+            assert "live" in text_of(app.query_one("#history-head", Static))
+            await pilot.press("left", "left")  # the cursor on a moment two points back
+            moment = sc.points[sc.chart.cursor or 0].ts
+            for k in range(1, 4):  # three points' worth of 1 Hz samples
+                for _ in range(int(step)):
+                    clock.now += 1
+                    app.buffer.put(SampleFrame(fake.snapshot()))
+                app.post_message(FramesReady())
+                await until(
+                    pilot, lambda k=k: sc.points[-1].ts >= last + k * step - 1e-6, f"point {k} appended"
+                )
+            assert len(sc.points) == count  # appended on the right, dropped on the left
+            assert sc.points[-1].value is not None  # the newest point reads a value, not "–"
+            assert sc.points[sc.chart.cursor or 0].ts == moment  # the cursor stays on its moment
+            assert not [c for c in fake.history_calls if c[3] > FROZEN_TS]  # no fetch: folded in
+            # A longer window is fetched again on its cadence, and says how old its newest point is.
+            await pilot.press("w")
+            await until(pilot, lambda: pane.loaded is not None and pane.loaded[0] == "1h", "the hour")
+            calls = len(fake.history_calls)
+            clock.now += 31
+            app.tick()
+            await until(pilot, lambda: len(fake.history_calls) > calls, "the hour fetched again")
+            await wait_workers(pilot)
+            clock.now += 5
+            app.tick()
+            assert "newest 5s ago" in text_of(app.query_one("#history-head", Static))
+
+    run(body())
+
+
+def test_max_is_the_largest_reading_not_the_largest_mean() -> None:
+    async def body() -> None:
+        app = make_app()
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot)
+            pane = await _history(pilot)
+            await pilot.press("w", "w")  # 24 h: buckets of minutes, whose peaks exceed their means
+            await until(pilot, lambda: pane.loaded is not None and pane.loaded[0] == "24h", "a day")
+            sc = app.query(HistoryBlock).first().charts[0]
+            peak = max(p.peak for p in sc.points if p.peak is not None)
+            assert peak > max(p.value for p in sc.points if p.value is not None)
+            assert f"max {peak:.0f}%" in text_of(sc.label)
+
+    run(body())
+
+
+def test_resizing_fetches_again_and_the_charts_use_the_height() -> None:
+    async def body() -> None:
+        fake = FakeBackend()
+        app = make_app(fake)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot)
+            await _history(pilot)
+            chart = app.query(HistoryBlock).first().charts[0].chart
+            narrow = (chart.plot_width, chart.plot_height)
+            await pilot.resize_terminal(120, 40)
+            await until(
+                pilot, lambda: fake.history_calls[-1][4] == 2 * chart.plot_width, "a fetch for 120 columns"
+            )
+            await wait_workers(pilot)
+            assert chart.plot_width >= narrow[0] + 40
+            assert chart.plot_height > narrow[1]  # 40 rows: taller charts, not empty rows
+            # The whole width is drawn: the oldest cell is not blank padding.
+            assert chart.render_line(chart.plot_height - 1).text[chart.y_gutter] != " "
+
+    run(body())
+
+
+def test_each_run_offers_only_the_controls_its_state_allows() -> None:
+    expected = {
+        RUNNING: {"stop_run"},
+        QUEUED: {"stop_run", "edit_run", "tune_run"},
+        FAILED: {"resume_run", "edit_run", "tune_run"},
+        STOPPED: {"resume_run", "edit_run", "tune_run"},
+        SCRIPT: {"resume_run", "edit_run"},  # a command run is not tuned
+        SUCCEEDED: set(),
+    }
+
+    async def body() -> None:
+        app = make_app()
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot)
+            await pilot.press("2")
+            runs = app.main.runs
+            await until(pilot, lambda: runs.selected_id() is not None, "the runs table")
+            for run_id, allowed in expected.items():
+                runs.select(run_id)
+                await until(pilot, lambda a=allowed: footer_keys(app) & CONTROLS == a, f"{run_id}: controls")
+            # On the run's own screen too.
+            runs.select(SUCCEEDED)
+            await pilot.press("enter")
+            await until(pilot, lambda: isinstance(app.screen, RunDetailScreen), "the run's screen")
+            assert not footer_keys(app) & CONTROLS
+            await pilot.press("e")
+            assert (
+                messages(app)[-1]
+                == "captcha-bf16 succeeded: a finished run is not changed — submit a new one (n)"
+            )
+
+    run(body())
+
+
+class _Flaky(FakeBackend):
+    """A daemon that goes away while `down` is set (the stream ends, new connections fail)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = threading.Event()
+
+    def status(self) -> Any:
+        if self.down.is_set():
+            raise UserError(
+                "gpuwarden daemon is not running — start it with `gpuwarden up`", code="not_running"
+            )
+        return super().status()
+
+    def frames(self, stop: threading.Event) -> Iterator[Frame]:
+        for frame in super().frames(stop):
+            yield frame
+            if self.down.is_set():
+                return
+
+
+def test_without_the_daemon_the_data_is_dimmed_and_controls_are_withdrawn() -> None:
+    async def body() -> None:
+        fake = _Flaky()
+        fake.interval = 0.05
+        app = make_app(fake)
+        app.reconnect_s = 0.05
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot)
+            await pilot.press("2")
+            await until(pilot, lambda: "stop_run" in footer_keys(app), "the controls")
+            fake.down.set()
+            await until(pilot, lambda: not app.connected, "the lost connection noticed")
+            assert OFFLINE in text_of(app.query_one("#status", Static))
+            assert app.main.has_class("-offline")  # stale values dimmed
+            assert not footer_keys(app) & (CONTROLS | {"submit"})
+            await pilot.press("s")
+            assert messages(app)[-1] == OFFLINE
+            assert not any("ConnectionError" in m for m in messages(app))
+            fake.down.clear()
+            await until(pilot, lambda: app.connected, "the reconnection")
+            assert "daemon reachable again" in messages(app)
+            assert not app.main.has_class("-offline") and "stop_run" in footer_keys(app)
+            assert app.main.history.needs_reload  # what it showed may have a gap
+
+    run(body())
+
+
+def test_a_machine_without_gpu_shows_the_hosts_runs_and_offers_no_gpu_keys() -> None:
+    async def body() -> None:
+        fake = FakeBackend.no_gpu()
+        fake.add_cpu_run("r1111111111", "cpu-train", "running", 777)
+        fake.add_cpu_run("r2222222222", "cpu-next", "queued", None)
+        app = make_app(fake)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot)
+            table = app.query_one("#processes", DataTable)
+            await until(pilot, lambda: table.row_count == 1, "the host's run listed")
+            row = [str(c) for c in table.get_row_at(0)]
+            assert row[0] == "777" and row[2] == "cpu" and row[4] == "r1111111111" and "cpu-train" in row[5]
+            title = app.query_one("#proc-title", Static)
+            await until(
+                pilot, lambda: text_of(title) == "Runs on this host (1 working, 1 queued)", "the title"
+            )
+            await until(pilot, lambda: not footer_keys(app) & {"cycle_metric", "kill_process"}, "no GPU keys")
+            await pilot.press("m")
+            await until(
+                pilot, lambda: any("no GPU to chart" in m for m in messages(app)), "why m does nothing"
+            )
+            await _history(pilot)
+            await pilot.press("c")
+            assert isinstance(app.screen, MetricsScreen)
+            assert all(key.startswith("host.") for key, _ in app.screen.choices)
+
+    run(body())
+
+
+def test_the_run_screen_scrolls_explains_and_charts_with_axes() -> None:
+    async def body() -> None:
+        app = make_app()
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot)
+            await pilot.press("2")
+            runs = app.main.runs
+            await until(pilot, lambda: runs.selected_id() is not None, "the runs table")
+            runs.select(FAILED)
+            await pilot.press("enter")
+            await until(pilot, lambda: isinstance(app.screen, RunDetailScreen), "the run's screen")
+            screen = app.screen
+            assert isinstance(screen, RunDetailScreen)
+            await until(pilot, lambda: screen.detail is not None, "the run's detail")
+            await wait_workers(pilot)
+            scroller = screen.query_one("#timeline-scroll", Scroller)
+            assert scroller.has_focus  # it scrolls without Tab first
+            await pilot.press("j", "j")
+            assert scroller.scroll_y == 2
+            text = timeline_text(screen)
+            assert "out of memory in backward (GPU: tried 2.0 GiB, limit 24 GiB, 512 MiB free)" in text
+            assert "memory model: 5 would fit, 4 chosen because it divides 32" in text
+            assert '"requested"' not in text
+            await pilot.press("v")  # the raw evidence, one key away
+            assert '"requested": 2147483648' in timeline_text(screen)
+            await pilot.press("c")
+            memory = screen.query_one("#chart-memory").query_one(Chart)
+            assert memory.limit == 24 * 1024**3 and memory.x_labels[0][1] == "step 0"
+            lines = [memory.render_line(y).text for y in range(memory.plot_height + 1)]
+            assert lines[0].strip().startswith("26 GiB┤") and "step 0" in lines[-1]
+            label = rendered(screen.query_one("#chart-memory").query_one(".chart-label", Static))
+            assert "of 24 GiB" in label and "card's limit" in label
+
+    run(body())
+
+
+def test_a_succeeded_run_shows_its_energy_and_where_its_output_went() -> None:
+    async def body() -> None:
+        app = make_app()
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot)
+            await pilot.press("2")
+            runs = app.main.runs
+            await until(pilot, lambda: runs.selected_id() is not None, "the runs table")
+            runs.select(SUCCEEDED)
+            await pilot.press("enter")
+            await until(pilot, lambda: isinstance(app.screen, RunDetailScreen), "the run's screen")
+            screen = app.screen
+            assert isinstance(screen, RunDetailScreen)
+            await until(pilot, lambda: screen.detail is not None, "the run's detail")
+            assert "0.52 J/sample" in timeline_text(screen) and "6.92e+06 samples/kWh" in timeline_text(
+                screen
+            )
+            await pilot.press("l")  # stdout is empty: the log shows stderr, and says so
+            head = screen.query_one("#log-head", Static)
+            await until(pilot, lambda: "stdout is empty" in text_of(head), "stderr shown")
+            await until(
+                pilot, lambda: "fused AdamW" in "\n".join(screen.query_one("#log-view").lines), "stderr"
+            )  # type: ignore[attr-defined]
+            assert "o: stdout" in text_of(head)
+
+    run(body())
+
+
+def test_a_command_runs_attempts_show_what_they_were_handed() -> None:
+    async def body() -> None:
+        app = make_app()
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot)
+            await pilot.press("2")
+            runs = app.main.runs
+            await until(pilot, lambda: runs.selected_id() is not None, "the runs table")
+            runs.select(SCRIPT)
+            await pilot.press("enter")
+            await until(pilot, lambda: isinstance(app.screen, RunDetailScreen), "the run's screen")
+            screen = app.screen
+            assert isinstance(screen, RunDetailScreen)
+            await until(pilot, lambda: screen.detail is not None, "the run's detail")
+            text = timeline_text(screen)
+            assert "knobs batch_size=8, grad_accum_steps=2" in text
+            assert "training.batch_size 16 → 8, training.grad_accum 1 → 2" in text
+            assert "+  batch_size: 8  # per device" in text and "attempt 2 resumes from checkpoint-3" in text
+
+    run(body())
+
+
+def test_the_runs_table_fits_80_columns_moves_filters_and_sorts() -> None:
+    async def body() -> None:
+        app = make_app()
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot)
+            await pilot.press("2")
+            runs = app.main.runs
+            table = runs.table
+            await until(pilot, lambda: table.row_count == 6, "the runs table")
+            # Nothing is cut at 80 columns: whole ids, "100%", the ETA; the columns fit the width.
+            widths = {str(c.key.value): c.width for c in table.columns.values()}
+            assert sum(w + 2 for w in widths.values()) <= 80 and widths["id"] == 11
+            cells = {str(table.get_row_at(i)[7]): [str(c) for c in table.get_row_at(i)] for i in range(6)}
+            assert set(cells) == {RUNNING, QUEUED, SUCCEEDED, FAILED, STOPPED, SCRIPT}
+            assert cells[SUCCEEDED][3].endswith("100%") and len(cells[SUCCEEDED][3]) <= widths["progress"]
+            assert cells[RUNNING][4] == "14m35s" and len(cells[RUNNING][4]) <= widths["eta"]
+            await pilot.press("end")
+            assert runs.selected_id() == SUCCEEDED
+            await pilot.press("home", "j", "j")
+            assert runs.selected_id() == FAILED
+            await pilot.press("k")
+            assert runs.selected_id() == QUEUED
+            await pilot.press("slash", *"vlm")
+            await until(pilot, lambda: table.row_count == 1, "the filter applied")
+            await pilot.press("enter")
+            assert runs.selected_id() == STOPPED and table.has_focus
+            assert "1 of 6 · /vlm" in text_of(runs.query_one("#runs-foot", Static))
+            await pilot.press("escape")
+            await until(pilot, lambda: table.row_count == 6, "the filter cleared")
+            await pilot.press("o", "o")  # state → newest → name
+            names = [str(table.get_row_at(i)[1]) for i in range(table.row_count)]
+            assert names == sorted(names, key=str.lower)
+            assert "sorted by name" in text_of(runs.query_one("#runs-foot", Static))
+
+    run(body())
+
+
+def test_the_status_line_names_the_host() -> None:
+    async def body() -> None:
+        app = make_app()
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot)
+            status = text_of(app.query_one("#status", Static))
+            assert status.startswith("gpuwarden  gpu-box  fake in-memory fake")
+
+    run(body())
