@@ -16,9 +16,9 @@ from typing import Any
 import click
 
 from gpuwarden.cli.command_spec import command_document, command_options, flags_given, printable_spec
-from gpuwarden.cli.format import print_json
+from gpuwarden.cli.format import gib, print_json
 from gpuwarden.client import ApiClient
-from gpuwarden.core.api import LogChunk, RunDetail, RunEvent
+from gpuwarden.core.api import LogChunk, RankStatus, RunDetail, RunEvent
 from gpuwarden.core.command.record import summary_lines
 from gpuwarden.core.config.yamlsource import read_yaml_text
 from gpuwarden.core.errors import UserError
@@ -45,6 +45,7 @@ _EVENT_SKIP = {
     "config",
     "report",
     "fields",
+    "stacks",  # a hang's stack dumps: whole in the file its `dump` names
 }
 _REPORT_KEYS = (
     "steps",
@@ -193,6 +194,24 @@ def _print_new_output(
             offsets[key] = offset
 
 
+def rank_line(rank: RankStatus) -> str:
+    """One rank of a gang: process, GPU, last step, memory; the straggler and a failure marked."""
+    where = rank.gpu[:12] if rank.gpu else "cpu"
+    if rank.mem_peak is not None and rank.gpu:
+        memory = f"peak {gib(rank.mem_peak, 2)} GiB"
+    elif rank.vm_peak is not None:
+        memory = f"address space {gib(rank.vm_peak, 2)} GiB"
+    else:
+        memory = f"peak {gib(rank.mem_peak, 2)} GiB"
+    step = "–" if rank.step is None else f"{rank.step:g}"
+    line = f"rank {rank.rank}  pid {rank.pid or '–'}  {where:<12}  step {step:>5}  {memory}"
+    if rank.failure:
+        line += f"  {rank.failure}"
+    if rank.straggler:
+        line += f"  ← straggler ({rank.straggler_reason})"
+    return line
+
+
 @click.command()
 @click.argument("run")
 @json_option
@@ -222,6 +241,8 @@ def show(run: str, as_json: bool) -> None:
             )
         for line in summary_lines(a.prepared) if a.prepared is not None else []:
             click.echo(f"    {line}")
+        for rank in a.ranks:
+            click.echo(f"    {rank_line(rank)}")
     for r in detail.retunes:
         changes = ", ".join(f"{k} {r.before.get(k)} → {v}" for k, v in r.after.items())
         outcome = f", then {r.outcome}" if r.outcome else ""

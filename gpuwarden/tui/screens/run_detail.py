@@ -21,6 +21,7 @@ from gpuwarden.tui.keys import CONTROL_ACTIONS
 from gpuwarden.tui.messages import DetailLoaded, DoctorLoaded, LogLoaded
 from gpuwarden.tui.screens.runs import state_text
 from gpuwarden.tui.widgets.chart import Chart
+from gpuwarden.tui.widgets.rank_table import RankTable
 
 if TYPE_CHECKING:
     from gpuwarden.tui.app import GpuwardenApp
@@ -137,6 +138,7 @@ class RunDetailScreen(Screen[None]):
         yield Static(id="run-head")
         with TabbedContent(initial="timeline", id="detail-tabs"):
             with TabPane("Timeline", id="timeline"), VerticalScroll():
+                yield RankTable()
                 yield Static(id="timeline-text")
             with TabPane("Charts", id="charts"), VerticalScroll():
                 for key, style in (("loss", "yellow"), ("throughput", "cyan"), ("memory", "magenta")):
@@ -198,6 +200,8 @@ class RunDetailScreen(Screen[None]):
         self.summary = message.detail.run
         self.show_head()
         self.query_one("#timeline-text", Static).update(timeline_text(message.detail))
+        attempts = message.detail.attempts
+        self.query_one(RankTable).show(attempts[-1] if attempts else None, message.detail.gpu_index)
         self.show_charts(message.detail)
 
     def show_head(self) -> None:
