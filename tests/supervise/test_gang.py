@@ -361,6 +361,20 @@ def test_a_daemon_restart_readopts_the_whole_gang_and_reads_every_rank_on(rig: R
     assert rig.attempts(run_id)[0]["classification"] == "oom" and rig.state(run_id) == RunState.RUNNING
 
 
+def test_a_gang_that_hung_while_no_daemon_watched_is_caught_one_bound_after_its_adoption(rig: Rig) -> None:
+    run_id, proc = start_gang(rig)
+    for step in range(1, 5):
+        progress(rig, proc, step)
+    rig.restart()
+    rig.clock.advance(9.9)  # the bound (10 s) counts from the adoption
+    rig.step()
+    assert not rig.events(run_id, "hang")
+    rig.clock.advance(0.2)
+    rig.step()
+    (hang,) = rig.events(run_id, "hang")
+    assert hang["median_step_s"] == 1.0 and hang["suspects"] == [1]
+
+
 def test_a_gang_spawned_but_not_recorded_is_found_by_torchruns_tag(rig: Rig) -> None:
     run_id, proc = start_gang(rig)
     # the ranks lead sessions of their own and carry the attempt's tag too; torchrun came first

@@ -138,12 +138,14 @@ def _step_watch(run: Mapping[str, Any], world: int) -> StepWatch | None:
 
 def _recall(ctx: Context, active: Active) -> None:
     """What the previous daemon knew from the attempt's stored events: its last decisive event,
-    and for a gang the ranks' pids and the first rank that failed on its own."""
+    and for a gang the ranks' pids, their step times (silence counts from now: a gang that hung
+    while no daemon watched is caught one bound after its adoption) and the first rank that
+    failed on its own."""
     if not active.gang:
         last = ctx.store(lambda s: s.last_event(active.run_id, active.attempt, DECISIVE_EVENTS))
         active.decisive_event = last["type"] if last else None
         return
-    types = ("started", *DECISIVE_EVENTS)
+    types = ("started", "progress", *DECISIVE_EVENTS)
     stored = ctx.store(lambda s: s.events(active.run_id, limit=100_000, types=types))
     now = ctx.clock()
     for event in stored:
