@@ -116,7 +116,8 @@ def _gang_events() -> list[dict[str, Any]]:
 
 def _gpus(*used_gib: float, lost: int | None = None) -> list[GpuState]:
     return [
-        GpuState(f"GPU-{'abcd'[i]}", i, 80 * GIB, int(u * GIB), lost=i == lost) for i, u in enumerate(used_gib)
+        GpuState(f"GPU-{'abcd'[i]}", i, 80 * GIB, int(u * GIB), lost=i == lost)
+        for i, u in enumerate(used_gib)
     ]
 
 
