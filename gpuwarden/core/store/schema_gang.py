@@ -22,6 +22,8 @@ _STATEMENTS = (
         PRIMARY KEY (run_id, attempt, rank),
         FOREIGN KEY (run_id, attempt) REFERENCES attempts (run_id, attempt) ON DELETE CASCADE
     )""",
+    # the run detail's per-rank view reads each rank's newest event of a type in one attempt
+    "CREATE INDEX run_events_attempt_type ON run_events (run_id, attempt, type)",
 )
 
 
