@@ -6,6 +6,7 @@
 2. One rank stalls (the runner's stall test hook: alive, no progress): time from its last
    progress to the whole gang gone, with the watchdog's floor at 10 s (`hang.min_seconds`; the
    default is 120 s), and the bound the daemon computed. Median of 3.
+Every run has the 60 s collective timeout of the plain torchrun runs it is compared with.
 3. Wall time of the recovered example (OOM, probes, retune, resume from the step-3 checkpoint)
    against the same run without the limit (uninterrupted), submit to `succeeded`. Median of 3.
 Plain torchrun with a 60 s collective timeout is measured in `bench_gang.py` on the same runs.
@@ -36,6 +37,7 @@ EXAMPLE = REPO / "configs" / "examples" / "ddp-oom-recovery-cpu.yaml"
 REPEATS = 3
 POLL_S = 0.01
 FLOOR_S = 10.0
+COLLECTIVE_TIMEOUT = 60  # the same as bench_gang.py's plain torchrun runs
 
 
 class _Daemon:
@@ -131,6 +133,7 @@ def _wall(client: ApiClient, run_id: str) -> float:
 def _example(tree: Path, *, limited: bool, name: str) -> dict[str, Any]:
     doc: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
     doc["name"] = name
+    doc["train"]["collective_timeout"] = COLLECTIVE_TIMEOUT  # as under plain torchrun
     for key in ("model", "data"):
         doc["train"][key] = str(tree / Path(doc["train"][key]).relative_to("../../"))
     if not limited:
@@ -168,7 +171,7 @@ def _stall_spec(model: Path, texts: Path, i: int) -> dict[str, Any]:
             "world_size": 2,
             "max_steps": 8,
             "log_interval": 1,
-            "collective_timeout": 600,
+            "collective_timeout": COLLECTIVE_TIMEOUT,
         },
     }
 

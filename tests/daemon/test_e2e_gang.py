@@ -159,6 +159,12 @@ def test_a_stalled_rank_is_caught_within_the_bound_dumped_and_the_gang_restarted
     detail = gw.cli_json("show", run["id"])
     assert detail["attempts"][0]["classification"] == "hang"
     assert [r["straggler"] for r in detail["attempts"][0]["ranks"]] == [False, True]
+    shown = gw.cli("show", run["id"]).stdout
+    assert (
+        "attempt 1: hang" in shown
+        and "rank 1  pid" in shown
+        and "← straggler (outside any collective" in shown
+    )
     stopped = gw.cli("stop", run["id"], timeout=120)
     assert stopped.returncode == 0, stopped.stderr
 
