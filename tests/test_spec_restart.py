@@ -34,8 +34,11 @@ def test_the_stored_document_validates_again_unchanged() -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("restart: {on: [signals]}", "restart.on: 'signals' is not a restart trigger — use `signal` or"),
-        ("restart: {on: []}", "restart.on: no trigger given — use `signal` or `exit_code: [1, 2]`"),
+        (
+            "restart: {on: [signals]}",
+            "restart.on: 'signals' is not a restart trigger — use `signal`, `hang` or",
+        ),
+        ("restart: {on: []}", "restart.on: no trigger given — use `signal`, `hang` or `exit_code: [1, 2]`"),
         ("restart: {max: 2}", "restart.on: required key is missing"),
         ("restart: {on: [exit_code: [0]]}", "exit_code 0 is no failure exit code — give codes from 1 to 255"),
         ("restart: {on: [exit_code: [256]]}", "exit_code 256 is no failure exit code"),

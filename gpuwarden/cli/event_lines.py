@@ -10,9 +10,23 @@ from typing import Any
 from gpuwarden.core.api import RunEvent
 from gpuwarden.core.units import named
 
-# Bulky or bookkeeping fields a human does not want inline; `--json` has them whole.
+# Bulky or bookkeeping fields a human does not want inline; `--json` has them whole (a hang's
+# `stacks` also in the file its `dump` names).
 _SKIP = frozenset(
-    {"v", "type", "ts", "id", "attempt", "source", "run_id", "dropped", "config", "report", "fields"}
+    {
+        "v",
+        "type",
+        "ts",
+        "id",
+        "attempt",
+        "source",
+        "run_id",
+        "dropped",
+        "config",
+        "report",
+        "fields",
+        "stacks",
+    }
 )
 REPORT_KEYS = (
     "steps",

@@ -13,10 +13,10 @@ import click
 from gpuwarden.cli.event_lines import REPORT_KEYS, edit_text
 from gpuwarden.cli.format import print_json
 from gpuwarden.client import ApiClient
-from gpuwarden.core.api import RunDetail, RunEvent
+from gpuwarden.core.api import RankStatus, RunDetail, RunEvent
 from gpuwarden.core.command.record import summary_lines
 from gpuwarden.core.oom.explain import oom_phases, retune_sentence
-from gpuwarden.core.units import duration, named
+from gpuwarden.core.units import duration, named, size
 
 EVENT_PAGE = 1000
 # The report's headline figures, in reading order; energy figures follow whatever they are called.
@@ -50,6 +50,24 @@ def report_lines(report: dict[str, Any]) -> Iterator[str]:
             yield f"{key}: {named(key, value)}"
 
 
+def rank_line(rank: RankStatus) -> str:
+    """One rank of a gang: process, GPU, last step, memory; the straggler and a failure marked."""
+    where = rank.gpu[:12] if rank.gpu else "cpu"
+    if rank.mem_peak is not None and rank.gpu:
+        memory = f"peak {size(rank.mem_peak)}"
+    elif rank.vm_peak is not None:
+        memory = f"address space {size(rank.vm_peak)}"
+    else:
+        memory = f"peak {size(rank.mem_peak)}"
+    step = "–" if rank.step is None else f"{rank.step:g}"
+    line = f"rank {rank.rank}  pid {rank.pid or '–'}  {where:<12}  step {step:>5}  {memory}"
+    if rank.failure:
+        line += f"  {rank.failure}"
+    if rank.straggler:
+        line += f"  ← straggler ({rank.straggler_reason})"
+    return line
+
+
 def detail_lines(detail: RunDetail, events: list[RunEvent]) -> Iterator[str]:
     yield f"{detail.id}  {detail.name}  ({detail.kind})"
     yield f"state:    {detail.state} — {detail.message or ''}"
@@ -71,6 +89,8 @@ def detail_lines(detail: RunDetail, events: list[RunEvent]) -> Iterator[str]:
             )
         for line in summary_lines(a.prepared) if a.prepared is not None else []:
             yield f"    {line}"
+        for rank in a.ranks:
+            yield f"    {rank_line(rank)}"
     phases = oom_phases(events)
     for r in detail.retunes:
         outcome = f", then {r.outcome}" if r.outcome else ""

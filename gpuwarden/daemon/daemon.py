@@ -97,7 +97,7 @@ class Daemon:
             self.paths,
             self.writer,
             self.broadcaster,
-            local_backends(self.gpu_states),
+            local_backends(self.gpu_states, self.gpu_topology),
             Hooks(
                 retune=retune_hook,
                 autotune=Autotuner(
@@ -361,15 +361,18 @@ class Daemon:
             self.close()
 
 
-def local_backends(gpu_states: Callable[[], list[GpuState]]) -> Backends:
+def local_backends(
+    gpu_states: Callable[[], list[GpuState]], topology: Callable[[], GpuTopology] = lambda: NO_TOPOLOGY
+) -> Backends:
     """The supervisor's backends on this machine: real processes, the wall clock, this cgroup's
-    OOM-kill counter, the host's memory."""
+    OOM-kill counter, the host's memory, the GPUs' state and links (NVML's topology)."""
     return Backends(
         processes=LocalProcesses(),
         gpu_states=gpu_states,
         clock=time.time,
         oom_kills=read_oom_kill_count,
         host_memory=lambda: int(psutil.virtual_memory().total),
+        topology=topology,
     )
 
 

@@ -5,6 +5,10 @@ and waits never hold up other runs. It waits until the failed attempt's GPU memo
 plans the restart with `core.oom.recovery` (probing with short runner processes where the run has
 no memory figures of its own), applies waits and GPU moves, and returns the next attempt's spec
 and the record to store — or raises `RetuneGiveUp` with the reason the run must fail.
+
+A gang is retuned from the evidence of the rank that ran out of memory (its `oom` event, its
+progress, its stderr); the one decision applies to every rank, since they all run one spec. Its
+probes are one process at a micro-batch on that rank's GPU.
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ class OomRetune:
     ) -> NextAttempt | None:
         spec = spec_from_mapping(dict(run["spec"]))
         run_id = str(run["id"])
+        events = rank_events(events, end)
         self._wait_released(end)
         retunes = self._retunes_of(run_id)
         history = [
@@ -91,6 +96,7 @@ class OomRetune:
                 retunes_so_far=len(retunes),
                 elapsed_s=self._clock() - first_oom,
                 probe=probe,
+                hints=self._gpu_hints(end, events),
             )
         finally:
             shutil.rmtree(probe_dir, ignore_errors=True)
@@ -113,13 +119,15 @@ class OomRetune:
         )
 
     def _wait_released(self, end: AttemptEnd) -> None:
-        """Until no process of the attempt's group holds GPU memory (bounded): a restart that
-        starts while the old CUDA context is still being torn down runs out of memory again."""
+        """Until no process of the attempt's groups (a gang's ranks lead their own) holds GPU
+        memory (bounded): a restart that starts while the old CUDA context is still being torn
+        down runs out of memory again."""
         if not end.gpus or end.pid is None:
             return
+        groups = {end.pid, *end.rank_pids}
         deadline = self._clock() + self._release_timeout
         while self._clock() < deadline:
-            holders = [p for p in self._gpu_processes() if p.uuid in end.gpus and _in_group(p.pid, end.pid)]
+            holders = [p for p in self._gpu_processes() if p.uuid in end.gpus and _in_groups(p.pid, groups)]
             if not holders:
                 return
             self._sleep(0.5)
@@ -135,7 +143,7 @@ class OomRetune:
         env = dict(os.environ)
         env.update(spec.env)
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(end.gpus)
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(_rank_gpus(end))
         env[RUN_TAG] = run_tag(run_id, None)  # a restarted daemon finds leftover probes by it
         # What the restarted attempt will do: resume from the run's checkpoint, hold its
         # accumulation's micro-batches, save checkpoints where that allocates (the host).
@@ -176,11 +184,13 @@ class OomRetune:
         a probe needs: then the ladder decides without measurements)."""
         env = dict(os.environ)
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(end.gpus)
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(_rank_gpus(end))
         env[RUN_TAG] = run_tag(str(run["id"]), None)  # a restarted daemon finds leftover probes by it
 
         def gpu_used(pgid: int) -> int | None:
-            held = [p.used_memory for p in self._gpu_processes() if _in_group(p.pid, pgid) and p.used_memory]
+            held = [
+                p.used_memory for p in self._gpu_processes() if _in_groups(p.pid, {pgid}) and p.used_memory
+            ]
             return sum(held) if held else None
 
         return recovery_probe(
@@ -195,19 +205,68 @@ class OomRetune:
         )
 
     def _move(self, plan: RecoveryPlan, end: AttemptEnd) -> None:
-        """Point the next attempt at the GPU with the most free memory that it did not use."""
+        """Point the next attempt at the GPU with the most free memory that it did not use (a
+        gang: that GPU instead of the failed rank's, the others kept)."""
         others = [g for g in self._gpu_states() if g.uuid not in end.gpus and not g.lost]
         if not others or plan.spec is None:
             raise RetuneGiveUp("other processes hold the GPU's memory and there is no other GPU to move to")
         best = max(others, key=lambda g: (g.memory_total or 0) - (g.memory_used or 0))
         resources = plan.spec.setdefault("resources", {})
         plan.from_["resources.gpus"] = resources.get("gpus", 1)
-        resources["gpus"] = [best.uuid]
-        plan.to["resources.gpus"] = [best.uuid]
+        moved = [best.uuid]
+        if end.world_size > 1 and len(end.gpus) == end.world_size:
+            failed = _rank_gpus(end)[0]
+            moved = [best.uuid if uuid == failed else uuid for uuid in end.gpus]
+        resources["gpus"] = moved
+        plan.to["resources.gpus"] = moved
+
+    def _gpu_hints(self, end: AttemptEnd, events: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+        """How many other GPUs a move could go to, and how many a gang could run on now (not
+        lost, not the one that ran out, with free memory for what a rank used)."""
+        states = [g for g in self._gpu_states() if not g.lost]
+        if not states:
+            return {}
+        need = _rank_need(events, end.number)
+        failed = set(_rank_gpus(end)) if end.world_size > 1 else set()
+        usable = [
+            g for g in states if g.uuid not in failed and (need is None or g.free is None or g.free >= need)
+        ]
+        return {"other_gpus": sum(1 for g in states if g.uuid not in end.gpus), "usable_gpus": len(usable)}
 
 
-def _in_group(pid: int, pgid: int) -> bool:
+def rank_events(events: Sequence[Mapping[str, Any]], end: AttemptEnd) -> list[Mapping[str, Any]]:
+    """A gang's events as one process's: only the failed rank's (its `oom`, its progress and
+    memory); events without a rank (every one-process run's, the daemon's) stay."""
+    if end.world_size <= 1:
+        return list(events)
+    rank = end.rank
+    if rank is None:  # decided again after a daemon restart: the rank its oom event names
+        ooms = [e for e in events if e.get("attempt") == end.number and e.get("type") == "oom"]
+        rank = ooms[0].get("rank") if ooms else None
+    return [e for e in events if e.get("rank") is None or e.get("rank") == rank]
+
+
+def _rank_gpus(end: AttemptEnd) -> list[str]:
+    """The GPU of the rank that failed ([] on the CPU); all the attempt's GPUs when unknown."""
+    if end.world_size > 1 and end.rank is not None and end.rank < len(end.gpus):
+        return [end.gpus[end.rank]]
+    return list(end.gpus)
+
+
+def _rank_need(events: Sequence[Mapping[str, Any]], attempt: int) -> int | None:
+    """The most GPU memory a rank of the attempt reserved (bytes), from its progress events."""
+    peaks = [
+        int(e[key])
+        for e in events
+        if e.get("attempt") == attempt and e.get("type") == "progress"
+        for key in ("mem_reserved", "mem_peak")
+        if isinstance(e.get(key), int)
+    ]
+    return max(peaks) if peaks else None
+
+
+def _in_groups(pid: int, groups: set[int]) -> bool:
     try:
-        return pid == pgid or os.getpgid(pid) == pgid
+        return pid in groups or os.getpgid(pid) in groups
     except OSError:
         return False  # gone: its memory is released

@@ -11,7 +11,7 @@ import os
 import shutil
 import signal
 import subprocess
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -20,6 +20,7 @@ import psutil
 
 from gpuwarden.core.events import EXIT_OK, EXIT_OOM, EXIT_TERMINATED, EXIT_USER_ERROR
 from gpuwarden.core.rlimit import limited_argv
+from gpuwarden.daemon.stack_dump import DumpTarget, StackDump, dump_stacks
 
 # psutil create times are floats rounded differently across reads; this is far below the time
 # it takes the kernel to reuse a pid.
@@ -263,10 +264,36 @@ class LocalProcesses:
             doomed.append(proc)
         psutil.wait_procs(doomed, timeout=KILL_WAIT_S)
 
+    def ranks(self, pid: int) -> dict[int, int]:
+        """Rank → pid of the processes torchrun `pid` started, by the RANK torchrun gave each."""
+        return gang_ranks(pid)
+
+    def dump_stacks(self, targets: Sequence[DumpTarget]) -> list[StackDump]:
+        return dump_stacks(targets)
+
+
+def gang_ranks(pid: int) -> dict[int, int]:
+    """Rank → pid of `pid`'s child processes that carry RANK in their environment (torchrun starts
+    each worker as its own child; what a worker starts inherits RANK but is not a rank)."""
+    found: dict[int, int] = {}
+    try:
+        children = psutil.Process(pid).children()
+    except psutil.Error:
+        return found
+    for child in children:
+        try:
+            rank = child.environ().get("RANK")
+            if rank is not None and rank.isdigit() and child.status() != psutil.STATUS_ZOMBIE:
+                found[int(rank)] = child.pid
+        except (OSError, psutil.Error):
+            continue
+    return found
+
 
 # How an attempt ended, as stored in `attempts.classification` (`interrupted`: its process was gone
-# after a daemon restart and nothing it wrote says how it ended).
-Outcome = Literal["succeeded", "failed", "oom", "stopped", "terminated", "interrupted"]
+# after a daemon restart and nothing it wrote says how it ended; `hang`: the hang watchdog stopped
+# a gang that made no progress).
+Outcome = Literal["succeeded", "failed", "oom", "hang", "stopped", "terminated", "interrupted"]
 
 
 @dataclass(frozen=True)

@@ -260,10 +260,17 @@ def write_ramp_texts(path: Path, short: int, long: int, seed: int, *, long_sente
 def build_example_assets(dir: Path) -> dict[str, Path]:
     """Build what `configs/examples/train-*-cpu.yaml` use, under `dir` (by convention
     `.example-models` at the repository root, shared with the inference examples):
-    `train-lm/` (tiny Llama + tokenizer), `train-texts.jsonl`, `train-images/` (restoration) and
-    `train-keypoints/` (with keypoints.json). Returns those paths by name."""
+    `train-lm/` (tiny Llama + tokenizer), `train-texts.jsonl`, `train-images/` (restoration),
+    `train-keypoints/` (with keypoints.json), and for `ddp-oom-recovery-cpu.yaml` `gang-lm/` (a
+    32 000-word vocabulary: long texts cost a lot of logits) with `gang-texts.jsonl` (short texts,
+    except the eight that rank 1 of 2 trains on in step 4 at micro-batch 8). Returns those paths
+    by name."""
     dir = Path(dir)
     return {
+        "gang-lm": build_tiny_causal_lm(dir / "gang-lm", hidden=64, layers=1, vocab=32000),
+        "gang-texts": write_shaped_texts(
+            dir / "gang-texts.jsonl", n=96, seed=3, per_rank=8, world_size=2, long_step=4, long_rank=1
+        ),
         "train-lm": build_tiny_causal_lm(dir / "train-lm", hidden=64, layers=2, vocab=512),
         "train-texts": write_text_dataset(dir / "train-texts.jsonl", 256, seed=1),
         "ramp-texts": write_ramp_texts(dir / "ramp-texts.jsonl", short=48, long=32, seed=4),

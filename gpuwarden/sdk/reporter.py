@@ -3,6 +3,10 @@
 The daemon puts the file's path in `GPUWARDEN_EVENTS_FILE`; without it (the script runs on its
 own) every call does nothing. Lines follow docs/events.md; they are written here with `json`
 alone, so a script pays no import cost beyond the standard library for reporting.
+
+Under torchrun (`command.launcher: torchrun`: RANK and WORLD_SIZE > 1 in the environment) every
+event carries `rank`, and rank N > 0 writes `events.rank<N>.jsonl` beside the attempt's file, the
+layout of `gpuwarden.core.gang.files` (not imported: the SDK stays light): one writer per file.
 """
 
 from __future__ import annotations
@@ -53,11 +57,29 @@ def memory() -> dict[str, int]:
     return out
 
 
+def torchrun_rank() -> int | None:
+    """This process's rank in a multi-process run started by torchrun, else None."""
+    rank, world = os.environ.get("RANK", ""), os.environ.get("WORLD_SIZE", "")
+    if rank.isdigit() and world.isdigit() and int(world) > 1:
+        return int(rank)
+    return None
+
+
+def rank_path(path: str, rank: int | None) -> str:
+    """Where `rank` writes the events of the attempt whose file is `path`."""
+    if not rank:
+        return path
+    root, ext = os.path.splitext(path)
+    return f"{root}.rank{rank}{ext}"
+
+
 class Reporter:
     """Writes protocol events to the attempt's events file, or nowhere outside gpuwarden."""
 
     def __init__(self, path: str | None = None) -> None:
-        self.path = path if path is not None else os.environ.get(ENV_EVENTS_FILE) or None
+        self.rank = torchrun_rank()
+        given = path if path is not None else os.environ.get(ENV_EVENTS_FILE) or None
+        self.path = rank_path(given, self.rank) if given is not None else None
         self._fh: IO[str] | None = None
         self._warned = False
 
@@ -70,7 +92,9 @@ class Reporter:
         """One event line, flushed at once; I/O errors are reported once and never raised."""
         if self.path is None:
             return
-        event = {"v": PROTOCOL_VERSION, "type": type_, "ts": time.time()}
+        event: dict[str, Any] = {"v": PROTOCOL_VERSION, "type": type_, "ts": time.time()}
+        if self.rank is not None:
+            event["rank"] = self.rank
         event.update({k: v for k, v in fields.items() if v is not None})
         try:
             if self._fh is None:

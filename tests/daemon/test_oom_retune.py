@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from gpuwarden.core.telemetry.types import GpuProcess
-from gpuwarden.daemon.oom_retune import OomRetune
+from gpuwarden.daemon.oom_retune import OomRetune, rank_events
 from gpuwarden.daemon.placement import GpuState
 from gpuwarden.daemon.supervise import AttemptEnd, RetuneGiveUp
 
@@ -77,3 +77,68 @@ def test_nowhere_to_move_gives_up_with_the_reason() -> None:
     waited = [{"ts": 0.0, "evidence": {"decision": {"action": "wait_for_memory"}}} for _ in range(3)]
     with pytest.raises(RetuneGiveUp, match="no other GPU"):
         _hook(waited, [], TWO_GPUS[:1])(RUN, _end(), [])
+
+
+# -- gangs: the failed rank's evidence, its GPU moved or the gang made smaller ---------------------------
+
+GANG: dict[str, Any] = {
+    "id": "r2",
+    "run_dir": "/nonexistent",
+    "spec": {
+        "name": "ddp",
+        "kind": "train",
+        "resources": {"gpus": 2},
+        "train": {"task": "image", "batch_size": 8, "grad_accum_steps": 1, "world_size": 2},
+        "policy": {"base": "default", "allow": ["world_size"]},
+    },
+}
+WAITED = [{"ts": 0.0, "evidence": {"decision": {"action": "wait_for_memory"}}} for _ in range(3)]
+
+
+def _gang_end() -> AttemptEnd:
+    return AttemptEnd(
+        number=1, outcome="oom", reason="rank 1: out of memory", exit_code=3, signal=None, oom_kill=None,
+        stderr_tail=CONTENTION, gpus=["GPU-a", "GPU-b"], gpu_capacity=80 * GIB, host_capacity=None,
+        adopted=False, pid=None, rank=1, world_size=2,
+    )  # fmt: skip
+
+
+def _gang_events() -> list[dict[str, Any]]:
+    progress = {"type": "progress", "attempt": 1, "source": "runner", "step": 3, "batch_size": 8}
+    return [
+        {**progress, "rank": 0, "mem_reserved": 30 * GIB},
+        {**progress, "rank": 1, "mem_reserved": 20 * GIB},
+        {"type": "oom", "attempt": 1, "source": "runner", "rank": 1, "verdict": "gpu_contention",
+         "message": CONTENTION, "ts": 1.0},
+        {"type": "error", "attempt": 1, "source": "runner", "rank": 0, "code": "gang_aborted", "message": "x"},
+    ]  # fmt: skip
+
+
+def _gpus(*used_gib: float, lost: int | None = None) -> list[GpuState]:
+    return [
+        GpuState(f"GPU-{'abcd'[i]}", i, 80 * GIB, int(u * GIB), lost=i == lost)
+        for i, u in enumerate(used_gib)
+    ]
+
+
+def test_only_the_failed_ranks_events_reach_the_retune() -> None:
+    kept = rank_events(_gang_events(), _gang_end())
+    assert [(e["type"], e.get("rank")) for e in kept] == [("progress", 1), ("oom", 1)]
+    readopted = AttemptEnd(**{**_gang_end().__dict__, "rank": None})  # decided again after a restart
+    assert [e.get("rank") for e in rank_events(_gang_events(), readopted)] == [1, 1]
+
+
+def test_a_gang_moves_the_failed_ranks_gpu_and_keeps_the_others() -> None:
+    decision = _hook(WAITED, [], _gpus(1, 75, 70, 2))(GANG, _gang_end(), _gang_events())
+    assert decision is not None and decision.verdict == "gpu_contention"
+    assert decision.to == {"resources.gpus": ["GPU-a", "GPU-d"]}  # rank 1's GPU-b → the freest other
+
+
+def test_with_no_gpu_to_move_to_a_gang_shrinks_when_its_policy_allows() -> None:
+    moved = [*WAITED, {"ts": 0.0, "evidence": {"decision": {"action": "move_gpu"}}}]
+    # GPU-b is taken by another process; GPU-c fell off the bus; only GPU-a has room for a rank
+    decision = _hook(moved, [], _gpus(1, 75, 1, lost=2))(GANG, _gang_end(), _gang_events())
+    assert decision is not None
+    assert decision.to == {"train.world_size": 1, "train.grad_accum_steps": 2, "resources.gpus": 1}
+    train = decision.spec["train"]
+    assert train["batch_size"] * train["grad_accum_steps"] * train["world_size"] == 16  # kept

@@ -146,3 +146,45 @@ def test_gpu_processes_map_to_runs_by_process_group() -> None:
     assert owner_of(os.getpid(), {os.getpgid(0): "r1"}) == "r1"
     assert owner_of(os.getpid(), {os.getpgid(0) + 1: "r1"}) is None
     assert owner_of(2**22 + 12345, {}) is None  # no such process
+
+
+def test_a_gang_attempt_keeps_an_events_offset_per_rank(store: RunStore) -> None:
+    _run(store, "r1", "ddp")
+    store.add_attempt(
+        "r1", 1, stdout_path="o", stderr_path="e", events_path="/a/events.jsonl", gpus=[], world_size=3
+    )
+    assert store.rank_offsets("r1", 1) == {1: ("/a/events.rank1.jsonl", 0), 2: ("/a/events.rank2.jsonl", 0)}
+    store.add_events(
+        "r1", 1, [{"type": "progress", "ts": 1.0, "rank": 2, "step": 1, "samples_seen": 9}], 77, rank=2
+    )
+    store.add_events("r1", 1, [{"type": "progress", "ts": 1.0, "rank": 0, "step": 1, "samples_seen": 9}], 50)
+    attempt = store.attempt("r1", 1)
+    assert attempt is not None and attempt["world_size"] == 3 and attempt["events_offset"] == 50
+    assert store.rank_offsets("r1", 1)[2] == ("/a/events.rank2.jsonl", 77)
+    assert len(store.metrics("r1")) == 1  # the gang's progress is rank 0's
+    (listed,) = store.attempts("r1")
+    assert [r["step"] for r in listed["ranks"]] == [1, None, 1]
+    store.delete_run("r1")
+    assert store.rank_offsets("r1", 1) == {}
+
+
+def test_a_v2_database_migrates_to_gangs_keeping_its_attempts(tmp_path: Path) -> None:
+    from gpuwarden.core.store import migrations
+
+    path = tmp_path / "v2.db"
+    db = open_db(path)  # the current schema, then back to what v2 had
+    db.conn.executescript(
+        "DROP TABLE rank_offsets; DROP INDEX run_events_attempt_type;"
+        " ALTER TABLE attempts DROP COLUMN world_size; PRAGMA user_version = 2;"
+    )
+    old = RunStore(db)
+    _run(old, "r1", "old")
+    old.conn.execute(
+        "INSERT INTO attempts (run_id, attempt, state, stdout_path, stderr_path, events_path)"
+        " VALUES ('r1', 1, 'ended', 'o', 'e', 'v')"
+    )
+    db.conn.close()
+    migrated = RunStore(open_db(path))
+    assert migrations.SCHEMA_VERSION == 3
+    (attempt,) = migrated.attempts("r1")
+    assert attempt["world_size"] == 1 and attempt["ranks"] == []

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from gpuwarden.core.errors import ConfigError, UserError
 from gpuwarden.core.oom.policy import (
@@ -15,6 +16,7 @@ from gpuwarden.core.oom.policy import (
     PolicyOverride,
     PolicyRef,
     RetunePolicy,
+    Rung,
     available_policies,
     load_policy,
     load_policy_file,
@@ -47,6 +49,7 @@ def test_default_ladder_order() -> None:
         "allocator_expandable_segments",
         "wait_for_memory",
         "move_gpu",
+        "reduce_world_size",
         "reduce_micro_batch",
         "reduce_generation_batch",
         "gradient_checkpointing",
@@ -182,3 +185,37 @@ def test_policy_ref_field_accepts_name_or_overrides() -> None:
 def test_inline_unknown_action_is_rejected() -> None:
     with pytest.raises(ValueError, match="did you mean 'load_in_8bit'"):
         PolicyOverride.model_validate({"ladder": [{"action": "load_in_8bits"}]})
+
+
+def test_hang_watch_defaults_and_inline_keys_over_the_base() -> None:
+    base = load_policy("default", search_dirs=[PACKAGE_POLICY_DIR])
+    assert (base.hang.factor, base.hang.min_seconds, base.hang.warmup_steps) == (20, 120, 2)
+    ref = PolicyOverride.model_validate({"hang": {"min_seconds": 30}})
+    policy = resolve_policy(ref, search_dirs=[PACKAGE_POLICY_DIR])
+    assert (policy.hang.factor, policy.hang.min_seconds) == (20, 30)  # the rest stays the base's
+
+
+def test_a_stored_override_keeps_the_base_where_it_says_nothing() -> None:
+    """A run's stored spec carries every key of an inline policy, the unset ones as null."""
+    stored = PolicyOverride.model_validate({"max_attempts": 3}).model_dump(mode="json")
+    assert stored["ladder"] is None and stored["hang"] is None
+    policy = resolve_policy(PolicyOverride.model_validate(stored), search_dirs=[PACKAGE_POLICY_DIR])
+    base = load_policy("default", search_dirs=[PACKAGE_POLICY_DIR])
+    assert policy.ladder == base.ladder and policy.max_attempts == 3 and policy.hang == base.hang
+
+
+@pytest.mark.parametrize(
+    ("hang", "message"),
+    [({"factor": 1}, "greater than or equal to 2"), ({"min_seconds": 0}, "greater than or equal to 1"),
+     ({"every": 3}, "every")],
+)  # fmt: skip
+def test_hang_watch_bounds_are_checked(hang: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError) as err:
+        PolicyOverride.model_validate({"hang": hang})
+    assert message in str(err.value)
+
+
+def test_reduce_world_size_answers_contention_only() -> None:
+    assert Rung.model_validate({"action": "reduce_world_size"}).when == ["gpu_contention"]
+    with pytest.raises(ValidationError, match="only answers gpu_contention"):
+        Rung.model_validate({"action": "reduce_world_size", "when": ["gpu_capacity"]})

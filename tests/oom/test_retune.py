@@ -443,7 +443,7 @@ def test_decision_to_dict() -> None:
     out = d.to_dict()
     assert out["changes"] == {"batch_size": [8, 4], "grad_accum_steps": [1, 2]}
     assert out["action"] == "reduce_micro_batch"
-    assert out["give_up"] is None and out["rung"] == 3
+    assert out["give_up"] is None and out["rung"] == 4
 
 
 def test_infer_kind_never_changes_accumulation() -> None:
@@ -488,3 +488,31 @@ def test_seed_004_twelve_gb_card_end_to_end() -> None:
     busy = classify_text(message.replace("this process has 11.10 GiB", "this process has 3.10 GiB"))
     assert busy.verdict == "gpu_contention"
     assert run(busy, knobs=knobs).action == "wait_for_memory"
+
+
+# -------------------------------------------------------------------------------- world size
+
+CONTENTION = verdict("gpu_contention", device="cuda")
+
+
+def _world(usable: int | None, **overrides: Any) -> RetuneDecision:
+    pol = policy(ladder=[{"action": "reduce_world_size"}], **overrides)
+    knobs = train_knobs(batch_size=4, grad_accum_steps=2, world_size=4)
+    if usable is not None:
+        knobs["usable_gpus"] = usable
+    return run(CONTENTION, pol, knobs=knobs)
+
+
+def test_a_gang_shrinks_to_the_usable_gpus_keeping_the_effective_batch_when_allowed() -> None:
+    d = _world(3, allow=["world_size"])
+    # 2 × 2 × 4 = 16: of 3 usable GPUs, 2 ranks divide accumulation × world size (8) evenly
+    assert d.action == "reduce_world_size"
+    assert d.changes == {"world_size": (4, 2), "grad_accum_steps": (2, 4)}
+    assert effective_batch(d.apply(train_knobs(batch_size=4, grad_accum_steps=2, world_size=4))) == 32
+    assert "effective batch 32 kept" in d.reason
+
+
+def test_a_gang_keeps_its_size_without_consent_or_when_every_gpu_is_usable() -> None:
+    assert "add world_size to `allow`" in str(_world(3).give_up)
+    assert "enough for all 4 ranks" in str(_world(4, allow=["world_size"]).give_up)
+    assert "not known" in str(_world(None, allow=["world_size"]).give_up)

@@ -17,6 +17,7 @@ from gpuwarden.core.config.settings import Settings
 from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
 from gpuwarden.core.paths import Paths
 from gpuwarden.core.store.runs import RunStore
+from gpuwarden.core.telemetry.topology import NO_TOPOLOGY, GpuTopology
 from gpuwarden.daemon.placement import GpuState
 from gpuwarden.daemon.stream import Broadcaster
 from gpuwarden.daemon.supervise import Backends, Hooks, Supervisor
@@ -52,6 +53,7 @@ class Rig:
         self.oom_kills: int | None = 0
         self.hooks = Hooks()
         self.settings = Settings()
+        self.topology: GpuTopology = NO_TOPOLOGY
         self.broadcaster = RecordingBroadcaster()
         self.sup = self._supervisor()
 
@@ -63,6 +65,7 @@ class Rig:
             oom_kills=lambda: self.oom_kills,
             host_memory=lambda: HOST_MEMORY,
             start_thread=self.workers,
+            topology=lambda: self.topology,
         )
         return Supervisor(self.settings, self.paths, self.writer, self.broadcaster, backends, self.hooks)
 

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 import signal
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuwarden.core.gang.files import rank_events_path
 from gpuwarden.daemon.process import RUN_TAG, ExitStatus, Tagged, run_tag
+from gpuwarden.daemon.stack_dump import DumpTarget, StackDump
 
 
 class FakeClock:
@@ -47,8 +49,13 @@ class FakeProcess:
     ignores_sigterm: bool = False
     status: ExitStatus | None = None  # None while it runs
     signals: list[int] = field(default_factory=list)
-    # Processes it started that are still in its process group (dataloader workers, ranks).
+    # Processes it started that are still in its process group (dataloader workers).
     group_members: int = 0
+    # A torchrun process: its ranks (rank → pid; each leads a group of its own), what a stack
+    # dump of each shows, and the signals the ranks were sent.
+    ranks: dict[int, int] = field(default_factory=dict)
+    stacks: dict[int, str] = field(default_factory=dict)
+    rank_signals: list[int] = field(default_factory=list)
 
     @property
     def running(self) -> bool:
@@ -59,9 +66,12 @@ class FakeProcess:
         return self.stdout.parent / "events.jsonl"
 
     def emit(self, type_: str, **fields: Any) -> None:
-        """Append an event line as a runner does."""
+        """Append an event line as a runner does (with `rank`: as that rank of a gang does, to
+        its own file)."""
         event = {"v": 1, "type": type_, "ts": 1.0, **fields}
-        with self.events_path.open("a") as fh:
+        rank = fields.get("rank")
+        path = rank_events_path(self.events_path, rank) if isinstance(rank, int) else self.events_path
+        with path.open("a") as fh:
             fh.write(json.dumps(event) + "\n")
 
     def write_stderr(self, text: str) -> None:
@@ -83,6 +93,14 @@ class FakeProcess:
             self.group_members = 0
         if self.running and (sig == signal.SIGKILL or (sig == signal.SIGTERM and not self.ignores_sigterm)):
             self.exit(sig=sig)
+
+    def deliver_tree(self, sig: int) -> None:
+        """A signal to its group and to every rank's."""
+        self.deliver(sig)
+        if self.ranks:
+            self.rank_signals.append(sig)
+        if sig == signal.SIGKILL:
+            self.ranks = {}
 
 
 class FakeChild:
@@ -123,6 +141,12 @@ class FakeChild:
         self._proc.deliver(sig)
         return True
 
+    def signal_tree(self, sig: int) -> bool:
+        if self._proc is None or not (self._proc.group_alive or self._proc.ranks):
+            return False
+        self._proc.deliver_tree(sig)
+        return True
+
 
 class FakeProcesses:
     """The process table: what the supervisor spawned, adoptable across supervisor instances."""
@@ -133,6 +157,7 @@ class FakeProcesses:
         self.spawned: list[FakeProcess] = []
         self.fail_with: OSError | None = None  # the next spawns raise this
         self.ignores_sigterm = False  # processes spawned from now on ignore SIGTERM
+        self.dumped: list[list[int]] = []  # the ranks of each stack dump asked for
         self._next_pid = 4000
 
     def spawn(
@@ -196,6 +221,20 @@ class FakeProcesses:
     def kill(self, processes: Collection[Tagged]) -> None:
         for tagged in processes:
             self.table[tagged.pid].deliver(signal.SIGKILL)
+
+    def ranks(self, pid: int) -> dict[int, int]:
+        proc = self.table.get(pid)
+        return dict(proc.ranks) if proc is not None and proc.running else {}
+
+    def dump_stacks(self, targets: Sequence[DumpTarget]) -> list[StackDump]:
+        """What each rank's dump shows (`FakeProcess.stacks`), as SIGUSR1 dumps."""
+        self.dumped.append([t.rank for t in targets])
+        out = []
+        for t in targets:
+            owner = next((p for p in self.table.values() if p.ranks.get(t.rank) == t.pid), None)
+            text = owner.stacks.get(t.rank) if owner is not None else None
+            out.append(StackDump(t.rank, t.pid, "SIGUSR1", text, "" if text else "nothing written"))
+        return out
 
 
 class Workers:

@@ -75,8 +75,28 @@ class Restart(BaseModel):
     backoff_s: float = Field(description="seconds waited before the next attempt")
 
 
+class RankStatus(BaseModel):
+    """One process ("rank") of a multi-process attempt, from the newest events it wrote."""
+
+    rank: int
+    pid: int | None = Field(description="from its `started` event")
+    gpu: str | None = Field(description="the GPU UUID it uses; None on the CPU")
+    device: str | None = Field(description="`cuda:0`, `cpu`: what the rank said it uses")
+    step: Number | None = Field(description="its last reported optimizer step")
+    samples_seen: Number | None
+    progress_at: float | None = Field(description="when it last reported progress")
+    mem_allocated: Number | None
+    mem_reserved: Number | None
+    mem_peak: Number | None = Field(description="its peak GPU memory (bytes)")
+    vm_peak: Number | None = Field(description="CPU ranks: its peak address space (bytes)")
+    last_event: str | None = Field(description="type of the newest event it wrote")
+    failure: str | None = Field(description="its own `oom` (verdict) or `error` (code), if any")
+    straggler: bool = Field(description="the rank the others wait for (see straggler_reason)")
+    straggler_reason: str | None
+
+
 class Attempt(BaseModel):
-    """One process started for a run."""
+    """One process started for a run (with `world_size` > 1: torchrun and its ranks)."""
 
     run_id: str
     attempt: int
@@ -88,7 +108,7 @@ class Attempt(BaseModel):
     exit_code: int | None
     signal: int | None
     classification: str | None = Field(
-        description="succeeded | failed | oom | stopped | terminated | interrupted, once ended"
+        description="succeeded | failed | oom | hang | stopped | terminated | interrupted, once ended"
     )
     reason: str | None
     adopted: bool = Field(description="re-adopted by a restarted daemon")
@@ -101,6 +121,8 @@ class Attempt(BaseModel):
     oom_kill_before: int | None
     prepared: AttemptRecord | None = Field(None, description="command runs: argv, knobs, config copy, resume")
     restart: Restart | None = Field(None, description="the restart scheduled after this attempt, if any")
+    world_size: int = Field(1, description="processes of a multi-process (torchrun) attempt; 1 otherwise")
+    ranks: list[RankStatus] = Field(default_factory=list, description="each rank when world_size > 1")
 
 
 class AttemptList(BaseModel):

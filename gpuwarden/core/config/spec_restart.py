@@ -3,7 +3,7 @@
 
 ```yaml
 restart:
-  on: [signal, exit_code: [1, 137]]   # killed by a signal; or one of these exit codes
+  on: [signal, hang, exit_code: [1, 137]]   # killed by a signal; a hung gang; these exit codes
   max: 3                              # restarts over the run's life
   backoff: 10                         # seconds between the failure and the next attempt
 ```
@@ -20,7 +20,7 @@ from pydantic import Field, field_validator, model_validator
 
 from gpuwarden.core.config.validation import StrictModel
 
-TRIGGER_HINT = "use `signal` or `exit_code: [1, 2]`"
+TRIGGER_HINT = "use `signal`, `hang` or `exit_code: [1, 2]`"
 
 
 class ExitCodes(StrictModel):
@@ -29,7 +29,7 @@ class ExitCodes(StrictModel):
     exit_code: list[int] = Field(min_length=1, description="exit codes that restart the run (1–255)")
 
 
-Trigger = Literal["signal"] | ExitCodes
+Trigger = Literal["signal", "hang"] | ExitCodes
 
 
 class RestartPolicy(StrictModel):
@@ -37,7 +37,8 @@ class RestartPolicy(StrictModel):
 
     on: list[Trigger] = Field(
         min_length=1,
-        description="`signal` (killed by a signal, not by a stop or the OOM killer) and/or `exit_code: [..]`",
+        description="`signal` (killed by a signal, not by a stop or the OOM killer), `hang` (a "
+        "multi-process run the hang watchdog stopped) and/or `exit_code: [..]`",
     )
     max: int = Field(3, ge=1, le=1000, description="restarts over the run's life")
     backoff: float = Field(10.0, ge=0, le=86400, description="seconds before each restart")
@@ -63,7 +64,7 @@ class RestartPolicy(StrictModel):
                 codes = item["exit_code"] if isinstance(item["exit_code"], list) else [item["exit_code"]]
                 _check_codes(codes)
                 out.append({"exit_code": codes})
-            elif item == "signal":
+            elif item in ("signal", "hang"):
                 out.append(item)
             else:
                 raise ValueError(f"{_short(item)} is not a restart trigger — {TRIGGER_HINT}")
@@ -72,6 +73,10 @@ class RestartPolicy(StrictModel):
     @property
     def on_signal(self) -> bool:
         return "signal" in self.on
+
+    @property
+    def on_hang(self) -> bool:
+        return "hang" in self.on
 
     @property
     def exit_codes(self) -> frozenset[int]:

@@ -34,10 +34,13 @@ Action = Literal[
     "reduce_generation_batch",
     "wait_for_memory",
     "move_gpu",
+    "reduce_world_size",
 ]
 ACTIONS: tuple[str, ...] = get_args(Action)
 
-SemanticChange = Literal["max_length", "max_pixels", "max_new_tokens", "effective_batch"]
+# `world_size` keeps the effective batch (accumulation makes up the difference) but runs the gang
+# on fewer GPUs, so it waits for the user's consent too.
+SemanticChange = Literal["max_length", "max_pixels", "max_new_tokens", "effective_batch", "world_size"]
 
 RetunableVerdict = Literal["gpu_capacity", "gpu_fragmentation", "gpu_contention", "host_oom"]
 
@@ -45,9 +48,11 @@ RetunableVerdict = Literal["gpu_capacity", "gpu_fragmentation", "gpu_contention"
 SHRINKING: frozenset[str] = frozenset(ACTIONS) - {
     "wait_for_memory",
     "move_gpu",
+    "reduce_world_size",
     "allocator_expandable_segments",
 }
-CONTENTION_ONLY: frozenset[str] = frozenset({"wait_for_memory", "move_gpu"})
+# A gang on fewer GPUs needs as much memory per GPU as before: it only answers GPUs taken away.
+CONTENTION_ONLY: frozenset[str] = frozenset({"wait_for_memory", "move_gpu", "reduce_world_size"})
 
 _MEMORY: list[RetunableVerdict] = ["gpu_capacity", "gpu_fragmentation", "host_oom"]
 _GPU_MEMORY: list[RetunableVerdict] = ["gpu_capacity", "gpu_fragmentation"]
@@ -64,6 +69,7 @@ DEFAULT_WHEN: dict[str, list[RetunableVerdict]] = {
     "reduce_generation_batch": _MEMORY,
     "wait_for_memory": ["gpu_contention"],
     "move_gpu": ["gpu_contention"],
+    "reduce_world_size": ["gpu_contention"],
 }
 
 # Which optional parameters each action reads; any other is an error, so a typo'd intent fails.
@@ -80,6 +86,7 @@ PARAMS_FOR: dict[str, frozenset[str]] = {
     "reduce_generation_batch": frozenset({"factor", "min"}),
     "wait_for_memory": frozenset({"seconds"}),
     "move_gpu": frozenset(),
+    "reduce_world_size": frozenset({"min"}),
 }
 # Every action takes `max_times`; these are the defaults where a rung would otherwise repeat
 # for long (waiting forever, or lowering an offload budget in many small steps).
@@ -198,6 +205,36 @@ class Rung(StrictModel):
         return self
 
 
+class HangWatch(StrictModel):
+    """The hang watchdog of multi-process runs: a gang that stops reporting progress is dumped,
+    stopped and recorded as `hang` (then restarted when the spec's `restart.on` has `hang`)."""
+
+    factor: float = Field(
+        20.0,
+        ge=2,
+        le=10_000,
+        description="K: hung after K × the median step time (× the steps between progress events) "
+        "without progress",
+    )
+    min_seconds: float = Field(
+        120.0, ge=1, le=86_400, description="the floor: never hung sooner than this after the last progress"
+    )
+    warmup_steps: int = Field(
+        2,
+        ge=0,
+        le=100_000,
+        description="steps of each attempt whose times are not counted (loading, compiling)",
+    )
+
+
+class HangOverride(StrictModel):
+    """`hang` keys in a spec's inline policy: each one given replaces the base policy's."""
+
+    factor: float | None = Field(None, ge=2, le=10_000)
+    min_seconds: float | None = Field(None, ge=1, le=86_400)
+    warmup_steps: int | None = Field(None, ge=0, le=100_000)
+
+
 class RetunePolicy(StrictModel):
     """An ordered ladder of rungs and the bounds of one run's retuning."""
 
@@ -213,6 +250,7 @@ class RetunePolicy(StrictModel):
         default_factory=list, description="changes to results the user accepts (they are off by default)"
     )
     headroom: float = Field(0.08, ge=0, lt=0.5, description="share of memory kept free when predicting")
+    hang: HangWatch = Field(default_factory=HangWatch, description="the hang watchdog of multi-process runs")
 
     @field_validator("allow", mode="before")
     @classmethod
@@ -235,6 +273,7 @@ class PolicyOverride(StrictModel):
     max_total_seconds: float | None = Field(None, gt=0)
     allow: list[SemanticChange] | None = None
     headroom: float | None = Field(None, ge=0, lt=0.5)
+    hang: HangOverride | None = Field(None, description="keys given here replace the base's")
 
     @field_validator("allow", mode="before")
     @classmethod
@@ -312,7 +351,14 @@ def resolve_policy(
     merged = base.model_dump(exclude={"name"})
     for key in ref.model_fields_set - {"base"}:
         value = getattr(ref, key)
-        merged[key] = [r.model_dump() for r in value] if key == "ladder" and value is not None else value
+        if value is None:
+            continue  # not given (a stored spec carries every key, unset ones as null)
+        if key == "ladder":
+            merged[key] = [r.model_dump() for r in value]
+        elif key == "hang":
+            merged[key] = {**merged[key], **value.model_dump(exclude_none=True)}
+        else:
+            merged[key] = value
     policy = validate(RetunePolicy, merged, lambda loc: f"{label} (base {ref.base!r} + overrides)")
     policy.name = f"{base.name}+overrides"
     return policy
@@ -324,6 +370,7 @@ __all__ = [
     "DEFAULT_WHEN",
     "PACKAGE_POLICY_DIR",
     "Action",
+    "HangWatch",
     "PolicyOverride",
     "PolicyRef",
     "RetunePolicy",

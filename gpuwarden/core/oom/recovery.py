@@ -17,7 +17,7 @@ the next attempt", kept free of the daemon so it can be tested on its own. Steps
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -96,7 +96,10 @@ def current_knobs(spec: RunSpec) -> dict[str, Any]:
         return knobs
     if spec.infer is not None:
         return {k: getattr(spec.infer, k) for k in sorted(KIND_KNOBS["infer"])}
-    return role_knobs(spec)
+    knobs = role_knobs(spec)
+    if spec.command is not None and not isinstance(spec.command.roles.world_size, str):
+        knobs["fixed_world_size"] = True  # a number in the spec, or none: no knob to change
+    return knobs
 
 
 def memory_points(events: Sequence[dict[str, Any]], host: bool) -> list[tuple[int, int]]:
@@ -158,11 +161,14 @@ def plan_recovery(
     retunes_so_far: int,
     elapsed_s: float,
     probe: Probe | None = None,
+    hints: Mapping[str, Any] | None = None,
 ) -> RecoveryPlan:
-    """Everything between "this attempt ran out of memory" and the next attempt's spec."""
+    """Everything between "this attempt ran out of memory" and the next attempt's spec.
+
+    `hints` are facts of the machine now that rungs read (`other_gpus`, `usable_gpus`)."""
     classification = classification_of(facts)
     policy = resolve_policy(spec.policy, kind=spec.kind)
-    knobs = current_knobs(spec)
+    knobs = {**current_knobs(spec), **(hints or {})}
     host = classification.verdict == "host_oom"
     capacity = facts.host_capacity if host else facts.gpu_capacity
     points = memory_points(facts.events, host)
@@ -208,6 +214,19 @@ def plan_recovery(
     return plan
 
 
+def _gpus_follow_world(
+    doc: dict[str, Any], world: int, before: dict[str, Any], after: dict[str, Any]
+) -> None:
+    """One GPU per rank: a gang on GPUs asks for as many as it has ranks (placement picks them by
+    free memory, so GPUs named in a list give way to a count). CPU ranks (`gpus: 0`) stay there."""
+    resources = doc.setdefault("resources", {})
+    old = resources.get("gpus", 1)
+    if old == 0 or old == world:
+        return
+    resources["gpus"] = world
+    before["resources.gpus"], after["resources.gpus"] = old, world
+
+
 def apply_decision(
     spec: RunSpec, decision: RetuneDecision
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
@@ -227,6 +246,8 @@ def apply_decision(
         before[key], after[key] = old, new
     if section == "train" and "precision" in decision.changes:
         doc["train"].pop("amp", None)
+    if "world_size" in decision.changes:
+        _gpus_follow_world(doc, decision.changes["world_size"][1], before, after)
     for name, value in decision.env.items():
         old_env = doc.get("env", {}).get(name)
         if old_env != value:

@@ -381,6 +381,40 @@ def _move(ctx: _Context, rung: Rung) -> RetuneDecision | str:
     )
 
 
+def _world_size(ctx: _Context, rung: Rung) -> RetuneDecision | str:
+    """Fewer ranks on the GPUs still usable; more accumulation keeps the effective batch."""
+    if not ctx.has("world_size") or ctx.knobs.get("fixed_world_size"):
+        return "the run has no world_size knob"
+    if not ctx.policy.allows("world_size"):
+        return "a smaller gang runs slower and the policy does not allow it (add world_size to `allow`)"
+    world = _int_knob(ctx, "world_size", 1)
+    if world <= 1:
+        return "the run is a single process"
+    usable = ctx.knobs.get("usable_gpus")
+    if not isinstance(usable, int) or isinstance(usable, bool):
+        return "how many GPUs the gang could use is not known"
+    if usable >= world:
+        return f"{usable} GPUs are usable, enough for all {world} ranks"
+    if ctx.kind == "command" and not ctx.has("grad_accum_steps"):
+        return "the run has no grad_accum_steps knob, so the effective batch cannot be kept"
+    accum = _int_knob(ctx, "grad_accum_steps", 1)
+    floor = rung.min or 1
+    options = [w for w in range(floor, min(usable, world - 1) + 1) if (accum * world) % w == 0]
+    if not options:
+        return f"no world size from {floor} to {usable} divides accumulation × world size ({accum * world})"
+    new = max(options)
+    new_accum = accum * world // new
+    micro = _int_knob(ctx, "batch_size", 1)
+    return RetuneDecision(
+        action=rung.action,
+        changes={"world_size": (world, new), "grad_accum_steps": (accum, new_accum)},
+        reason=(
+            f"{ctx.classification.reason}; {usable} GPU(s) usable: world size {world} → {new}, "
+            f"accumulation {accum} → {new_accum}, effective batch {micro * accum * world} kept"
+        ),
+    )
+
+
 _HANDLERS: dict[str, _Handler] = {
     "allocator_expandable_segments": _allocator,
     "reduce_micro_batch": _micro_batch,
@@ -394,6 +428,7 @@ _HANDLERS: dict[str, _Handler] = {
     "reduce_generation_batch": _generation_batch,
     "wait_for_memory": _wait,
     "move_gpu": _move,
+    "reduce_world_size": _world_size,
 }
 
 
@@ -445,10 +480,11 @@ def decide(
     `knobs` are the current values (train: batch_size, grad_accum_steps, world_size, max_length,
     gradient_checkpointing, precision; infer: batch_size, max_new_tokens, max_pixels, precision,
     max_memory, device_map, load_in_8bit; command: the spec's knobs). Optional hints in knobs:
-    `resolved_precision`, `bf16_supported`, `device`, `other_gpus`. `history` holds the earlier
-    decisions' `to_dict()` (their `action` counts waits and moves). `memory_points` are
-    (micro_batch, peak_bytes) measured under the current knobs and `capacity` the bytes of the
-    memory that ran out. `elapsed_s` counts from the run's first out-of-memory.
+    `resolved_precision`, `bf16_supported`, `device`, `other_gpus`, `usable_gpus` (GPUs a
+    gang could run on now), `fixed_world_size` (a command run's world size that is no knob).
+    `history` holds the earlier decisions' `to_dict()` (their `action` counts waits and moves).
+    `memory_points` are (micro_batch, peak_bytes) measured under the current knobs and `capacity`
+    the bytes of the memory that ran out. `elapsed_s` counts from the run's first out-of-memory.
     """
     if kind not in RUN_KINDS:
         raise ValueError(f"unknown run kind {kind!r}; expected one of {', '.join(RUN_KINDS)}")

@@ -12,11 +12,14 @@ import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import sqlite_utils
 
 from gpuwarden.core.errors import UserError
+from gpuwarden.core.gang.files import rank_events_path
+from gpuwarden.core.gang.ranks import RANK_EVENT_TYPES, rank_view
 from gpuwarden.core.run_state import RunState, check_transition
 
 _METRIC_FIELDS = (
@@ -157,8 +160,46 @@ class RunStore:
         for row in rows:
             event = restarts.get(row["attempt"])
             restart = {k: event.get(k) for k in RESTART_FIELDS} if event else None
-            out.append({**self._decode_attempt(row), "restart": restart})
+            attempt = self._decode_attempt(row)
+            out.append({**attempt, "restart": restart, "ranks": self.ranks(attempt)})
         return out
+
+    def ranks(self, attempt: dict[str, Any]) -> list[dict[str, Any]]:
+        """Each rank of a multi-process attempt as `gpuwarden.core.gang.ranks.rank_view` shows it
+        (its GPU, memory, last step; the straggler marked); [] for a one-process attempt."""
+        world = int(attempt.get("world_size") or 1)
+        if world <= 1:
+            return []
+        run_id, number = attempt["run_id"], attempt["attempt"]
+        latest: dict[tuple[int, str], dict[str, Any]] = {}
+        for type_ in RANK_EVENT_TYPES:
+            # The newest event of this type per rank, found through the (run_id, id) index.
+            rows = self._query(
+                "SELECT payload FROM run_events WHERE id IN (SELECT MAX(id) FROM run_events"
+                " WHERE run_id = ? AND attempt = ? AND source = 'runner' AND type = ?"
+                " GROUP BY json_extract(payload, '$.rank'))",
+                (run_id, number, type_),
+            )
+            for row in rows:
+                event = json.loads(row["payload"])
+                rank = event.get("rank")
+                if isinstance(rank, int) and not isinstance(rank, bool):
+                    latest[(rank, type_)] = event
+        hang = self._query(
+            "SELECT payload FROM run_events WHERE run_id = ? AND attempt = ? AND source = 'daemon'"
+            " AND type = 'hang' ORDER BY id DESC LIMIT 1",
+            (run_id, number),
+        )
+        return rank_view(world, attempt["gpus"], latest, json.loads(hang[0]["payload"]) if hang else None)
+
+    def rank_offsets(self, run_id: str, attempt: int) -> dict[int, tuple[str, int]]:
+        """Rank → (its events file, bytes of it already stored), for the ranks after rank 0."""
+        rows = self._query(
+            "SELECT rank, events_path, events_offset FROM rank_offsets WHERE run_id = ? AND attempt = ?"
+            " ORDER BY rank",
+            (run_id, attempt),
+        )
+        return {int(r["rank"]): (str(r["events_path"]), int(r["events_offset"])) for r in rows}
 
     def attempt(self, run_id: str, attempt: int) -> dict[str, Any] | None:
         rows = self._query("SELECT * FROM attempts WHERE run_id = ? AND attempt = ?", (run_id, attempt))
@@ -343,15 +384,22 @@ class RunStore:
         events_path: str,
         gpus: list[str],
         spec: dict[str, Any] | None = None,
+        world_size: int = 1,
     ) -> None:
-        """Record a new attempt (state `starting`) and make it the run's current one."""
+        """Record a new attempt (state `starting`) and make it the run's current one. An attempt
+        of `world_size` > 1 processes also gets an events offset for each rank after rank 0."""
         now = time.time()
         with transaction(self.conn):
             self.conn.execute(
                 "INSERT INTO attempts (run_id, attempt, state, started_at, stdout_path, stderr_path,"
-                " events_path, gpus) VALUES (?, ?, 'starting', ?, ?, ?, ?, ?)",
-                (run_id, attempt, now, stdout_path, stderr_path, events_path, json.dumps(gpus)),
+                " events_path, gpus, world_size) VALUES (?, ?, 'starting', ?, ?, ?, ?, ?, ?)",
+                (run_id, attempt, now, stdout_path, stderr_path, events_path, json.dumps(gpus), world_size),
             )
+            for rank in range(1, world_size):
+                self.conn.execute(
+                    "INSERT INTO rank_offsets (run_id, attempt, rank, events_path) VALUES (?, ?, ?, ?)",
+                    (run_id, attempt, rank, str(rank_events_path(Path(events_path), rank))),
+                )
             self.conn.execute(
                 "UPDATE runs SET attempt = ?, state = 'starting', updated_at = ?,"
                 " started_at = COALESCE(started_at, ?), ended_at = NULL, stop_requested = 0 WHERE id = ?",
@@ -361,11 +409,19 @@ class RunStore:
                 self.conn.execute("UPDATE runs SET spec = ? WHERE id = ?", (json.dumps(spec), run_id))
 
     def add_events(
-        self, run_id: str, attempt: int, events: Sequence[dict[str, Any]], new_offset: int, skipped: int = 0
+        self,
+        run_id: str,
+        attempt: int,
+        events: Sequence[dict[str, Any]],
+        new_offset: int,
+        skipped: int = 0,
+        rank: int = 0,
     ) -> list[int]:
-        """Store runner events and the events file offset they end at, atomically; returns their ids.
+        """Store runner events and the offset they end at in their file (rank 0's: the attempt's
+        events.jsonl; another rank's: its own), atomically; returns their ids.
 
-        Progress events also become run_metrics rows.
+        Progress events also become run_metrics rows; in a gang only rank 0's (the gang's step,
+        samples and loss; every rank's memory stays in its events).
         """
         ids: list[int] = []
         with transaction(self.conn):
@@ -376,17 +432,18 @@ class RunStore:
                     (run_id, attempt, float(event["ts"]), str(event["type"]), json.dumps(event)),
                 )
                 ids.append(int(cursor.lastrowid or 0))
-                if event["type"] == "progress":
+                if event["type"] == "progress" and rank == 0:
                     values = [_number(event.get(f)) for f in _METRIC_FIELDS]
                     self.conn.execute(
                         f"INSERT INTO run_metrics (run_id, attempt, ts, {', '.join(_METRIC_FIELDS)})"
                         f" VALUES (?, ?, ?, {', '.join('?' * len(_METRIC_FIELDS))})",
                         (run_id, attempt, float(event["ts"]), *values),
                     )
+            table = "attempts" if rank == 0 else "rank_offsets"
+            where = "run_id = ? AND attempt = ?" + ("" if rank == 0 else " AND rank = ?")
             self.conn.execute(
-                "UPDATE attempts SET events_offset = ?, events_skipped = events_skipped + ?"
-                " WHERE run_id = ? AND attempt = ?",
-                (new_offset, skipped, run_id, attempt),
+                f"UPDATE {table} SET events_offset = ?, events_skipped = events_skipped + ? WHERE {where}",
+                (new_offset, skipped, run_id, attempt, *(() if rank == 0 else (rank,))),
             )
         return ids
 
@@ -452,7 +509,7 @@ class RunStore:
     def delete_run(self, run_id: str) -> None:
         """Remove a run and (by cascade) its attempts, events, retunes and metrics."""
         with transaction(self.conn):
-            for table in ("run_metrics", "retunes", "run_events", "attempts"):
+            for table in ("run_metrics", "retunes", "run_events", "rank_offsets", "attempts"):
                 self.conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
             self.conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
 

@@ -93,6 +93,13 @@ class SubprocessProber:
                 keep_checkpoints=1,
             )
             t.pop("amp", None)
+            if self.spec.train.world_size > 1:
+                # One rank's memory: a probe is one process on one device (DDP's gradient
+                # buckets aside, a rank holds what a single process at its micro-batch holds).
+                t["world_size"] = 1
+                resources = data.setdefault("resources", {})
+                if resources.get("gpus", 1) != 0:
+                    resources["gpus"] = 1
             if self.spec.train.task == "causal_lm":
                 t["packing"] = True  # every block full length: the worst case for memory
         else:

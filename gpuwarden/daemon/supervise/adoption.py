@@ -1,7 +1,8 @@
 """After a daemon restart: adopt the attempts that still run, and say what became of the rest.
 
-A live attempt is watched again from the events offset the store remembers, found by its recorded
-pid or, when the daemon died between spawning it and recording the pid, by its run tag. One whose
+A live attempt is watched again from the events offsets the store remembers (a gang's: one per
+rank), found by its recorded pid or, when the daemon died between spawning it and recording the
+pid, by its run tag (for a gang, torchrun: the earliest of the attempt's session leaders). One whose
 process is gone goes back to the loop to be finished (what it wrote while no daemon watched
 decides). A run caught retuning goes back to the loop to decide its retune again; other runs
 caught between attempts are interrupted, and resumed when their spec says so. Every other
@@ -18,11 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuwarden.core.config.spec import spec_from_mapping
+from gpuwarden.core.errors import UserError
+from gpuwarden.core.gang.watchdog import StepWatch, step_watch
 from gpuwarden.core.run_state import ACTIVE_STATES, RunState
 from gpuwarden.daemon.events_tail import EventsTail
 from gpuwarden.daemon.process import ExitStatus, Tagged
 from gpuwarden.daemon.supervise.context import DECISIVE_EVENTS, Active, Context
-from gpuwarden.daemon.supervise.pump import pump
+from gpuwarden.daemon.supervise.pump import pump, remember
 
 log = logging.getLogger("gpuwarden.daemon.supervisor")
 
@@ -90,6 +94,8 @@ def _adopt(ctx: Context, attempt: Mapping[str, Any], found: Sequence[Tagged]) ->
     pid, create_time = int(attempt["pid"] or 0), float(attempt["create_time"] or 0)
     if not pid:
         pid, create_time = _unrecorded(ctx, run_id, number, found)
+    world = int(attempt.get("world_size") or 1)
+    offsets = ctx.store(lambda s: s.rank_offsets(run_id, number)) if world > 1 else {}
     active = Active(
         run_id=run_id,
         attempt=number,
@@ -99,9 +105,11 @@ def _adopt(ctx: Context, attempt: Mapping[str, Any], found: Sequence[Tagged]) ->
         stderr_path=Path(attempt["stderr_path"]),
         oom_before=attempt["oom_kill_before"],
         stop_requested=bool(run["stop_requested"]),
+        world_size=world,
+        rank_tails={rank: EventsTail(Path(path), offset) for rank, (path, offset) in offsets.items()},
+        steps=_step_watch(run, world),
     )
-    last = ctx.store(lambda s: s.last_event(run_id, number, DECISIVE_EVENTS))
-    active.decisive_event = last["type"] if last else None
+    _recall(ctx, active)
     if pid and create_time and active.child.poll() is None:
         _watch_again(ctx, run, active)
         return None
@@ -118,12 +126,43 @@ def _adopt(ctx: Context, attempt: Mapping[str, Any], found: Sequence[Tagged]) ->
     return None
 
 
+def _step_watch(run: Mapping[str, Any], world: int) -> StepWatch | None:
+    """A fresh hang watchdog for a re-adopted gang (it times steps again from here)."""
+    if world <= 1:
+        return None
+    try:
+        return step_watch(spec_from_mapping(dict(run["spec"])), world)
+    except UserError:
+        return None
+
+
+def _recall(ctx: Context, active: Active) -> None:
+    """What the previous daemon knew from the attempt's stored events: its last decisive event,
+    and for a gang the ranks' pids, their step times (silence counts from now: a gang that hung
+    while no daemon watched is caught one bound after its adoption) and the first rank that
+    failed on its own."""
+    if not active.gang:
+        last = ctx.store(lambda s: s.last_event(active.run_id, active.attempt, DECISIVE_EVENTS))
+        active.decisive_event = last["type"] if last else None
+        return
+    types = ("started", "progress", *DECISIVE_EVENTS)
+    stored = ctx.store(lambda s: s.events(active.run_id, limit=100_000, types=types))
+    now = ctx.clock()
+    for event in stored:
+        if event["attempt"] == active.attempt and event["source"] == "runner":
+            remember(active, event, int(event.get("rank") or 0), now)
+
+
 def _unrecorded(ctx: Context, run_id: str, number: int, found: Sequence[Tagged]) -> tuple[int, float]:
-    """(pid, create time) of an attempt the daemon spawned but died before recording, or (0, 0)."""
+    """(pid, create time) of an attempt the daemon spawned but died before recording, or (0, 0).
+
+    Every rank of a gang leads a session of its own and carries the attempt's tag too; torchrun,
+    which started them, is the one created first."""
     leaders = [t for t in found if t.run_id == run_id and t.attempt == number and t.leader]
-    if len(leaders) != 1:
+    if not leaders:
         return 0, 0.0
-    pid, create_time = leaders[0].pid, leaders[0].create_time
+    first = min(leaders, key=lambda t: t.create_time)
+    pid, create_time = first.pid, first.create_time
     ctx.store(lambda s: s.update_attempt(run_id, number, pid=pid, create_time=create_time))
     log.info("run %s: attempt %d found by its tag (pid %d)", run_id, number, pid)
     return pid, create_time

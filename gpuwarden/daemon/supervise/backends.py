@@ -1,5 +1,6 @@
 """What the supervisor reads from or does to the machine, behind interfaces tests substitute:
-the process layer, the GPUs' state, the clock, the OOM-kill counter, the host's memory, threads.
+the process layer, the GPUs' state and links, the clock, the OOM-kill counter, the host's memory,
+threads.
 
 `gpuwarden.daemon.daemon.local_backends` wires the real ones.
 """
@@ -7,13 +8,15 @@ the process layer, the GPUs' state, the clock, the OOM-kill counter, the host's 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from gpuwarden.core.telemetry.topology import NO_TOPOLOGY, GpuTopology
 from gpuwarden.daemon.placement import GpuState
 from gpuwarden.daemon.process import ExitStatus, Tagged
+from gpuwarden.daemon.stack_dump import DumpTarget, StackDump
 
 
 class ChildProcess(Protocol):
@@ -36,6 +39,10 @@ class ChildProcess(Protocol):
 
     def signal_group(self, sig: int) -> bool:
         """Send `sig` to its whole process group; False when none is left."""
+
+    def signal_tree(self, sig: int) -> bool:
+        """Send `sig` to its process group and to every group a descendant leads (torchrun's
+        ranks run in sessions of their own); False when none is left."""
 
 
 class ProcessLayer(Protocol):
@@ -62,6 +69,16 @@ class ProcessLayer(Protocol):
     def kill(self, processes: Collection[Tagged]) -> None:
         """Kill the process groups of `processes` and wait until they are gone."""
 
+    def ranks(self, pid: int) -> dict[int, int]:
+        """Rank → pid of the live ranks a torchrun process `pid` started (by their RANK)."""
+
+    def dump_stacks(self, targets: Sequence[DumpTarget]) -> list[StackDump]:
+        """The Python stacks of running processes, without stopping them (`stack_dump.py`)."""
+
+
+def _no_topology() -> GpuTopology:
+    return NO_TOPOLOGY
+
 
 def _thread(name: str, target: Callable[[], None]) -> None:
     threading.Thread(target=target, name=name, daemon=True).start()
@@ -78,3 +95,5 @@ class Backends:
     host_memory: Callable[[], int]  # the machine's memory in bytes
     # Runs slow work (probes) off the loop: a daemon thread, or inline in tests.
     start_thread: Callable[[str, Callable[[], None]], None] = _thread
+    # How the GPUs are linked (the sampler's NVML topology), for placing multi-GPU runs.
+    topology: Callable[[], GpuTopology] = _no_topology

@@ -11,9 +11,9 @@ import logging
 import queue
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import sqlite_utils
 
@@ -21,6 +21,7 @@ from gpuwarden.core.api.runs import RunSummary
 from gpuwarden.core.config.settings import Settings
 from gpuwarden.core.config.spec import Resources, RunSpec
 from gpuwarden.core.errors import UserError
+from gpuwarden.core.gang.watchdog import StepWatch
 from gpuwarden.core.paths import Paths
 from gpuwarden.core.run_state import RunState
 from gpuwarden.core.store.runs import RunStore
@@ -46,9 +47,20 @@ class Conflict(UserError):
 # -- what the parts pass around --------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class GangStop:
+    """Why the daemon itself stopped a gang: a rank's own failure, or the hang watchdog."""
+
+    cause: Literal["oom", "error", "hang"]
+    rank: int | None  # the rank whose failure it was (None: a hang with no suspect)
+    reason: str  # one line, the attempt's reason
+    at: float
+
+
 @dataclass
 class Active:
-    """An attempt whose process this daemon watches."""
+    """An attempt whose process this daemon watches. A gang (`world_size` > 1) is torchrun's
+    process; rank 0's events come through `tail`, every other rank's through `rank_tails`."""
 
     run_id: str
     attempt: int
@@ -60,6 +72,20 @@ class Active:
     stop_requested: bool = False
     kill_at: float | None = None
     decisive_event: str | None = None
+    world_size: int = 1
+    rank_tails: dict[int, EventsTail] = field(default_factory=dict)
+    rank_pids: dict[int, int] = field(default_factory=dict)
+    steps: StepWatch | None = None  # the hang watchdog's view of the ranks' progress
+    failed_rank: int | None = None  # the first rank that reported its own oom or error
+    gang_stop: GangStop | None = None
+
+    @property
+    def gang(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def attempt_dir(self) -> Path:
+        return self.stderr_path.parent
 
 
 @dataclass(frozen=True)
@@ -76,6 +102,7 @@ _STATE_OF: dict[Outcome, RunState] = {
     "stopped": RunState.STOPPED,
     "terminated": RunState.STOPPED,
     "oom": RunState.RETUNING,
+    "hang": RunState.FAILED,
     "failed": RunState.FAILED,
     "interrupted": RunState.INTERRUPTED,
 }
@@ -190,7 +217,12 @@ class Context:
     def place(self, resources: Resources, busy: Mapping[str, int] | None = None) -> Placement | None:
         states = self.backends.gpu_states()
         taken = self.busy() if busy is None else busy
-        return place(resources, states, taken, self.settings.max_runs_per_gpu)
+        topology = (
+            self.backends.topology() if isinstance(resources.gpus, int) and resources.gpus > 1 else None
+        )
+        if topology is None:
+            return place(resources, states, taken, self.settings.max_runs_per_gpu)
+        return place(resources, states, taken, self.settings.max_runs_per_gpu, topology)
 
     # -- the loop's inbox ----------------------------------------------------------------------------
 

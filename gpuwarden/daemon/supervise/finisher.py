@@ -1,20 +1,25 @@
 """What an ended attempt means: store everything it wrote, give the verdict, record it.
 
 The finisher says where the run goes next (`Ending`); the loop acts on it (a final state, a
-retune, a restart), so nothing here starts another attempt.
+retune, a restart), so nothing here starts another attempt. A gang's verdict comes from the rank
+that failed first on its own (`daemon/gang_verdict.py`), and that rank's exit status and stderr
+are the evidence a retune or a restart policy goes by.
 """
 
 from __future__ import annotations
 
 import logging
-import signal
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from gpuwarden.core.gang.files import rank_logs
+from gpuwarden.core.gang.outcome import read_gang_outcome
 from gpuwarden.core.oom.classify import classify_text, oom_kill_grew
+from gpuwarden.daemon.gang_verdict import RankEvidence, gang_verdict
 from gpuwarden.daemon.process import ExitStatus, ExitVerdict, classify
 from gpuwarden.daemon.supervise.context import Active, Context, Ending
+from gpuwarden.daemon.supervise.gang_stop import kill_now
 from gpuwarden.daemon.supervise.hooks import AttemptEnd
 from gpuwarden.daemon.supervise.pump import pump
 
@@ -32,13 +37,17 @@ def finish(
     been reused since, so its process group is no longer known to be the run's.
     """
     pump(ctx, active, final=True)
-    if kill_group and active.child.pid and active.child.group_alive():
-        # The run is over; nothing it started may outlive it.
-        active.child.signal_group(signal.SIGKILL)
+    if kill_group and active.child.pid and (active.gang or active.child.group_alive()):
+        # The run is over; nothing it started may outlive it (a gang's ranks lead groups of their own).
+        kill_now(active)
     ctx.active.pop(active.run_id, None)
     oom_kill = oom_kill_grew(active.oom_before, ctx.backends.oom_kills())
     stderr_tail = tail_of(active.stderr_path)
-    verdict = _verdict(ctx, active, status, oom_kill, stderr_tail)
+    if active.gang:
+        verdict, evidence = _gang(active, status, oom_kill, stderr_tail)
+    else:
+        verdict = _verdict(ctx, active, status, oom_kill, stderr_tail)
+        evidence = RankEvidence(None, status, stderr_tail)
     reason = f"{verdict.reason}; {note}" if note else verdict.reason
     ended = ctx.clock()
     ctx.store(
@@ -59,18 +68,41 @@ def finish(
         number=active.attempt,
         outcome=verdict.outcome,
         reason=reason,
-        exit_code=status.code,
-        signal=status.signal,
+        exit_code=evidence.status.code,
+        signal=evidence.status.signal,
         oom_kill=oom_kill,
-        stderr_tail=stderr_tail,
+        stderr_tail=evidence.stderr_tail,
         gpus=list(active.gpus),
         gpu_capacity=gpu_capacity(ctx, active.gpus),
         host_capacity=host_capacity(ctx, active.run_id),
         adopted=active.child.adopted,
         pid=active.child.pid or None,
+        rank=evidence.rank,
+        world_size=active.world_size,
+        rank_pids=tuple(active.rank_pids.values()),
     )
     message = f"attempt {active.attempt}: {reason}"
-    return Ending(active.run_id, active.attempt, verdict, status, message, end, active.decisive_event)
+    # A gang's restart policy goes by the failed rank's exit status (torchrun always exits 1).
+    decisive = status if evidence.rank is None else evidence.status
+    return Ending(active.run_id, active.attempt, verdict, decisive, message, end, active.decisive_event)
+
+
+def _gang(
+    active: Active, status: ExitStatus, oom_kill: bool | None, torchrun_stderr: str
+) -> tuple[ExitVerdict, RankEvidence]:
+    outcome = read_gang_outcome(active.attempt_dir, active.world_size, torchrun_stderr)
+    logs = rank_logs(active.attempt_dir)
+    stop = active.gang_stop
+    return gang_verdict(
+        status,
+        outcome,
+        stop_requested=active.stop_requested,
+        hang_reason=stop.reason if stop is not None and stop.cause == "hang" else None,
+        oom_kill=oom_kill,
+        rank_stderr=lambda rank: tail_of(logs[rank].stderr) if rank in logs else "",
+        torchrun_stderr=torchrun_stderr,
+        rank0_event=active.decisive_event,
+    )
 
 
 def recorded_end(ctx: Context, run_id: str, attempt: Mapping[str, Any]) -> AttemptEnd:
@@ -91,6 +123,7 @@ def recorded_end(ctx: Context, run_id: str, attempt: Mapping[str, Any]) -> Attem
         host_capacity=host_capacity(ctx, run_id),
         adopted=bool(attempt["adopted"]),
         pid=attempt["pid"],
+        world_size=int(attempt.get("world_size") or 1),
     )
 
 

@@ -31,6 +31,9 @@ class AttemptEnd:
     host_capacity: int | None  # the address-space limit, else the host's memory
     adopted: bool
     pid: int | None = None  # the attempt's process (and process group) id
+    rank: int | None = None  # a gang: the rank whose failure this is (its stderr and exit status)
+    world_size: int = 1
+    rank_pids: tuple[int, ...] = ()  # a gang: its ranks' processes (each leads a group of its own)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """The restart policy (`restart:` in the spec): a failed attempt that is not out of memory starts
 again from the last checkpoint, after a backoff on the supervisor's clock, at most `max` times.
+A gang the hang watchdog stopped restarts when `restart.on` has `hang`.
 
 Each restart is a `restart` event with its cause; the run waits in the queue meanwhile.
 """
@@ -27,7 +28,7 @@ class Restart:
 
 def decide(ctx: Context, ending: Ending) -> tuple[Restart | None, str]:
     """(the restart, or None; the run's message when it is not restarted)."""
-    if ending.verdict.outcome != "failed":
+    if ending.verdict.outcome not in ("failed", "hang"):
         return None, ending.message
     policy = _policy(ctx, ending.run_id)
     cause = cause_of(ending, policy) if policy is not None else None
@@ -41,6 +42,8 @@ def decide(ctx: Context, ending: Ending) -> tuple[Restart | None, str]:
 
 def cause_of(ending: Ending, policy: RestartPolicy) -> str | None:
     """Why the policy restarts this failed attempt, or None when it does not."""
+    if ending.verdict.outcome == "hang":
+        return "hang" if policy.on_hang else None
     status = ending.status
     if status.signal is not None and policy.on_signal:
         return status.describe()

@@ -3,6 +3,11 @@
 The attempt is recorded (state `starting`) before the process exists and its pid right after.
 The process carries the attempt's tag (`RUN_TAG` in its environment), so a daemon that dies in
 between leaves a record and a process a restarted daemon can find and adopt.
+
+A run of several processes (`train.world_size` > 1, or `command.launcher: torchrun`) starts as one
+`torch.distributed.run` process (`gpuwarden.core.gang.launch`) whose ranks inherit the tag, the
+GPUs (by UUID, rank N on the N-th) and the address-space limit: each rank gets the run's
+`memory_limit`, as a one-process run does.
 """
 
 from __future__ import annotations
@@ -17,6 +22,15 @@ import yaml
 from gpuwarden.core.command.prepare import prepare_attempt
 from gpuwarden.core.config.spec import RunSpec
 from gpuwarden.core.errors import UserError
+from gpuwarden.core.gang.files import rank_events_path
+from gpuwarden.core.gang.launch import (
+    gang_launch,
+    gang_size,
+    program_from_argv,
+    runner_program,
+    uses_torchrun,
+)
+from gpuwarden.core.gang.watchdog import step_watch
 from gpuwarden.core.run_state import RunState
 from gpuwarden.daemon.events_tail import EventsTail
 from gpuwarden.daemon.process import RUN_TAG, run_tag
@@ -47,12 +61,24 @@ class AttemptFiles:
         return self.dir / "resolved.yaml"
 
 
+@dataclass(frozen=True)
+class Launch:
+    """An attempt's process as the spawner starts it."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: Path
+    note: str  # one line for the run's events; "" when there is nothing to say
+    world_size: int = 1
+
+
 def start(ctx: Context, start: Start) -> None:
     """Record, then spawn, the run's next attempt; a program that cannot start fails the run."""
     run_id, spec, placement = str(start.run["id"]), start.spec, start.placement
     number = int(start.run["attempt"]) + 1
     run_dir = Path(start.run["run_dir"])
     files = _prepare(run_dir, number, spec)
+    world = gang_size(spec) if uses_torchrun(spec) else 1
     ctx.store(
         lambda s: s.add_attempt(
             run_id,
@@ -61,35 +87,39 @@ def start(ctx: Context, start: Start) -> None:
             stderr_path=str(files.stderr),
             events_path=str(files.events),
             gpus=placement.gpus,
+            world_size=world,
         )
     )
-    ctx.set_state(run_id, RunState.STARTING, f"attempt {number} on {', '.join(placement.gpus) or 'the CPU'}")
+    where = ", ".join(placement.gpus) or "the CPU"
+    ranks = f" ({world} ranks through torchrun)" if world > 1 else ""
+    ctx.set_state(run_id, RunState.STARTING, f"attempt {number} on {where}{ranks}")
     if placement.warning:
         ctx.event(run_id, number, "warning", code="cpu_fallback", message=placement.warning)
     try:
-        argv, env, cwd, note = command_line(spec, run_id, run_dir, number, files)
+        launch = command_line(spec, run_id, run_dir, number, files, placement.gpus)
     except UserError as exc:
         _failed_to_start(ctx, run_id, number, "the run", exc)
         return
-    if note:
-        ctx.event(run_id, number, "prepared", message=note)
+    if launch.note:
+        ctx.event(run_id, number, "prepared", message=launch.note)
+    env = launch.env
     env.update(placement.env())  # placement and tag are the daemon's: nothing overrides them
     env[RUN_TAG] = run_tag(run_id, number)
     limit = spec.resources.memory_limit
     try:
         child = ctx.backends.processes.spawn(
-            argv,
+            launch.argv,
             env,
-            cwd,
+            launch.cwd,
             files.stdout,
             files.stderr,
-            int(limit) if limit is not None else None,
+            int(limit) if limit is not None else None,  # inherited by every rank of a gang
             scope_unit=f"gpuwarden-run-{run_id}-{number}",
         )
     except (OSError, UserError) as exc:
-        _failed_to_start(ctx, run_id, number, argv[0], exc)
+        _failed_to_start(ctx, run_id, number, launch.argv[0], exc)
         return
-    _watch(ctx, run_id, number, child, files, placement.gpus)
+    _watch(ctx, run_id, number, child, files, placement.gpus, spec, launch.world_size)
 
 
 def _prepare(run_dir: Path, number: int, spec: RunSpec) -> AttemptFiles:
@@ -101,20 +131,38 @@ def _prepare(run_dir: Path, number: int, spec: RunSpec) -> AttemptFiles:
 
 
 def command_line(
-    spec: RunSpec, run_id: str, run_dir: Path, number: int, files: AttemptFiles
-) -> tuple[list[str], dict[str, str], Path, str]:
-    """(argv, environment, working folder, a line for the run's events) of an attempt; UserError
-    when a template fails. A command run's attempt is prepared in core (its config copy,
-    `{resume_from}`, variables bound to knobs)."""
+    spec: RunSpec, run_id: str, run_dir: Path, number: int, files: AttemptFiles, gpus: list[str]
+) -> Launch:
+    """An attempt's command line, environment, working folder and a line for the run's events;
+    UserError when a template fails or torchrun cannot take the program. A command run's attempt
+    is prepared in core (its config copy, `{resume_from}`, variables bound to knobs); a run of
+    several processes goes through torchrun on `gpus`."""
     env = dict(os.environ)
     env.update(spec.env)  # retunes put allocator settings here
     if spec.kind != "command":
-        argv = [sys.executable, "-m", "gpuwarden.runners", "--spec", str(files.resolved)]
-        return [*argv, "--run-dir", str(run_dir), "--attempt", str(number)], env, run_dir, ""
-    prepared = prepare_attempt(spec, run_id, run_dir, number)
-    env.update(prepared.env)
-    env.update(spec.env)
-    return prepared.argv, env, prepared.cwd, prepared.note
+        program = runner_program(sys.executable, files.resolved, run_dir, number)
+        argv = [sys.executable, "-m", program.target, *program.args]
+        cwd, note = run_dir, ""
+    else:
+        prepared = prepare_attempt(spec, run_id, run_dir, number)
+        env.update(prepared.env)
+        env.update(spec.env)
+        argv, cwd, note = prepared.argv, prepared.cwd, prepared.note
+        if uses_torchrun(spec):
+            program = program_from_argv(argv, sys.executable)
+    if not uses_torchrun(spec):
+        return Launch(argv, env, cwd, note)
+    gang = gang_launch(spec, program, gpus, attempt_dir=files.dir, python=sys.executable, cpu_count=_cpus())
+    env.update(gang.env)
+    return Launch(gang.argv, env, cwd, note, gang.world_size)
+
+
+def _cpus() -> int:
+    """The CPUs this daemon may run on (its affinity), which its children inherit."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def _failed_to_start(ctx: Context, run_id: str, number: int, program: str, exc: Exception) -> None:
@@ -130,7 +178,14 @@ def _failed_to_start(ctx: Context, run_id: str, number: int, program: str, exc: 
 
 
 def _watch(
-    ctx: Context, run_id: str, number: int, child: ChildProcess, files: AttemptFiles, gpus: list[str]
+    ctx: Context,
+    run_id: str,
+    number: int,
+    child: ChildProcess,
+    files: AttemptFiles,
+    gpus: list[str],
+    spec: RunSpec,
+    world_size: int,
 ) -> None:
     # Children share the daemon's cgroup, so its counter is theirs (and is still readable after
     # the child is gone, unlike /proc/<pid>/cgroup).
@@ -153,5 +208,9 @@ def _watch(
         gpus=gpus,
         stderr_path=files.stderr,
         oom_before=oom_before,
+        world_size=world_size,
+        rank_tails={r: EventsTail(rank_events_path(files.events, r), 0) for r in range(1, world_size)},
+        steps=step_watch(spec, world_size),
     )
-    ctx.set_state(run_id, RunState.RUNNING, f"attempt {number}: pid {child.pid}")
+    what = f"torchrun pid {child.pid}, {world_size} ranks" if world_size > 1 else f"pid {child.pid}"
+    ctx.set_state(run_id, RunState.RUNNING, f"attempt {number}: {what}")

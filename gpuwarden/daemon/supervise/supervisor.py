@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -28,9 +27,11 @@ from gpuwarden.daemon.supervise import (
     scheduler,
     spawner,
     tuning,
+    watchdog,
 )
 from gpuwarden.daemon.supervise.backends import Backends
-from gpuwarden.daemon.supervise.context import Active, Context, Ending, Start
+from gpuwarden.daemon.supervise.context import Active, Context, Ending, GangStop, Start
+from gpuwarden.daemon.supervise.gang_stop import kill_now, stop_gang
 from gpuwarden.daemon.supervise.hooks import Hooks
 from gpuwarden.daemon.supervise.pump import pump
 from gpuwarden.daemon.writer import StoreWriter
@@ -132,9 +133,21 @@ class Supervisor:
         if status is not None:
             self._ended(finisher.finish(self.ctx, active, status))
         elif active.kill_at is not None and now >= active.kill_at:
-            log.info("run %s: grace period over, SIGKILL to its process group", active.run_id)
-            active.child.signal_group(signal.SIGKILL)
+            log.info("run %s: grace period over, SIGKILL to its processes", active.run_id)
+            kill_now(active)
             active.kill_at = None
+        elif active.gang:
+            self._watch_gang(active, now)
+
+    def _watch_gang(self, active: Active, now: float) -> None:
+        """One rank's own failure stops the whole gang at once; so does a hang."""
+        rank = active.failed_rank
+        if rank is not None and active.gang_stop is None and not active.stop_requested:
+            oom = active.decisive_event == "oom"
+            reason = f"rank {rank} {'ran out of memory' if oom else 'failed'}; the whole gang stopped at once"
+            stop_gang(self.ctx, active, GangStop("oom" if oom else "error", rank, reason, now))
+        else:
+            watchdog.check(self.ctx, active, now)
 
     def _start(self, start: Start | None) -> None:
         if start is not None:
@@ -185,9 +198,13 @@ class Supervisor:
 
     def pid_owners(self) -> dict[int, str]:
         """Process-group id → run id for every watched attempt (a GPU process belongs to the run
-        whose group it is in, so dataloader workers and torchrun ranks count too)."""
+        whose group it is in, so dataloader workers count too; torchrun's ranks lead groups of
+        their own, known from their `started` events)."""
         with self.lock:
-            return {a.child.pid: a.run_id for a in self.ctx.active.values() if a.child.pid}
+            owners = {a.child.pid: a.run_id for a in self.ctx.active.values() if a.child.pid}
+            for a in self.ctx.active.values():
+                owners.update({pid: a.run_id for pid in a.rank_pids.values()})
+            return owners
 
 
 def owner_of(pid: int, groups: Mapping[int, str]) -> str | None:

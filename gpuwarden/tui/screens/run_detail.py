@@ -29,6 +29,7 @@ from gpuwarden.tui.formatting import clock
 from gpuwarden.tui.messages import DetailLoaded, DoctorLoaded, LogLoaded
 from gpuwarden.tui.screens.runs import state_text
 from gpuwarden.tui.widgets.chart import Chart
+from gpuwarden.tui.widgets.rank_table import RankTable
 
 if TYPE_CHECKING:
     from gpuwarden.tui.app import GpuwardenApp
@@ -223,6 +224,7 @@ class RunDetailScreen(Screen[None]):
         yield Static(id="run-head")
         with TabbedContent(initial="timeline", id="detail-tabs"):
             with TabPane("Timeline", id="timeline"), Scroller(id="timeline-scroll"):
+                yield RankTable()
                 yield Static(id="timeline-text")
             with TabPane("Charts", id="charts"), Scroller(id="charts-scroll"):
                 yield Static(
@@ -323,6 +325,8 @@ class RunDetailScreen(Screen[None]):
         self.summary = message.detail.run
         self.show_head()
         self.show_timeline()
+        attempts = message.detail.attempts
+        self.query_one(RankTable).show(attempts[-1] if attempts else None, message.detail.gpu_index)
         self.show_charts(message.detail)
         self.refresh_bindings()
 
