@@ -59,3 +59,18 @@ def test_each_missing_input_is_one_line_naming_its_key(tmp_path: Path) -> None:
     assert missing_inputs(spec("command", {"argv": ["true"], "cwd": str(tmp_path / "gone")})) == [
         f"command.cwd: directory {tmp_path / 'gone'} does not exist"
     ]
+
+
+def test_a_causal_lm_tokenizer_must_be_a_directory(tmp_path: Path) -> None:
+    model = model_dir(tmp_path / "m")
+    texts = tmp_path / "t.jsonl"
+    texts.write_text('{"text": "a"}\n')
+    section = {
+        "task": "causal_lm",
+        "model": str(model),
+        "tokenizer": str(tmp_path / "tok"),
+        "data": str(texts),
+    }
+    assert missing_inputs(spec("train", section)) == [
+        f"train.tokenizer: directory {tmp_path / 'tok'} does not exist"
+    ]

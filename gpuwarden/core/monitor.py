@@ -145,40 +145,58 @@ def _verdict(a: _GpuAccumulator) -> tuple[str, list[str]]:
     """A one-word verdict plus the numbers that justify it."""
     if a.ticks and a.lost_ticks == a.ticks:
         return "lost", ["the GPU stopped answering NVML for the whole window"]
-    util, power_pct, mem_pct = a.util.mean, a.power_pct.mean, a.mem_pct.mean
-    reasons: list[str] = []
-    throttled_pct = 100.0 * a.throttled_s / a.observed_s if a.observed_s else 0.0
+    util, power_pct = a.util.mean, a.power_pct.mean
     if util is not None and util < IDLE_UTIL_PCT:
-        reasons.append(f"utilisation {util:.0f} %")
-        if power_pct is not None:
-            reasons.append(f"power {power_pct:.0f} % of limit")
-        return "idle", reasons
-    underused = False
-    if power_pct is not None and power_pct < UNDERUSED_POWER_PCT:
-        underused = True
-        reasons.append(f"power {power_pct:.0f} % of limit")
-    if util is not None and util < UNDERUSED_UTIL_PCT:
-        underused = True
-        reasons.append(f"utilisation {util:.0f} %")
-    if underused and mem_pct is not None:
-        reasons.append(f"memory {mem_pct:.0f} % used")
-    if throttled_pct >= THROTTLED_SHARE_PCT:
-        top = sorted(a.throttle_reason_s.items(), key=lambda kv: -kv[1])
-        why = ", ".join(name for name, _ in top[:2])
-        reasons.append(f"throttled {throttled_pct:.0f} % of the time ({why})")
-        return ("underused" if underused else "throttled"), reasons
-    if a.mem_pct.peak is not None and a.mem_pct.peak >= MEMORY_FULL_PCT:
-        reasons.append(f"memory peaked at {a.mem_pct.peak:.0f} % (close to out of memory)")
+        return "idle", _levels(util, power_pct)
+    underused = _underuse_reasons(a)
+    throttled = _throttle_reason(a)
+    if throttled is not None:
+        return ("underused" if underused else "throttled"), [*underused, throttled]
+    memory_full = _memory_full_reasons(a)
     if underused:
-        return "underused", reasons
+        return "underused", underused + memory_full
     if util is None and power_pct is None:
         return "unknown", ["this GPU reports neither utilisation nor power"]
-    good = []
+    return "good", _levels(util, power_pct) + memory_full
+
+
+def _levels(util: float | None, power_pct: float | None) -> list[str]:
+    """Utilisation and power as they read, each where the GPU reports it."""
+    levels = []
     if util is not None:
-        good.append(f"utilisation {util:.0f} %")
+        levels.append(f"utilisation {util:.0f} %")
     if power_pct is not None:
-        good.append(f"power {power_pct:.0f} % of limit")
-    return "good", good + reasons
+        levels.append(f"power {power_pct:.0f} % of limit")
+    return levels
+
+
+def _underuse_reasons(a: _GpuAccumulator) -> list[str]:
+    """Power and utilisation below their bounds, with the memory in use (empty when neither is)."""
+    util, power_pct, mem_pct = a.util.mean, a.power_pct.mean, a.mem_pct.mean
+    reasons = []
+    if power_pct is not None and power_pct < UNDERUSED_POWER_PCT:
+        reasons.append(f"power {power_pct:.0f} % of limit")
+    if util is not None and util < UNDERUSED_UTIL_PCT:
+        reasons.append(f"utilisation {util:.0f} %")
+    if reasons and mem_pct is not None:
+        reasons.append(f"memory {mem_pct:.0f} % used")
+    return reasons
+
+
+def _throttle_reason(a: _GpuAccumulator) -> str | None:
+    """The share of time throttled and its two main reasons, when that share is worth a verdict."""
+    throttled_pct = 100.0 * a.throttled_s / a.observed_s if a.observed_s else 0.0
+    if throttled_pct < THROTTLED_SHARE_PCT:
+        return None
+    top = sorted(a.throttle_reason_s.items(), key=lambda kv: -kv[1])
+    why = ", ".join(name for name, _ in top[:2])
+    return f"throttled {throttled_pct:.0f} % of the time ({why})"
+
+
+def _memory_full_reasons(a: _GpuAccumulator) -> list[str]:
+    if a.mem_pct.peak is None or a.mem_pct.peak < MEMORY_FULL_PCT:
+        return []
+    return [f"memory peaked at {a.mem_pct.peak:.0f} % (close to out of memory)"]
 
 
 @dataclass

@@ -104,3 +104,10 @@ def test_a_comparison_placeholder_is_a_switch() -> None:
     assert env == {"AMP": "true"}
     with pytest.raises(UserError, match=r"unknown placeholder \{precison=bf16\}"):
         check_command(_spec(["x", "{precison=bf16}"], knobs={"precision": "bf16"}))
+
+
+def test_conversions_and_booleans_read_as_yaml_writes_them() -> None:
+    values = {"s": "a b", "flag": True, "n": 3}
+    assert render("{s!r} {s!a} {s!s} {n!s:>3}", values, "w") == "'a b' 'a b' a b   3"
+    assert render("{flag} {flag!s} {flag:>5} {flag!r}", values, "w") == "true true  true True"
+    assert render("{n:03d}", values, "w") == "003"

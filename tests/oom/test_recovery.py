@@ -118,3 +118,35 @@ def test_shape_bug_gives_up_with_the_reason() -> None:
     plan = plan_recovery(train_spec(8, 1), facts, history=[], retunes_so_far=0, elapsed_s=0, probe=Machine())
     assert plan.spec is None
     assert plan.give_up is not None and plan.give_up.startswith("shape_bug")
+
+
+def command_spec(knobs: str, env: str = "{}") -> RunSpec:
+    return parse_spec(
+        "name: c\nkind: command\n"
+        f"command: {{argv: [python, train.py, --bs, '{{batch_size}}'], env: {env}}}\nknobs: {knobs}\n"
+    )
+
+
+def test_a_command_run_with_accumulation_probes_the_divisors_that_keep_its_effective_batch() -> None:
+    facts = AttemptFacts(number=1, events=[], stderr_tail=CPU_OOM, exit_code=1, host_capacity=6 * GB)
+    probes = {}
+    for knobs in ("{batch_size: 14, grad_accum_steps: 1}", "{batch_size: 14}"):
+        m = Machine()
+        plan_recovery(command_spec(knobs), facts, history=[], retunes_so_far=0, elapsed_s=0, probe=m)
+        probes[knobs] = m.calls
+    # 14 // 8 = 1 and 14 // 4 = 3; 3 does not divide 14, so with accumulation the probe takes 2
+    assert probes == {"{batch_size: 14, grad_accum_steps: 1}": [1, 2], "{batch_size: 14}": [1, 3]}
+
+
+def test_a_command_runs_own_environment_counts_as_already_set() -> None:
+    msg = (
+        "CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total capacity of 23.65 GiB of which "
+        "0.80 GiB is free. Including non-PyTorch memory, this process has 22.80 GiB memory in use. Of the "
+        "allocated memory 14.00 GiB is allocated by PyTorch, and 8.00 GiB is reserved by PyTorch but unallocated."
+    )
+    facts = AttemptFacts(number=1, events=[], stderr_tail=msg, exit_code=1, gpu_capacity=24 * GB)
+    plain = plan_recovery(command_spec("{batch_size: 8}"), facts, history=[], retunes_so_far=0, elapsed_s=0)
+    assert plain.decision.action == "allocator_expandable_segments"
+    spec = command_spec("{batch_size: 8}", env="{PYTORCH_ALLOC_CONF: 'expandable_segments:True'}")
+    already = plan_recovery(spec, facts, history=[], retunes_so_far=0, elapsed_s=0)
+    assert already.decision.action != "allocator_expandable_segments"

@@ -398,6 +398,29 @@ def test_seed_000_budget_is_lowered() -> None:
     assert d.changes == {"max_memory": (knobs["max_memory"], {"0": "12GiB", "cpu": "30GiB"})}
 
 
+def test_offload_says_why_a_budget_cannot_be_lowered_or_set() -> None:
+    only_offload = RetunePolicy.model_validate({"ladder": [{"action": "offload", "max_times": 5}]})
+
+    def offload(kind: str = "infer", capacity: int | None = 16 * GiB, **knobs: Any) -> str:
+        d = run(pol=only_offload, kind=kind, knobs=infer_knobs(batch_size=1, **knobs), capacity=capacity)
+        assert d.give_up is not None
+        return d.give_up.split(": ", 1)[1]
+
+    assert (
+        offload(max_memory={"0": "lots", "cpu": "30GiB"}, device_map="auto")
+        == "offload: max_memory[0] = 'lots' is not a size"
+    )
+    assert (
+        offload(max_memory={"0": "12GiB", "1": "1GiB"}, device_map="auto")
+        == "offload: GPU budget 1GiB is at the minimum (1.00 GiB)"
+    )
+    assert offload(kind="command", max_memory="lots") == "offload: max_memory 'lots' is not a size"
+    assert (
+        offload(kind="command", max_memory="1GiB") == "offload: GPU budget 1GiB is at the minimum (1.00 GiB)"
+    )
+    assert offload(capacity=None) == "offload: the card's memory is unknown, so no GPU budget can be set"
+
+
 def test_train_kind_has_no_offload_or_8bit() -> None:
     knobs = train_knobs(batch_size=1, gradient_checkpointing=True, precision="bf16")
     d = run(knobs=knobs)

@@ -23,36 +23,46 @@ def _model_dir(path: Path, key: str) -> str | None:
 
 def missing_inputs(spec: RunSpec) -> list[str]:
     """One line per input the spec names that is not there (empty when all are)."""
-    problems: list[str | None] = []
-    if spec.command is not None and spec.command.cwd is not None and not spec.command.cwd.is_dir():
-        problems.append(f"command.cwd: directory {spec.command.cwd} does not exist")
-    train = spec.train
-    if train is not None:
-        if train.task == "causal_lm":
-            if train.model is not None:
-                problems.append(_model_dir(train.model, "train.model"))
-            if train.tokenizer is not None and not train.tokenizer.is_dir():
-                problems.append(f"train.tokenizer: directory {train.tokenizer} does not exist")
-            if train.data is not None and not train.data.is_file():
-                problems.append(
-                    f"train.data: {train.data} is not a file (causal_lm reads JSON or JSONL texts)"
-                )
-        elif train.data is not None and not train.data.is_dir():
-            problems.append(
-                f"train.data: {train.data} is not a folder of images (leave it out for synthetic data)"
-            )
-    infer = spec.infer
-    if infer is not None:
-        problems.append(_model_dir(infer.model, "infer.model"))
-        if infer.task == "generate" and not infer.input.is_file():
-            problems.append(
-                f"infer.input: {infer.input} is not a file (generate reads a JSONL file of prompts)"
-            )
-        if infer.task == "image_to_text" and not infer.input.is_dir():
-            problems.append(
-                f"infer.input: {infer.input} is not a folder (image_to_text reads a folder of images)"
-            )
+    problems = [*_command_problems(spec), *_train_problems(spec), *_infer_problems(spec)]
     return [p for p in problems if p is not None]
+
+
+def _command_problems(spec: RunSpec) -> list[str | None]:
+    if spec.command is None or spec.command.cwd is None or spec.command.cwd.is_dir():
+        return []
+    return [f"command.cwd: directory {spec.command.cwd} does not exist"]
+
+
+def _train_problems(spec: RunSpec) -> list[str | None]:
+    train = spec.train
+    if train is None:
+        return []
+    if train.task != "causal_lm":
+        if train.data is None or train.data.is_dir():
+            return []
+        return [f"train.data: {train.data} is not a folder of images (leave it out for synthetic data)"]
+    problems: list[str | None] = []
+    if train.model is not None:
+        problems.append(_model_dir(train.model, "train.model"))
+    if train.tokenizer is not None and not train.tokenizer.is_dir():
+        problems.append(f"train.tokenizer: directory {train.tokenizer} does not exist")
+    if train.data is not None and not train.data.is_file():
+        problems.append(f"train.data: {train.data} is not a file (causal_lm reads JSON or JSONL texts)")
+    return problems
+
+
+def _infer_problems(spec: RunSpec) -> list[str | None]:
+    infer = spec.infer
+    if infer is None:
+        return []
+    problems = [_model_dir(infer.model, "infer.model")]
+    if infer.task == "generate" and not infer.input.is_file():
+        problems.append(f"infer.input: {infer.input} is not a file (generate reads a JSONL file of prompts)")
+    if infer.task == "image_to_text" and not infer.input.is_dir():
+        problems.append(
+            f"infer.input: {infer.input} is not a folder (image_to_text reads a folder of images)"
+        )
+    return problems
 
 
 def require_inputs(spec: RunSpec, label: str, fix: str) -> None:

@@ -24,7 +24,7 @@ a first attempt and carry the checkpoint's path on later ones.
 from __future__ import annotations
 
 import string
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpuwarden.core.config.spec import RunSpec
@@ -38,43 +38,51 @@ _FORMATTER = string.Formatter()
 def render(template: str, values: Mapping[str, Any], where: str) -> str:
     """Substitute placeholders in one string; UserError naming `where` and the placeholder."""
     out: list[str] = []
+    for literal, field, spec, conversion in _parse(template, where):
+        out.append(literal)
+        if field is not None:
+            out.append(_fill(field, spec, conversion, values, where))
+    return "".join(out)
+
+
+def _parse(template: str, where: str) -> list[tuple[str, str | None, str | None, str | None]]:
     try:
-        parts = list(_FORMATTER.parse(template))
+        return list(_FORMATTER.parse(template))
     except ValueError as exc:
         raise UserError(f"{where}: {exc} in {template!r} — write {{{{ and }}}} for literal braces") from None
-    for literal, field, spec, conversion in parts:
-        out.append(literal)
-        if field is None:
-            continue
-        name, equals, expected = field.partition("=")
-        name = name.removesuffix("?") if not equals else name
-        if not name.isidentifier():
-            raise UserError(
-                f"{where}: placeholder {{{field}}} is not a knob name — use {{name}}, or {{{{ for a brace"
-            )
-        if name not in values:
-            known = ", ".join(sorted(values)) or "none"
-            raise UserError(f"{where}: unknown placeholder {{{field}}} — knobs and built-ins are: {known}")
-        value = values[name]
-        if equals:
-            out.append("true" if _as_text(value) == expected else "false")
-            continue
-        if conversion == "r":
-            value = repr(value)
-        elif conversion == "a":
-            value = ascii(value)
-        elif conversion == "s" or isinstance(value, bool):
-            # YAML writes booleans lower-case; so do the placeholders
-            value = str(value).lower() if isinstance(value, bool) else str(value)
-        try:
-            out.append(format(value, spec or ""))
-        except (ValueError, TypeError) as exc:
-            raise UserError(f"{where}: {{{field}:{spec}}}: {exc}") from None
-    return "".join(out)
+
+
+def _fill(field: str, spec: str | None, conversion: str | None, values: Mapping[str, Any], where: str) -> str:
+    """The text of one placeholder: `{name}`, `{name?}`, `{name=value}`, with conversion and spec."""
+    name, equals, expected = field.partition("=")
+    name = name.removesuffix("?") if not equals else name
+    if not name.isidentifier():
+        raise UserError(
+            f"{where}: placeholder {{{field}}} is not a knob name — use {{name}}, or {{{{ for a brace"
+        )
+    if name not in values:
+        known = ", ".join(sorted(values)) or "none"
+        raise UserError(f"{where}: unknown placeholder {{{field}}} — knobs and built-ins are: {known}")
+    if equals:
+        return "true" if _as_text(values[name]) == expected else "false"
+    try:
+        return format(_converted(values[name], conversion), spec or "")
+    except (ValueError, TypeError) as exc:
+        raise UserError(f"{where}: {{{field}:{spec}}}: {exc}") from None
 
 
 def _as_text(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+# `!s` and booleans read as YAML writes them (`true`, not `True`)
+_CONVERSIONS: dict[str, Callable[[Any], str]] = {"r": repr, "a": ascii, "s": _as_text}
+
+
+def _converted(value: Any, conversion: str | None) -> Any:
+    if conversion in _CONVERSIONS:
+        return _CONVERSIONS[conversion](value)
+    return _as_text(value) if isinstance(value, bool) else value
 
 
 def optional_fields(template: str) -> list[str]:

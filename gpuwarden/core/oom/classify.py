@@ -263,74 +263,103 @@ def _size_of(pattern: re.Pattern[str], text: str, group: int = 1) -> int | None:
     return parse_size(m.group(group))
 
 
-def _parse_gpu_fields(detail: str) -> dict[str, float | int | str]:
+Fields = dict[str, float | int | str]
+
+# Sizes that may follow the current form's total; the first pattern that matches names each.
+_CURRENT_SIZES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("this_process", _RE_THIS_PROCESS),
+    ("allowed", _RE_ALLOWED),
+    ("allocated", _RE_ALLOCATED_NEW),
+    ("reserved_unallocated", _RE_UNALLOCATED),
+)
+_LEGACY_SIZES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("allocated", _RE_ALLOCATED_OLD),
+    ("free", _RE_FREE_OLD),
+    ("allowed", _RE_ALLOWED),
+    ("reserved", _RE_RESERVED_OLD),
+    ("reserved", _RE_CACHED_OLD),
+)
+_MPS_SIZES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("allocated", _RE_MPS_ALLOCATED),
+    # Allocations of this process outside the MPS allocator, not other processes.
+    ("other_allocations", _RE_MPS_OTHER),
+    ("allowed", _RE_MPS_ALLOWED),
+)
+
+
+def _parse_gpu_fields(detail: str) -> Fields:
     """Every allocator number in `detail` (one message, line breaks already folded)."""
-    out: dict[str, float | int | str] = {}
-    requested = _size_of(_RE_REQUESTED, detail)
-    if requested is None:
-        xla = _RE_XLA_REQUESTED.search(detail)
-        requested = int(xla.group(1)) if xla is not None else None
+    out: Fields = {}
+    requested = _requested(detail)
     if requested is not None:
         out["requested"] = requested
-    new = _RE_TOTAL_NEW.search(detail)
-    if new is not None:
-        out["gpu_index"] = int(new.group(1))
-        out["total"] = parse_size(new.group(2))
-        if new.group(3) is not None:
-            out["free"] = parse_size(new.group(3))
-        processes = [(int(pid), parse_size(size)) for pid, size in _RE_PROCESS.findall(detail)]
-        if processes:
-            out["other_processes"] = sum(size for _, size in processes)
-            out["other_process_count"] = len(processes)
-            out["other_pids"] = ",".join(str(pid) for pid, _ in processes)
-        this = _size_of(_RE_THIS_PROCESS, detail)
-        if this is not None:
-            out["this_process"] = this
-        allowed = _size_of(_RE_ALLOWED, detail)
-        if allowed is not None:
-            out["allowed"] = allowed
-        allocated = _size_of(_RE_ALLOCATED_NEW, detail)
-        if allocated is not None:
-            out["allocated"] = allocated
-        unallocated = _size_of(_RE_UNALLOCATED, detail)
-        if unallocated is not None:
-            out["reserved_unallocated"] = unallocated
-        if allocated is not None and unallocated is not None:
-            out["reserved"] = allocated + unallocated
-        out["form"] = "current"
-        return out
-    old_total = _size_of(_RE_TOTAL_OLD, detail)
-    if old_total is not None:
-        gpu = _RE_GPU_OLD.search(detail)
-        if gpu is not None:
-            out["gpu_index"] = int(gpu.group(1))
-        out["total"] = old_total
-        for name, pattern in (
-            ("allocated", _RE_ALLOCATED_OLD),
-            ("free", _RE_FREE_OLD),
-            ("allowed", _RE_ALLOWED),
-            ("reserved", _RE_RESERVED_OLD),
-            ("reserved", _RE_CACHED_OLD),
-        ):
-            value = _size_of(pattern, detail)
-            if value is not None and name not in out:
-                out[name] = value
-        if "reserved" in out and "allocated" in out:
-            out["reserved_unallocated"] = max(0, int(out["reserved"]) - int(out["allocated"]))
-        out["form"] = "legacy"
-        return out
-    mps_allocated = _size_of(_RE_MPS_ALLOCATED, detail)
-    if mps_allocated is not None:
-        out["allocated"] = mps_allocated
-        other = _size_of(_RE_MPS_OTHER, detail)
-        if other is not None:
-            # Allocations of this process outside the MPS allocator, not other processes.
-            out["other_allocations"] = other
-        allowed = _size_of(_RE_MPS_ALLOWED, detail)
-        if allowed is not None:
-            out["allowed"] = allowed
-        out["form"] = "mps"
+    for form in (_current_form, _legacy_form, _mps_form):
+        fields = form(detail)
+        if fields is not None:
+            return out | fields
     return out
+
+
+def _requested(detail: str) -> int | None:
+    requested = _size_of(_RE_REQUESTED, detail)
+    if requested is not None:
+        return requested
+    xla = _RE_XLA_REQUESTED.search(detail)
+    return int(xla.group(1)) if xla is not None else None
+
+
+def _sizes(detail: str, patterns: tuple[tuple[str, re.Pattern[str]], ...]) -> dict[str, int]:
+    """Each named size found in `detail`; a name with several patterns takes the first that matches."""
+    found: dict[str, int] = {}
+    for name, pattern in patterns:
+        value = _size_of(pattern, detail) if name not in found else None
+        if value is not None:
+            found[name] = value
+    return found
+
+
+def _current_form(detail: str) -> Fields | None:
+    """PyTorch ≥ 2.1: the card's total and free, each process's share, and the allocator's split."""
+    new = _RE_TOTAL_NEW.search(detail)
+    if new is None:
+        return None
+    out: Fields = {"gpu_index": int(new.group(1)), "total": parse_size(new.group(2))}
+    if new.group(3) is not None:
+        out["free"] = parse_size(new.group(3))
+    processes = [(int(pid), parse_size(size)) for pid, size in _RE_PROCESS.findall(detail)]
+    if processes:
+        out["other_processes"] = sum(size for _, size in processes)
+        out["other_process_count"] = len(processes)
+        out["other_pids"] = ",".join(str(pid) for pid, _ in processes)
+    sizes = _sizes(detail, _CURRENT_SIZES)
+    out |= sizes
+    if "allocated" in sizes and "reserved_unallocated" in sizes:
+        out["reserved"] = sizes["allocated"] + sizes["reserved_unallocated"]
+    return out | {"form": "current"}
+
+
+def _legacy_form(detail: str) -> Fields | None:
+    """PyTorch ≤ 2.0: total, allocated, free and reserved; what is reserved but unallocated follows."""
+    total = _size_of(_RE_TOTAL_OLD, detail)
+    if total is None:
+        return None
+    out: Fields = {}
+    gpu = _RE_GPU_OLD.search(detail)
+    if gpu is not None:
+        out["gpu_index"] = int(gpu.group(1))
+    out["total"] = total
+    sizes = _sizes(detail, _LEGACY_SIZES)
+    out |= sizes
+    if "reserved" in sizes and "allocated" in sizes:
+        out["reserved_unallocated"] = max(0, sizes["reserved"] - sizes["allocated"])
+    return out | {"form": "legacy"}
+
+
+def _mps_form(detail: str) -> Fields | None:
+    sizes = _sizes(detail, _MPS_SIZES)
+    if "allocated" not in sizes:
+        return None
+    return {**sizes, "form": "mps"}
 
 
 def _num(fields: dict[str, float | int | str], name: str) -> int | None:
@@ -494,28 +523,48 @@ def classify_text(
         return Classification(
             "host_oom",
             "",
-            {
-                "source": "sigkill",
-                "device": "cpu",
-                "exit_code": exit_code if exit_code is not None else -SIGKILL,
-            },
+            {"source": "sigkill", "device": "cpu", "exit_code": _signal_exit_code(exit_code)},
             "killed by SIGKILL and the cgroup's oom_kill counter grew: host memory exhausted",
         )
     matches = _find_matches(text)
+    from_message = _from_oom_message(text, matches, capacity, memory_pressure)
+    if from_message is not None:
+        return from_message
+    return _without_oom_message(text, matches, exit_code=exit_code, killed=killed, oom_kill=oom_kill)
+
+
+def _signal_exit_code(exit_code: int | None) -> int:
+    return exit_code if exit_code is not None else -SIGKILL
+
+
+def _from_oom_message(
+    text: str, matches: list[_Match], capacity: int | None, memory_pressure: bool | None
+) -> Classification | None:
+    """The out-of-memory message that ended the run, classified; None when none is to be trusted.
+
+    An ambiguous cuDNN NOT_SUPPORTED counts only beside a definite message or memory pressure.
+    """
     definite = [m for m in matches if m.family != "ambiguous"]
     ambiguous_ok = memory_pressure is True or bool(definite)
     usable = [m for m in matches if m.family != "ambiguous" or ambiguous_ok]
-    if usable:
-        chosen = _last_line_match(usable, text)
-        if chosen.family == "host":
-            return _classify_host(text, chosen)
-        if chosen.family == "ambiguous" and definite:
-            # The numbers, if any, come from the last real allocator message before it.
-            numbers_from = max(definite, key=lambda m: m.start)
-            start = text.rfind("\n", 0, numbers_from.start) + 1
-            result = _classify_gpu(text, chosen, capacity, text[start : start + DETAIL_WINDOW_CHARS])
-            return result
-        return _classify_gpu(text, chosen, capacity)
+    if not usable:
+        return None
+    chosen = _last_line_match(usable, text)
+    if chosen.family == "host":
+        return _classify_host(text, chosen)
+    if chosen.family == "ambiguous" and definite:
+        # The numbers, if any, come from the last real allocator message before it.
+        numbers_from = max(definite, key=lambda m: m.start)
+        start = text.rfind("\n", 0, numbers_from.start) + 1
+        return _classify_gpu(text, chosen, capacity, text[start : start + DETAIL_WINDOW_CHARS])
+    return _classify_gpu(text, chosen, capacity)
+
+
+def _without_oom_message(
+    text: str, matches: list[_Match], *, exit_code: int | None, killed: bool, oom_kill: bool | None
+) -> Classification:
+    """No message to trust: the cgroup's counter, a known other failure, a cuDNN NOT_SUPPORTED
+    without pressure, or a bare SIGKILL decide, in that order."""
     if oom_kill:
         return Classification(
             "host_oom",
@@ -528,10 +577,9 @@ def classify_text(
         if found:
             return Classification("not_oom", _line_at(text, found[-1].start()), {"source": "not_oom"}, why)
     if matches:
-        m = matches[-1]
         return Classification(
             "not_oom",
-            _line_at(text, m.start),
+            _line_at(text, matches[-1].start),
             {"source": "cudnn_not_supported"},
             "cuDNN NOT_SUPPORTED without other evidence of memory pressure: not treated as out of memory",
         )
@@ -539,7 +587,7 @@ def classify_text(
         return Classification(
             "not_oom",
             "",
-            {"source": "sigkill", "exit_code": exit_code if exit_code is not None else -SIGKILL},
+            {"source": "sigkill", "exit_code": _signal_exit_code(exit_code)},
             "killed by SIGKILL; no OOM-killer evidence",
         )
     return Classification("not_oom", "", {}, "no out-of-memory signal in the error text")

@@ -99,51 +99,62 @@ def predict_max_batch(
         raise ValueError(f"headroom must be in [0, 1), got {headroom}")
     if capacity is None or capacity <= 0:
         return Prediction(None, None, None, capacity, headroom, "capacity unknown")
-    budget = capacity * (1.0 - headroom)
     smallest_oom = min((b for b in oom_at if b > 0), default=None)
     peaks = worst_peaks(points)
-    line = fit_line(points)
-    basis: str
-    if line is not None:
-        fixed, per_sample = line
-        basis = f"least-squares fit over {len(peaks)} batch sizes"
-        if per_sample <= 0:
-            # Peak did not grow with the batch: measurement noise or a constant-memory step.
-            # Extrapolating a flat line would promise any batch fits, which an OOM disproves.
-            return Prediction(
-                None if smallest_oom is None else smallest_oom - 1,
-                fixed,
-                per_sample,
-                capacity,
-                headroom,
-                "measured peaks do not grow with the batch size; no extrapolation",
-            )
-        if smallest_oom is not None and fixed + per_sample * smallest_oom <= capacity:
-            # The line says the OOM batch fits, so it underestimates: steepen it just enough
-            # to pass through (b_oom, capacity), keeping the intercept.
-            per_sample = max(per_sample, (capacity - fixed) / smallest_oom)
-            basis += f", steepened by the OOM at {smallest_oom}"
+    fit = fit_line(points)
+    if fit is not None and fit[1] <= 0:
+        # Peak did not grow with the batch: measurement noise or a constant-memory step.
+        # Extrapolating a flat line would promise any batch fits, which an OOM disproves.
+        return Prediction(
+            None if smallest_oom is None else smallest_oom - 1,
+            *fit,
+            capacity,
+            headroom,
+            "measured peaks do not grow with the batch size; no extrapolation",
+        )
+    if fit is not None:
+        fixed, per_sample, basis = _fitted(fit, len(peaks), capacity, smallest_oom)
     elif len(peaks) == 1:
-        ((b1, p1),) = peaks.items()
-        if smallest_oom is not None and smallest_oom > b1 and capacity > p1:
-            # The line passes through (b1, p1) and above (b_oom, capacity); the slope is at
-            # least the one through both, so this is an upper estimate of what fits.
-            per_sample = (capacity - p1) / (smallest_oom - b1)
-            fixed = p1 - per_sample * b1
-            basis = f"one measured point ({b1}) and the OOM at {smallest_oom}"
-        else:
-            # With nothing but one point, assume every byte scales with the batch: of all
-            # lines through the point this one predicts the smallest batch above it.
-            fixed = 0.0
-            per_sample = p1 / b1
-            basis = f"one measured point ({b1}), assumed proportional"
+        fixed, per_sample, basis = _through_one_point(*next(iter(peaks.items())), capacity, smallest_oom)
     else:
         return Prediction(None, None, None, capacity, headroom, "no measured peaks")
-    batch = _largest_fitting(budget, fixed, per_sample)
+    batch = _largest_fitting(capacity * (1.0 - headroom), fixed, per_sample)
     if smallest_oom is not None and batch >= smallest_oom:
         batch = smallest_oom - 1
         basis += f", capped below the OOM at {smallest_oom}"
     return Prediction(batch, fixed, per_sample, capacity, headroom, basis)
+
+
+def _fitted(
+    fit: tuple[float, float], batch_sizes: int, capacity: int, smallest_oom: int | None
+) -> tuple[float, float, str]:
+    """(fixed, per_sample, basis) of a rising least-squares line, made consistent with the OOM."""
+    fixed, per_sample = fit
+    basis = f"least-squares fit over {batch_sizes} batch sizes"
+    if smallest_oom is not None and fixed + per_sample * smallest_oom <= capacity:
+        # The line says the OOM batch fits, so it underestimates: steepen it just enough
+        # to pass through (b_oom, capacity), keeping the intercept.
+        per_sample = max(per_sample, (capacity - fixed) / smallest_oom)
+        basis += f", steepened by the OOM at {smallest_oom}"
+    return fixed, per_sample, basis
+
+
+def _through_one_point(
+    batch: int, peak: int, capacity: int, smallest_oom: int | None
+) -> tuple[float, float, str]:
+    """(fixed, per_sample, basis) of a line through the one measured (batch, peak)."""
+    if smallest_oom is not None and smallest_oom > batch and capacity > peak:
+        # The line passes through (batch, peak) and above (b_oom, capacity); the slope is at
+        # least the one through both, so this is an upper estimate of what fits.
+        per_sample = (capacity - peak) / (smallest_oom - batch)
+        return (
+            peak - per_sample * batch,
+            per_sample,
+            f"one measured point ({batch}) and the OOM at {smallest_oom}",
+        )
+    # With nothing but one point, assume every byte scales with the batch: of all
+    # lines through the point this one predicts the smallest batch above it.
+    return 0.0, peak / batch, f"one measured point ({batch}), assumed proportional"
 
 
 __all__ = ["DEFAULT_HEADROOM", "Prediction", "fit_line", "predict_max_batch", "worst_peaks"]

@@ -174,24 +174,10 @@ def plan_recovery(
     points = memory_points(facts.events, host)
     batch = knobs.get("batch_size")
     probes: list[dict[str, Any]] = []
-    if (
-        probe is not None
-        and classification.retunable
-        and classification.verdict in ("gpu_capacity", "host_oom")
-        and isinstance(batch, int)
-        and batch > 1
-        and len({b for b, _ in points}) < 2
-    ):
-        per_device = None
-        if spec.train is not None:
-            per_device = spec.train.batch_size * spec.train.grad_accum_steps
-        elif isinstance(knobs.get("grad_accum_steps"), int):
-            per_device = batch * int(knobs["grad_accum_steps"])
+    if probe is not None and isinstance(batch, int) and _worth_probing(classification, batch, points):
+        per_device = _per_device_batch(spec, knobs, batch)
         more, probes = _probe_points(probe, batch, per_device, policy.min_micro_batch)
         points += more
-    env = dict(spec.env)
-    if spec.command is not None:
-        env = {**spec.command.env, **env}
     decision = decide(
         classification,
         policy,
@@ -202,7 +188,7 @@ def plan_recovery(
         capacity=capacity,
         attempts_so_far=retunes_so_far,
         elapsed_s=elapsed_s,
-        env=env,
+        env={**(spec.command.env if spec.command is not None else {}), **spec.env},
     )
     plan = RecoveryPlan(classification, decision, probes=probes)
     if decision.is_give_up:
@@ -225,6 +211,25 @@ def _gpus_follow_world(
         return
     resources["gpus"] = world
     before["resources.gpus"], after["resources.gpus"] = old, world
+
+
+def _worth_probing(classification: Classification, batch: int, points: list[tuple[int, int]]) -> bool:
+    """Probes help a retune that shrinks the batch for lack of memory (not fragmentation or
+    contention), when the batch can shrink and fewer than two batch sizes were measured."""
+    return (
+        classification.retunable
+        and classification.verdict in ("gpu_capacity", "host_oom")
+        and batch > 1
+        and len({b for b, _ in points}) < 2
+    )
+
+
+def _per_device_batch(spec: RunSpec, knobs: dict[str, Any], batch: int) -> int | None:
+    """Micro-batch × accumulation, whose divisors keep the effective batch; None without accumulation."""
+    if spec.train is not None:
+        return spec.train.batch_size * spec.train.grad_accum_steps
+    accum = knobs.get("grad_accum_steps")
+    return batch * int(accum) if isinstance(accum, int) else None
 
 
 def apply_decision(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuwarden.core.oom.classify import Classification, format_size, parse_size
@@ -311,48 +311,67 @@ def _gpu_keys(budget: dict[str, Any]) -> list[str]:
     return [k for k in budget if str(k).isdigit()]
 
 
+class _CannotLower(Exception):
+    """A GPU budget that is not a size or is already at the minimum; the message says which."""
+
+
+def _lowered(value: Any, factor: float, name: str) -> str:
+    """The budget `value` × `factor`, formatted as accelerate reads it."""
+    try:
+        old = parse_size(str(value))
+    except ValueError:
+        raise _CannotLower(f"{name} is not a size") from None
+    new = max(MIN_GPU_BUDGET, math.floor(old * factor))
+    if new >= old:
+        raise _CannotLower(f"GPU budget {value} is at the minimum ({format_size(MIN_GPU_BUDGET)})")
+    return _format_budget(new)
+
+
 def _offload(ctx: _Context, rung: Rung) -> RetuneDecision | str:
+    """Lower a GPU budget already set (per GPU for accelerate, one size for a command), or set one."""
     if not ctx.has("max_memory"):
         return "the run has no max_memory knob (offload is for inference with accelerate)"
     current = ctx.knobs.get("max_memory")
-    device_map = ctx.knobs.get("device_map")
     factor = rung.factor or DEFAULT_OFFLOAD_FACTOR
-    changes: dict[str, tuple[Any, Any]] = {}
-    if isinstance(current, dict) and _gpu_keys(current) and device_map == "auto":
-        lowered: dict[str, Any] = dict(current)
-        for key in _gpu_keys(current):
-            try:
-                old = parse_size(str(current[key]))
-            except ValueError:
-                return f"max_memory[{key}] = {current[key]!r} is not a size"
-            new = max(MIN_GPU_BUDGET, math.floor(old * factor))
-            if new >= old:
-                return f"GPU budget {current[key]} is at the minimum ({format_size(MIN_GPU_BUDGET)})"
-            lowered[key] = _format_budget(new)
-        changes["max_memory"] = (current, lowered)
-        what = f"lower the GPU budget ×{factor}: {current} → {lowered}"
-    elif isinstance(current, str) and ctx.kind == "command":
-        try:
-            old = parse_size(current)
-        except ValueError:
-            return f"max_memory {current!r} is not a size"
-        new = max(MIN_GPU_BUDGET, math.floor(old * factor))
-        if new >= old:
-            return f"GPU budget {current} is at the minimum ({format_size(MIN_GPU_BUDGET)})"
-        changes["max_memory"] = (current, _format_budget(new))
-        what = f"lower the GPU budget ×{factor}: {current} → {_format_budget(new)}"
-    else:
-        capacity = ctx.memory_capacity()
-        if capacity is None:
-            return "the card's memory is unknown, so no GPU budget can be set"
-        budget_bytes = max(MIN_GPU_BUDGET, math.floor(capacity * (rung.gpu_fraction or DEFAULT_GPU_FRACTION)))
-        budget: dict[str, str] = {"0": _format_budget(budget_bytes)}
-        if rung.cpu_memory:
-            budget["cpu"] = rung.cpu_memory
-        changes["max_memory"] = (current, budget)
-        if ctx.has("device_map") and device_map != "auto":
-            changes["device_map"] = (device_map, "auto")
-        what = f"offload what does not fit: max_memory {budget}, device_map auto"
+    lowered: Any
+    try:
+        if isinstance(current, dict) and _gpu_keys(current) and ctx.knobs.get("device_map") == "auto":
+            per_gpu = {
+                k: _lowered(current[k], factor, f"max_memory[{k}] = {current[k]!r}")
+                for k in _gpu_keys(current)
+            }
+            lowered = {**current, **per_gpu}
+        elif isinstance(current, str) and ctx.kind == "command":
+            lowered = _lowered(current, factor, f"max_memory {current!r}")
+        else:
+            return _first_offload(ctx, rung)
+    except _CannotLower as exc:
+        return str(exc)
+    what = f"lower the GPU budget ×{factor}: {current} → {lowered}"
+    return _offload_decision(ctx, rung, {"max_memory": (current, lowered)}, what)
+
+
+def _first_offload(ctx: _Context, rung: Rung) -> RetuneDecision | str:
+    """A budget of a share of the card (and the CPU memory the rung allows), with device_map auto."""
+    capacity = ctx.memory_capacity()
+    if capacity is None:
+        return "the card's memory is unknown, so no GPU budget can be set"
+    budget_bytes = max(MIN_GPU_BUDGET, math.floor(capacity * (rung.gpu_fraction or DEFAULT_GPU_FRACTION)))
+    budget: dict[str, str] = {"0": _format_budget(budget_bytes)}
+    if rung.cpu_memory:
+        budget["cpu"] = rung.cpu_memory
+    changes: dict[str, tuple[Any, Any]] = {"max_memory": (ctx.knobs.get("max_memory"), budget)}
+    device_map = ctx.knobs.get("device_map")
+    if ctx.has("device_map") and device_map != "auto":
+        changes["device_map"] = (device_map, "auto")
+    return _offload_decision(
+        ctx, rung, changes, f"offload what does not fit: max_memory {budget}, device_map auto"
+    )
+
+
+def _offload_decision(
+    ctx: _Context, rung: Rung, changes: dict[str, tuple[Any, Any]], what: str
+) -> RetuneDecision:
     return RetuneDecision(
         action=rung.action,
         changes=changes,
@@ -488,53 +507,22 @@ def decide(
     """
     if kind not in RUN_KINDS:
         raise ValueError(f"unknown run kind {kind!r}; expected one of {', '.join(RUN_KINDS)}")
-    if not classification.retunable:
-        return _give_up(f"{classification.verdict}: {classification.reason} — retuning cannot fix this")
-    if attempts_so_far >= policy.max_attempts:
-        return _give_up(
-            f"gave up after {attempts_so_far} retune attempts (policy max_attempts {policy.max_attempts}); "
-            f"last failure: {classification.reason}"
-        )
-    if policy.max_total_seconds is not None and elapsed_s >= policy.max_total_seconds:
-        return _give_up(
-            f"gave up after {elapsed_s:.0f} s of retuning (policy max_total_seconds "
-            f"{policy.max_total_seconds:g}); last failure: {classification.reason}"
-        )
+    refusal = _refusal(classification, policy, attempts_so_far=attempts_so_far, elapsed_s=elapsed_s)
+    if refusal is not None:
+        return _give_up(refusal)
     ctx = _Context(classification, policy, kind, knobs, history, memory_points, capacity, env)
-    skipped: list[str] = []
-    answers_verdict = False
-    for index, rung in enumerate(policy.ladder):
-        if classification.verdict not in rung.when:
-            continue
-        answers_verdict = True
-        limit = rung.max_times or DEFAULT_MAX_TIMES.get(rung.action)
-        used = ctx.times_used(rung.action)
-        if limit is not None and used >= limit:
-            skipped.append(f"{rung.action}: used {used} times (max_times {limit})")
-            continue
-        outcome = _HANDLERS[rung.action](ctx, rung)
-        if isinstance(outcome, RetuneDecision):
-            return RetuneDecision(
-                action=outcome.action,
-                changes=outcome.changes,
-                env=outcome.env,
-                lr_scale=outcome.lr_scale,
-                reason=outcome.reason,
-                prediction=outcome.prediction,
-                wait_s=outcome.wait_s,
-                rung=index,
-            )
-        skipped.append(f"{rung.action}: {outcome}")
-    shrinks_batch = any(
-        r.action == "reduce_micro_batch" and classification.verdict in r.when for r in policy.ladder
-    )
-    if shrinks_batch and policy.allows("effective_batch"):
+    rungs = [(index, rung) for index, rung in enumerate(policy.ladder) if classification.verdict in rung.when]
+    climbed = _climb(ctx, rungs)
+    if isinstance(climbed, RetuneDecision):
+        return climbed
+    skipped = climbed
+    if any(rung.action == "reduce_micro_batch" for _, rung in rungs) and policy.allows("effective_batch"):
         outcome = _change_effective_batch(ctx)
         if isinstance(outcome, RetuneDecision):
             return outcome
         skipped.append(f"effective batch: {outcome}")
     prediction = ctx.prediction.to_dict() if ctx.prediction is not None else None
-    if not answers_verdict:
+    if not rungs:
         return _give_up(
             f"no rung of policy {policy.name or '(inline)'} answers {classification.verdict} "
             f"({classification.reason})",
@@ -545,6 +533,41 @@ def decide(
         + "; ".join(skipped),
         prediction,
     )
+
+
+def _refusal(
+    classification: Classification, policy: RetunePolicy, *, attempts_so_far: int, elapsed_s: float
+) -> str | None:
+    """Why no rung is tried at all: a failure no retune fixes, or the policy's attempts or time spent."""
+    if not classification.retunable:
+        return f"{classification.verdict}: {classification.reason} — retuning cannot fix this"
+    if attempts_so_far >= policy.max_attempts:
+        return (
+            f"gave up after {attempts_so_far} retune attempts (policy max_attempts {policy.max_attempts}); "
+            f"last failure: {classification.reason}"
+        )
+    if policy.max_total_seconds is not None and elapsed_s >= policy.max_total_seconds:
+        return (
+            f"gave up after {elapsed_s:.0f} s of retuning (policy max_total_seconds "
+            f"{policy.max_total_seconds:g}); last failure: {classification.reason}"
+        )
+    return None
+
+
+def _climb(ctx: _Context, rungs: list[tuple[int, Rung]]) -> RetuneDecision | list[str]:
+    """The first of `rungs` (index in the ladder, rung) that acts; else why each one did not."""
+    skipped: list[str] = []
+    for index, rung in rungs:
+        limit = rung.max_times or DEFAULT_MAX_TIMES.get(rung.action)
+        used = ctx.times_used(rung.action)
+        if limit is not None and used >= limit:
+            skipped.append(f"{rung.action}: used {used} times (max_times {limit})")
+            continue
+        outcome = _HANDLERS[rung.action](ctx, rung)
+        if isinstance(outcome, RetuneDecision):
+            return replace(outcome, rung=index)
+        skipped.append(f"{rung.action}: {outcome}")
+    return skipped
 
 
 def effective_batch(knobs: dict[str, Any]) -> int | None:
