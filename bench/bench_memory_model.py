@@ -27,6 +27,7 @@ from typing import Any
 
 from gpuwarden.client import ApiClient
 from gpuwarden.core.errors import UserError
+from gpuwarden.core.run_state import FINAL_STATES
 
 PINNED = {"OMP_NUM_THREADS": "2", "MALLOC_ARENA_MAX": "2"}
 GIB = 2**30
@@ -123,22 +124,22 @@ def recover(socket: Path, document: dict[str, Any]) -> dict[str, Any]:
     with ApiClient(socket, timeout=30) as client:
         run = client.submit(document)
         while True:
-            detail = client.run(run["id"])
-            if detail["state"] in ("succeeded", "failed", "stopped", "interrupted"):
+            detail = client.run(run.id)
+            if detail.state in FINAL_STATES:
                 break
             if time.monotonic() - start > RUN_TIMEOUT_S:
-                client.stop(run["id"])
+                client.stop(run.id)
                 raise RuntimeError(f"{document['name']} did not end in {RUN_TIMEOUT_S:.0f} s")
             time.sleep(1.0)
-    outcomes = [a["classification"] for a in detail["attempts"]]
+    outcomes = [a.classification for a in detail.attempts]
     return {
-        "state": detail["state"],
+        "state": str(detail.state),
         "outcomes": outcomes,
         "restarts": len(outcomes) - 1,
         "first_retune_fits": len(outcomes) >= 2 and outcomes[0] == "oom" and outcomes[1] == "succeeded",
         "batches": [document["train"]["batch_size"]]
-        + [r["to"].get("train.batch_size") for r in detail["retunes"]],
-        "predicted": [(r.get("prediction") or {}).get("batch") for r in detail["retunes"]],
+        + [r.after.get("train.batch_size") for r in detail.retunes],
+        "predicted": [(r.prediction or {}).get("batch") for r in detail.retunes],
         "seconds": time.monotonic() - start,
     }
 

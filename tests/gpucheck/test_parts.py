@@ -23,7 +23,7 @@ def test_nvidia_smi_values_parse_to_our_numbers() -> None:
 
 
 def test_memory_may_match_used_or_used_plus_reserved() -> None:
-    smi = {"memory.used": 1000.0, "memory.reserved": 500.0}
+    smi: dict[str, float | None] = {"memory.used": 1000.0, "memory.reserved": 500.0}
     assert _reference(METRICS["mem_used"], smi) == [1000 * MIB, 1500 * MIB]
     assert _reference(METRICS["mem_used"], {"memory.used": 1000.0}) == [1000 * MIB]
 
@@ -40,9 +40,11 @@ def test_a_reading_agrees_within_tolerance_or_between_the_two_smi_readings() -> 
 
 def test_a_metric_row_counts_readings_and_accepts_na_on_both_sides() -> None:
     temp = METRICS["temperature_c"]
-    row = _metric_row(temp, "busy", "GPU 0", [(50.0, [50.0], [51.0])] * 4 + [(70.0, [50.0], [50.0])])
+    near: list[tuple[float | None, list[float], list[float]]] = [(50.0, [50.0], [51.0])]
+    far: list[tuple[float | None, list[float], list[float]]] = [(70.0, [50.0], [50.0])]
+    row = _metric_row(temp, "busy", "GPU 0", near * 4 + far)
     assert row["ok"] is True and row["ours"] == "50 (4/5 within)"
-    row = _metric_row(temp, "busy", "GPU 0", [(50.0, [50.0], [51.0])] * 3 + [(70.0, [50.0], [50.0])] * 2)
+    row = _metric_row(temp, "busy", "GPU 0", near * 3 + far * 2)
     assert row["ok"] is False
     fan = _metric_row(METRICS["fan_pct"], "idle", "GPU 0", [(None, [], [])] * 5)
     assert fan["ok"] is True and fan["reference"] == "N/A in both"

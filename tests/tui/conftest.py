@@ -87,3 +87,8 @@ async def until(pilot: Pilot[Any], condition: Callable[[], object], what: str, t
     while not condition():
         assert time.monotonic() < deadline, f"gave up waiting for {what}"
         await pilot.pause(0.02)
+
+
+def clock_at(ts: float) -> Callable[[], float]:
+    """A clock stopped at `ts` (a fresh function per moment: loop variables bind late)."""
+    return lambda: ts

@@ -22,7 +22,7 @@ from gpuwarden.tui.screens.run_detail import RunDetailScreen, Scroller
 from gpuwarden.tui.screens.runs import RunsPane
 from gpuwarden.tui.widgets.gpu_card import GpuCard
 from gpuwarden.tui.widgets.nav_table import NavTable
-from tests.tui.conftest import make_app, run, settle, until, wait_workers
+from tests.tui.conftest import clock_at, make_app, run, settle, until, wait_workers
 from tests.tui.fake_backend import FROZEN_TS, FakeBackend
 
 RUNNING = "ra1b2c3d4e5"
@@ -339,12 +339,13 @@ def test_submit_lists_the_completions_and_selects_the_new_run(tmp_path: Any) -> 
             await pilot.press("enter")
             await until(pilot, lambda: isinstance(app.screen, MainScreen), "the dialog to close")
             assert ("submit", str(tmp_path / "specs" / "finetune.yaml")) in fake.actions
+
             # The new run is listed and has the cursor.
-            await until(
-                pilot,
-                lambda: app.main.runs.selected() is not None and app.main.runs.selected().name == "finetune",
-                "the new run selected",
-            )  # type: ignore[union-attr]
+            def new_run_selected() -> bool:
+                selected = app.main.runs.selected()
+                return selected is not None and selected.name == "finetune"
+
+            await until(pilot, new_run_selected, "the new run selected")
             assert app.main.tab == "runs"
 
     run(body())
@@ -421,17 +422,17 @@ def test_history_windows_metric_and_cursor() -> None:
                 block.title
             )  # the cursor starts at the newest point, with the date
             await pilot.press("home")
-            chart = block.charts[0]
-            assert chart.chart.cursor == 0
+            series = block.charts[0]
+            assert series.chart.cursor == 0
             assert "▸ 11-14 03:" in text_of(block.title)  # the middle of the first bucket
-            assert text_of(chart.label).startswith("utilisation") and "%" in text_of(chart.label)
+            assert text_of(series.label).startswith("utilisation") and "%" in text_of(series.label)
             await pilot.press("right", "right")
-            assert chart.chart.cursor == 2
+            assert series.chart.cursor == 2
             await pilot.press("m")
             await wait_workers(pilot)
             assert fake.history_calls[-1][1] == ("mem_used",)
-            chart = app.query(HistoryBlock).first().charts[0]
-            assert "GiB" in text_of(chart.label)
+            series = app.query(HistoryBlock).first().charts[0]
+            assert "GiB" in text_of(series.label)
 
     run(body())
 
@@ -584,7 +585,7 @@ def test_live_updates_coalesce_without_losing_samples() -> None:
             before = len(app.live.gpus[uuid].series["util_gpu"])
             redraws = app.redraws
             for k in range(1, 201):
-                fake.clock = lambda k=k: FROZEN_TS + k
+                fake.clock = clock_at(FROZEN_TS + k)
                 app.buffer.put(SampleFrame(fake.snapshot()))
                 app.post_message(FramesReady())
             app.buffer.put(RunFrame(fake.runs()[1]))

@@ -33,6 +33,7 @@ from gpuwarden.core.telemetry.types import GpuProcess, HostSample, Tick
 from gpuwarden.tui.api_backend import ApiBackend, series_from_buckets
 from gpuwarden.tui.backend import EventFrame, RunFrame, SampleFrame
 from gpuwarden.tui.db_backend import DbBackend
+from tests.tui.conftest import clock_at
 from tests.tui.fake_backend import FROZEN_TS, FakeBackend
 
 GIB = 1024**3
@@ -48,7 +49,7 @@ def db_file(tmp_path: Path) -> Path:
     telemetry.upsert_gpus(fake.gpus(), FROZEN_TS - 120)
     for k in range(120):
         ts = FROZEN_TS - 120 + k
-        fake.clock = lambda ts=ts: ts
+        fake.clock = clock_at(ts)
         snap = fake.snapshot()
         procs = [
             GpuProcess(
@@ -212,7 +213,7 @@ class StubClient:
 
     def events(self, ref: str, since: int = 0, limit: int = 1000, wait: float = 0.0) -> EventsPage:
         self.calls.append(("events", ref))
-        rows = [
+        rows: list[dict[str, Any]] = [
             {"id": 1, "attempt": 1, "type": "state", "state": "retuning", "ts": 1.0, "source": "daemon"},
             {"id": 2, "attempt": 1, "type": "progress", "ts": 2.0, "samples_seen": 30, "total": 120,
              "samples_per_s": 3.0, "source": "runner"},

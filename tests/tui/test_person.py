@@ -7,7 +7,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable, Log, Static
 
 from gpuwarden.core.errors import UserError
 from gpuwarden.tui.backend import Frame, SampleFrame
@@ -39,7 +39,7 @@ class Clock:
 
 async def _history(pilot: Any) -> HistoryPane:
     await pilot.press("3")
-    pane = pilot.app.query_one(HistoryPane)
+    pane: HistoryPane = pilot.app.query_one(HistoryPane)
     await until(pilot, lambda: pane.loaded is not None and not pane.needs_reload, "the history loaded")
     await wait_workers(pilot)
     return pane
@@ -63,9 +63,11 @@ def test_the_five_minute_history_follows_live_samples() -> None:
                     clock.now += 1
                     app.buffer.put(SampleFrame(fake.snapshot()))
                 app.post_message(FramesReady())
-                await until(
-                    pilot, lambda k=k: sc.points[-1].ts >= last + k * step - 1e-6, f"point {k} appended"
-                )
+
+                def appended(k: int = k) -> bool:
+                    return sc.points[-1].ts >= last + k * step - 1e-6
+
+                await until(pilot, appended, f"point {k} appended")
             assert len(sc.points) == count  # appended on the right, dropped on the left
             assert sc.points[-1].value is not None  # the newest point reads a value, not "–"
             assert sc.points[sc.chart.cursor or 0].ts == moment  # the cursor stays on its moment
@@ -142,7 +144,11 @@ def test_each_run_offers_only_the_controls_its_state_allows() -> None:
             await until(pilot, lambda: runs.selected_id() is not None, "the runs table")
             for run_id, allowed in expected.items():
                 runs.select(run_id)
-                await until(pilot, lambda a=allowed: footer_keys(app) & CONTROLS == a, f"{run_id}: controls")
+
+                def offered(allowed: set[str] = allowed) -> bool:
+                    return footer_keys(app) & CONTROLS == allowed
+
+                await until(pilot, offered, f"{run_id}: controls")
             # On the run's own screen too.
             runs.select(SUCCEEDED)
             await pilot.press("enter")
@@ -291,8 +297,8 @@ def test_a_succeeded_run_shows_its_energy_and_where_its_output_went() -> None:
             head = screen.query_one("#log-head", Static)
             await until(pilot, lambda: "stdout is empty" in text_of(head), "stderr shown")
             await until(
-                pilot, lambda: "fused AdamW" in "\n".join(screen.query_one("#log-view").lines), "stderr"
-            )  # type: ignore[attr-defined]
+                pilot, lambda: "fused AdamW" in "\n".join(screen.query_one("#log-view", Log).lines), "stderr"
+            )
             assert "o: stdout" in text_of(head)
 
     run(body())
