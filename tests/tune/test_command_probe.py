@@ -162,3 +162,13 @@ def test_a_finished_probe_reports_its_checkpoint_step(tmp_path: Path) -> None:
     found = FoundCheckpoint(tmp_path / "c", None, "glob", 0.0)
     prober = CommandProber(_spec(tmp_path), tmp_path / "p", resume=found)
     assert prober.first_step == 0 and prober.resume is None  # no step: the probe starts fresh
+
+
+def test_an_energy_objective_is_refused_for_a_programs_probes(tmp_path: Path) -> None:
+    # Said before anything else: even on a GPU with an energy counter these probes read no joules.
+    target = Target({"type": "cpu"}, LIMIT, {}, [], [])
+    with pytest.raises(UserError, match="probes of your own program measure throughput only"):
+        tune_spec(
+            _spec(tmp_path), target, TuneCache(tmp_path / "cache"), tmp_path / "w", env={}, objective="energy"
+        )
+    assert not (tmp_path / "w").exists() or not any((tmp_path / "w").iterdir())  # nothing was probed
