@@ -96,10 +96,14 @@ def current_knobs(spec: RunSpec) -> dict[str, Any]:
         return knobs
     if spec.infer is not None:
         return {k: getattr(spec.infer, k) for k in sorted(KIND_KNOBS["infer"])}
-    knobs = role_knobs(spec)
+    return role_knobs(spec)
+
+
+def _spec_hints(spec: RunSpec) -> dict[str, Any]:
+    """Facts of the spec that rungs read beside its knobs."""
     if spec.command is not None and not isinstance(spec.command.roles.world_size, str):
-        knobs["fixed_world_size"] = True  # a number in the spec, or none: no knob to change
-    return knobs
+        return {"fixed_world_size": True}  # a number in the spec, or none: no knob to change
+    return {}
 
 
 def memory_points(events: Sequence[dict[str, Any]], host: bool) -> list[tuple[int, int]]:
@@ -168,7 +172,7 @@ def plan_recovery(
     `hints` are facts of the machine now that rungs read (`other_gpus`, `usable_gpus`)."""
     classification = classification_of(facts)
     policy = resolve_policy(spec.policy, kind=spec.kind)
-    knobs = {**current_knobs(spec), **(hints or {})}
+    knobs = {**current_knobs(spec), **_spec_hints(spec), **(hints or {})}
     host = classification.verdict == "host_oom"
     capacity = facts.host_capacity if host else facts.gpu_capacity
     points = memory_points(facts.events, host)
