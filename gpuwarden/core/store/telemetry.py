@@ -110,6 +110,47 @@ def _pick(f: Any, a: float | None, b: float | None) -> float | None:
     return a if b is None else f(a, b)
 
 
+def _retention_jobs(
+    gids: list[int], raw_cut: int, min_cut: int, hour_cut: int, chunk_rows: int
+) -> list[tuple[str, tuple[Any, ...]]]:
+    """One chunked DELETE per table (per GPU for the sample tiers: each walks its primary key)."""
+    jobs: list[tuple[str, tuple[Any, ...]]] = []
+    for gid in gids:
+        for table, col, cut in (
+            ("samples", "ts", raw_cut),
+            ("samples_1m", "bucket", min_cut),
+            ("samples_1h", "bucket", hour_cut),
+        ):
+            jobs.append(
+                (
+                    f"DELETE FROM {table} WHERE gpu_id = ? AND {col} IN (SELECT {col} FROM {table}"
+                    f" WHERE gpu_id = ? AND {col} < ? ORDER BY {col} LIMIT ?)",
+                    (gid, gid, cut, chunk_rows),
+                )
+            )
+    for table, col, cut in (
+        ("host_samples", "ts", raw_cut),
+        ("host_samples_1m", "bucket", min_cut),
+        ("host_samples_1h", "bucket", hour_cut),
+        ("process_scans", "ts", raw_cut),
+    ):
+        jobs.append(
+            (
+                f"DELETE FROM {table} WHERE {col} IN"
+                f" (SELECT {col} FROM {table} WHERE {col} < ? ORDER BY {col} LIMIT ?)",
+                (cut, chunk_rows),
+            )
+        )
+    jobs.append(
+        (
+            "DELETE FROM gpu_processes WHERE rowid IN"
+            " (SELECT rowid FROM gpu_processes WHERE ts < ? ORDER BY ts LIMIT ?)",
+            (raw_cut, chunk_rows),
+        )
+    )
+    return jobs
+
+
 def _row_layout(metrics: list[str]) -> list[tuple[str, int, bool]]:
     """Where each metric starts in a history row, and whether it is energy (one sum, not four values)."""
     layout = []
@@ -855,40 +896,7 @@ class TelemetryStore:
         with self._lock:
             self._load_ids()
             gids = sorted(self._uuids)
-        jobs: list[tuple[str, tuple[Any, ...]]] = []
-        for gid in gids:
-            for table, col, cut in (
-                ("samples", "ts", raw_cut),
-                ("samples_1m", "bucket", min_cut),
-                ("samples_1h", "bucket", hour_cut),
-            ):
-                jobs.append(
-                    (
-                        f"DELETE FROM {table} WHERE gpu_id = ? AND {col} IN (SELECT {col} FROM {table}"
-                        f" WHERE gpu_id = ? AND {col} < ? ORDER BY {col} LIMIT ?)",
-                        (gid, gid, cut, chunk_rows),
-                    )
-                )
-        for table, col, cut in (
-            ("host_samples", "ts", raw_cut),
-            ("host_samples_1m", "bucket", min_cut),
-            ("host_samples_1h", "bucket", hour_cut),
-            ("process_scans", "ts", raw_cut),
-        ):
-            jobs.append(
-                (
-                    f"DELETE FROM {table} WHERE {col} IN"
-                    f" (SELECT {col} FROM {table} WHERE {col} < ? ORDER BY {col} LIMIT ?)",
-                    (cut, chunk_rows),
-                )
-            )
-        jobs.append(
-            (
-                "DELETE FROM gpu_processes WHERE rowid IN"
-                " (SELECT rowid FROM gpu_processes WHERE ts < ? ORDER BY ts LIMIT ?)",
-                (raw_cut, chunk_rows),
-            )
-        )
+        jobs = _retention_jobs(gids, raw_cut, min_cut, hour_cut, chunk_rows)
         deleted = 0
         for sql, params in jobs:
             while True:
