@@ -6,9 +6,10 @@ import json
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -18,6 +19,10 @@ from gpuwarden.core.errors import UserError
 from gpuwarden.core.monitor import SummaryAccumulator
 from gpuwarden.core.telemetry.types import GpuStatic, Tick
 from gpuwarden.core.units import gib, num
+
+if TYPE_CHECKING:
+    from gpuwarden.core.store.telemetry import TelemetryStore
+    from gpuwarden.core.telemetry.sampler import Sampler
 
 
 def select_gpus(gpus: list[GpuStatic], wanted: tuple[str, ...]) -> list[GpuStatic]:
@@ -108,59 +113,93 @@ def monitor(
         gpus = select_gpus(sampler.gpus(), gpu_ids)
         if sampler.status:
             note(sampler.status)
-        uuids = {g.uuid for g in gpus}
-        statics = {g.uuid: g for g in gpus}
-        store = None
-        if record:
-            from gpuwarden.core.store.db import open_db
-            from gpuwarden.core.store.telemetry import TelemetryStore
-
-            store = TelemetryStore(open_db(db_path or settings.resolve_paths().db))
-            store.upsert_gpus(gpus, time.time())
+        store = _open_store(gpus, db_path or settings.resolve_paths().db) if record else None
         acc = SummaryAccumulator({g.uuid: (g.index, g.name) for g in gpus})
         snapshots: list[dict[str, Any]] = []
-        stop = _install_stop_handler()
-        start = time.monotonic()
-        n = 0
-        while True:
-            tick = _filter(sampler.tick(), uuids)
+        emit = _SampleEmitter(as_json, as_jsonl, {g.uuid: g for g in gpus}, snapshots)
+        for tick in _ticks(sampler, {g.uuid for g in gpus}, settings.sample_interval, duration):
             acc.add(tick)
             if store is not None:
                 store.write_tick(tick)
-            snap = _snapshot(tick)
-            if as_json:
-                snapshots.append(snap)
-            elif as_jsonl:
-                sys.stdout.write(json.dumps({"type": "sample", **snap}, default=str) + "\n")
-                sys.stdout.flush()
-            else:
-                for s in tick.gpus:
-                    click.echo(gpu_line(statics.get(s.uuid), s))
-                if tick.host is not None:
-                    click.echo(host_line(tick.host))
-            n += 1
-            next_at = start + n * settings.sample_interval
-            if duration and next_at - start > duration + 1e-9:
-                break
-            if stop.wait(max(0.0, next_at - time.monotonic())):
-                break
-        summary = acc.summary()
+            emit(tick)
         out = {
             "status": sampler.status,
             "gpus": [g.to_dict() for g in gpus],
-            "summary": summary,
+            "summary": acc.summary(),
         }
-        if as_json:
-            out["samples"] = snapshots
-            print_json(out)
-        elif as_jsonl:
-            sys.stdout.write(json.dumps({"type": "summary", **out}, default=str) + "\n")
-        else:
-            click.echo("")
-            for line in _summary_lines(summary):
-                click.echo(line)
+        _emit_summary(out, snapshots, as_json, as_jsonl)
     finally:
         reader.close()
+
+
+def _open_store(gpus: list[GpuStatic], db: Path) -> TelemetryStore:
+    # Imported here: a plain watch needs no database, so `monitor` without --record never loads it.
+    from gpuwarden.core.store.db import open_db
+    from gpuwarden.core.store.telemetry import TelemetryStore
+
+    store = TelemetryStore(open_db(db))
+    store.upsert_gpus(gpus, time.time())
+    return store
+
+
+def _ticks(sampler: Sampler, uuids: set[str], interval: float, duration: float) -> Iterator[Tick]:
+    """Sample on a fixed grid from the start (no drift from slow ticks) until `duration` or a signal.
+
+    A stop is only looked at between ticks, so the last sample is whole and the summary still prints.
+    """
+    stop = _install_stop_handler()
+    start = time.monotonic()
+    n = 0
+    while True:
+        yield _filter(sampler.tick(), uuids)
+        n += 1
+        next_at = start + n * interval
+        if duration and next_at - start > duration + 1e-9:
+            return
+        if stop.wait(max(0.0, next_at - time.monotonic())):
+            return
+
+
+class _SampleEmitter:
+    """Shows one tick as the chosen output wants it: kept for --json, streamed for --jsonl, else lines."""
+
+    def __init__(
+        self,
+        as_json: bool,
+        as_jsonl: bool,
+        statics: dict[str, GpuStatic],
+        snapshots: list[dict[str, Any]],
+    ) -> None:
+        self._as_json = as_json
+        self._as_jsonl = as_jsonl
+        self._statics = statics
+        self._snapshots = snapshots
+
+    def __call__(self, tick: Tick) -> None:
+        if self._as_json:
+            self._snapshots.append(_snapshot(tick))
+        elif self._as_jsonl:
+            sys.stdout.write(json.dumps({"type": "sample", **_snapshot(tick)}, default=str) + "\n")
+            sys.stdout.flush()
+        else:
+            for s in tick.gpus:
+                click.echo(gpu_line(self._statics.get(s.uuid), s))
+            if tick.host is not None:
+                click.echo(host_line(tick.host))
+
+
+def _emit_summary(
+    out: dict[str, Any], snapshots: list[dict[str, Any]], as_json: bool, as_jsonl: bool
+) -> None:
+    if as_json:
+        out["samples"] = snapshots
+        print_json(out)
+    elif as_jsonl:
+        sys.stdout.write(json.dumps({"type": "summary", **out}, default=str) + "\n")
+    else:
+        click.echo("")
+        for line in _summary_lines(out["summary"]):
+            click.echo(line)
 
 
 def _snapshot(tick: Tick) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import click
 from gpuwarden.cli.event_lines import REPORT_KEYS, edit_text
 from gpuwarden.cli.format import print_json
 from gpuwarden.client import ApiClient
-from gpuwarden.core.api import RankStatus, RunDetail, RunEvent
+from gpuwarden.core.api import Attempt, RankStatus, RunDetail, RunEvent
 from gpuwarden.core.command.record import summary_lines
 from gpuwarden.core.oom.explain import oom_phases, retune_sentence
 from gpuwarden.core.units import duration, named, size
@@ -68,6 +68,25 @@ def rank_line(rank: RankStatus) -> str:
     return line
 
 
+def attempt_lines(a: Attempt) -> Iterator[str]:
+    """One attempt: its outcome and times, then (indented) its restart, what it prepared and its ranks."""
+    gpus = ",".join(g[:12] for g in a.gpus) or "cpu"
+    took = f" ({duration(a.ended_at - a.started_at)})" if a.ended_at and a.started_at else ""
+    yield (
+        f"attempt {a.attempt}: {a.classification or a.state}  pid {a.pid}  gpus {gpus}"
+        f"  {when(a.started_at)} → {when(a.ended_at)}{took}  {a.reason or ''}"
+    ).rstrip()
+    if a.restart is not None:
+        yield (
+            f"    restart {a.restart.restart} of {a.restart.max} after {a.restart.backoff_s:g} s:"
+            f" {a.restart.cause}"
+        )
+    for line in summary_lines(a.prepared) if a.prepared is not None else []:
+        yield f"    {line}"
+    for rank in a.ranks:
+        yield f"    {rank_line(rank)}"
+
+
 def detail_lines(detail: RunDetail, events: list[RunEvent]) -> Iterator[str]:
     yield f"{detail.id}  {detail.name}  ({detail.kind})"
     yield f"state:    {detail.state} — {detail.message or ''}"
@@ -76,21 +95,7 @@ def detail_lines(detail: RunDetail, events: list[RunEvent]) -> Iterator[str]:
     if detail.effective_batch is not None:
         yield f"effective batch: {detail.effective_batch}"
     for a in detail.attempts:
-        gpus = ",".join(g[:12] for g in a.gpus) or "cpu"
-        took = f" ({duration(a.ended_at - a.started_at)})" if a.ended_at and a.started_at else ""
-        yield (
-            f"attempt {a.attempt}: {a.classification or a.state}  pid {a.pid}  gpus {gpus}"
-            f"  {when(a.started_at)} → {when(a.ended_at)}{took}  {a.reason or ''}"
-        ).rstrip()
-        if a.restart is not None:
-            yield (
-                f"    restart {a.restart.restart} of {a.restart.max} after {a.restart.backoff_s:g} s:"
-                f" {a.restart.cause}"
-            )
-        for line in summary_lines(a.prepared) if a.prepared is not None else []:
-            yield f"    {line}"
-        for rank in a.ranks:
-            yield f"    {rank_line(rank)}"
+        yield from attempt_lines(a)
     phases = oom_phases(events)
     for r in detail.retunes:
         outcome = f", then {r.outcome}" if r.outcome else ""

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 @click.option("--power-sweep/--no-power-sweep", default=None,
               help="Also probe lower GPU power limits (root, or power_limit_command in the config); "
                    "the best limit is reported, not applied.")  # fmt: skip
-def tune(
+def tune(  # Long: eleven options passed to tune_spec by name; the body is one session, then output
     spec_path: Path,
     output: Path | None,
     as_json: bool,

@@ -173,56 +173,82 @@ def _compose(loader: Any, label: str, limits: ReadLimits) -> yaml.Node | None:
         loader.get_event()
         return None
     loader.get_event()  # document start
-    anchors: dict[str, yaml.Node] = {}
-    stack: list[_Open] = []
-    root: yaml.Node | None = None
-    values = 0
-    while root is None:
-        event = loader.get_event()
-        node: yaml.Node
-        if isinstance(event, yaml.AliasEvent):
-            if event.anchor not in anchors:
-                raise _marked(
-                    label,
-                    event.start_mark,
-                    f"alias *{event.anchor} names no anchor — define &{event.anchor} first",
-                )
-            node = anchors[event.anchor]
-        elif isinstance(event, yaml.ScalarEvent | yaml.SequenceStartEvent | yaml.MappingStartEvent):
-            values += 1
-            if values > limits.max_values:
-                raise _marked(
-                    label,
-                    event.start_mark,
-                    f"more than {limits.max_values} values, the limit for one document — "
-                    "a spec or config holds hundreds",
-                )
-            node = _new_node(loader, event)
-            if event.anchor is not None:
-                if event.anchor in anchors:
-                    raise _marked(label, event.start_mark, f"anchor &{event.anchor} is defined twice")
-                anchors[event.anchor] = node
-            if isinstance(node, yaml.CollectionNode):
-                if len(stack) >= limits.max_depth:
-                    raise _marked(
-                        label, event.start_mark, f"nested deeper than {limits.max_depth} levels — flatten it"
-                    )
-                stack.append(_Open(node))
-                continue
-        elif isinstance(event, yaml.SequenceEndEvent | yaml.MappingEndEvent):
-            node = stack.pop().node
-            node.end_mark = event.end_mark
-        else:  # pragma: no cover - the parser emits nothing else inside a document
-            raise _marked(label, event.start_mark, f"unexpected YAML event {type(event).__name__}")
-        if stack:
-            stack[-1].add(node)
-        else:
-            root = node
+    root = _Composer(loader, label, limits).document()
     loader.get_event()  # document end
     if not loader.check_event(yaml.StreamEndEvent):
         event = loader.peek_event()
         raise _marked(label, event.start_mark, "a second YAML document (---) — keep one document per file")
     return root
+
+
+class _Composer:
+    """One document's node graph built from parser events, each limit checked as its value arrives."""
+
+    def __init__(self, loader: Any, label: str, limits: ReadLimits) -> None:
+        self.loader = loader
+        self.label = label
+        self.limits = limits
+        self.anchors: dict[str, yaml.Node] = {}
+        self.stack: list[_Open] = []
+        self.values = 0
+
+    def document(self) -> yaml.Node:
+        while True:
+            node = self._node(self.loader.get_event())
+            if node is None:  # a collection opened: its children come next
+                continue
+            if not self.stack:
+                return node
+            self.stack[-1].add(node)
+
+    def _node(self, event: Any) -> yaml.Node | None:
+        """The node `event` completes, or None when it opens a collection."""
+        if isinstance(event, yaml.AliasEvent):
+            return self._alias(event)
+        if isinstance(event, yaml.ScalarEvent | yaml.SequenceStartEvent | yaml.MappingStartEvent):
+            return self._value(event)
+        if isinstance(event, yaml.SequenceEndEvent | yaml.MappingEndEvent):
+            node = self.stack.pop().node
+            node.end_mark = event.end_mark
+            return node
+        # the parser emits nothing else inside a document
+        raise _marked(  # pragma: no cover
+            self.label, event.start_mark, f"unexpected YAML event {type(event).__name__}"
+        )
+
+    def _alias(self, event: Any) -> yaml.Node:
+        if event.anchor not in self.anchors:
+            raise _marked(
+                self.label,
+                event.start_mark,
+                f"alias *{event.anchor} names no anchor — define &{event.anchor} first",
+            )
+        return self.anchors[event.anchor]
+
+    def _value(self, event: Any) -> yaml.Node | None:
+        self.values += 1
+        if self.values > self.limits.max_values:
+            raise _marked(
+                self.label,
+                event.start_mark,
+                f"more than {self.limits.max_values} values, the limit for one document — "
+                "a spec or config holds hundreds",
+            )
+        node = _new_node(self.loader, event)
+        if event.anchor is not None:
+            if event.anchor in self.anchors:
+                raise _marked(self.label, event.start_mark, f"anchor &{event.anchor} is defined twice")
+            self.anchors[event.anchor] = node
+        if not isinstance(node, yaml.CollectionNode):
+            return node
+        if len(self.stack) >= self.limits.max_depth:
+            raise _marked(
+                self.label,
+                event.start_mark,
+                f"nested deeper than {self.limits.max_depth} levels — flatten it",
+            )
+        self.stack.append(_Open(node))
+        return None
 
 
 def _new_node(loader: Any, event: Any) -> yaml.Node:

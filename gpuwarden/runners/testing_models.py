@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -118,35 +119,19 @@ def build_tiny_causal_lm(
     reproducible bit for bit on the CPU.
     """
     import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import LlamaConfig, LlamaForCausalLM
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
 
     dir = Path(dir)
     dir.mkdir(parents=True, exist_ok=True)
-    specials = ["<pad>", "<s>", "</s>"]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab,
-        special_tokens=specials,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,  # its bars and blank lines would land in the CLI's output
-    )
-    tok.train_from_iterator(builtin_corpus(), trainer=trainer)
-    bos_id, eos_id = tok.token_to_id("<s>"), tok.token_to_id("</s>")
-    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", bos_id)])
-    fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
-        tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>"
-    )
-    fast.save_pretrained(dir)
+    fast = _save_tokenizer(dir, vocab)
+    bos_id, eos_id = fast.bos_token_id, fast.eos_token_id
 
     heads = max(1, hidden // 16)
     config = LlamaConfig(
-        vocab_size=max(vocab, tok.get_vocab_size()),
+        vocab_size=max(vocab, fast.backend_tokenizer.get_vocab_size()),
         hidden_size=hidden,
         intermediate_size=hidden * 2,
         num_hidden_layers=layers,
@@ -163,6 +148,31 @@ def build_tiny_causal_lm(
     model = LlamaForCausalLM(config)
     model.save_pretrained(dir)
     return dir
+
+
+def _save_tokenizer(dir: Path, vocab: int) -> Any:
+    """A byte-level BPE trained on `builtin_corpus()`, BOS prepended, saved as a fast tokenizer."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<pad>", "<s>", "</s>"]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,  # its bars and blank lines would land in the CLI's output
+    )
+    tok.train_from_iterator(builtin_corpus(), trainer=trainer)
+    bos_id = tok.token_to_id("<s>")
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", bos_id)])
+    fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+        tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>"
+    )
+    fast.save_pretrained(dir)
+    return fast
 
 
 def write_text_dataset(path: Path, n: int, seed: int, *, field: str = "text") -> Path:

@@ -54,6 +54,26 @@ def _wave(ts: float, period: float, phase: float) -> float:
     return 0.5 + 0.5 * math.sin(2 * math.pi * ts / period + phase)
 
 
+# Metrics that do not follow the load: (GPU, time) -> value.
+_STEADY_METRICS: dict[str, Callable[[GpuStatic, float], float | None]] = {
+    "mem_used": lambda g, ts: round(float(g.memory_total or 0) * (0.35 + 0.5 * _wave(ts, 900.0, g.index))),
+    "mem_total": lambda g, ts: float(g.memory_total or 0),
+    "power_limit_w": lambda g, ts: g.power_limit_default_w,
+    "mem_clock_mhz": lambda g, ts: g.max_mem_clock_mhz,
+    "pstate": lambda g, ts: 2.0,
+}
+# Metrics that follow the load: (GPU, busy 0..1) -> value.
+_LOAD_METRICS: dict[str, Callable[[GpuStatic, float], float | None]] = {
+    "util_gpu": lambda g, busy: round(100 * busy),
+    "util_mem": lambda g, busy: round(70 * busy),
+    "util_gpu_fine": lambda g, busy: round(100 * busy, 1),
+    "power_w": lambda g, busy: round((g.power_limit_default_w or 300.0) * (0.2 + 0.78 * busy), 1),
+    "temperature_c": lambda g, busy: round(38 + 40 * busy),
+    "sm_clock_mhz": lambda g, busy: round((g.max_sm_clock_mhz or 2000) * (0.5 + 0.45 * busy)),
+    "fan_pct": lambda g, busy: round(30 + 50 * busy),
+}
+
+
 class FakeBackend:
     """Two GPUs (or `gpu_count`), a host, processes and six runs in different states."""
 
@@ -117,34 +137,16 @@ class FakeBackend:
 
     def _value(self, static: GpuStatic, metric: str, ts: float) -> float | None:
         """One metric of one GPU at `ts` (computed alone: history asks for thousands of these)."""
+        steady = _STEADY_METRICS.get(metric)
+        if steady is not None:
+            return steady(static, ts)
+        by_load = _LOAD_METRICS.get(metric)
+        if by_load is None:
+            return None
         i = static.index
-        if metric == "mem_used":
-            return round(float(static.memory_total or 0) * (0.35 + 0.5 * _wave(ts, 900.0, i)))
-        if metric == "mem_total":
-            return float(static.memory_total or 0)
-        if metric == "power_limit_w":
-            return static.power_limit_default_w
-        if metric == "mem_clock_mhz":
-            return static.max_mem_clock_mhz
-        if metric == "pstate":
-            return 2.0
         # Minutes-long load swings on top of a daily rhythm, so every history window has a shape.
         busy = 0.15 + 0.85 * (0.7 * _wave(ts, 300.0 + 40 * i, i * 1.3) + 0.3 * _wave(ts, 86_400.0, i))
-        if metric == "util_gpu":
-            return round(100 * busy)
-        if metric == "util_mem":
-            return round(70 * busy)
-        if metric == "util_gpu_fine":
-            return round(100 * busy, 1)
-        if metric == "power_w":
-            return round((static.power_limit_default_w or 300.0) * (0.2 + 0.78 * busy), 1)
-        if metric == "temperature_c":
-            return round(38 + 40 * busy)
-        if metric == "sm_clock_mhz":
-            return round((static.max_sm_clock_mhz or 2000) * (0.5 + 0.45 * busy))
-        if metric == "fan_pct":
-            return round(30 + 50 * busy)
-        return None
+        return by_load(static, busy)
 
     def _sample(self, static: GpuStatic, ts: float) -> GpuSample:
         v = {m: self._value(static, m, ts) for m in ("util_gpu", "mem_used", "power_w", "temperature_c")}
@@ -231,6 +233,24 @@ class FakeBackend:
 
     def _detail_for(self, r: RunRow) -> RunDetailView:
         t0 = r.started_at or r.created_at
+        attempts = self._attempts_for(r, t0)
+        retunes = _retunes_for(r, t0)
+        events = _events_for(r, attempts, retunes, t0)
+        metrics = _metrics_for(r, t0)
+        spec = _spec_for(r)
+        capacity = None
+        if r.placed and self._statics:
+            capacity = min(self._statics[i % len(self._statics)].memory_total or 0 for i in r.placed)
+        gpu_index = {s.uuid: s.index for s in self._statics}
+        phases = {rt.attempt: "backward" for rt in retunes}
+        report = None
+        if r.state == "succeeded":
+            report = {"steps": 600, "samples_seen": 40_000, "wall_s": 11_400.0, "samples_per_s": 210.0,
+                      "mem_peak": 9 * GIB, "joules_per_sample": 0.52, "samples_per_kwh": 6_923_076.0}  # fmt: skip
+        return RunDetailView(r, spec, attempts, retunes, events, metrics, capacity, gpu_index, phases, report)
+
+    def _attempts_for(self, r: RunRow, t0: float) -> list[Attempt]:
+        """Ten minutes an attempt; every one but the last ended out of memory."""
         attempts = []
         for n in range(1, r.attempt + 1):
             last = n == r.attempt
@@ -250,74 +270,7 @@ class FakeBackend:
                     gpus=[self._uuid(i) for i in r.placed], oom_kill_before=None, prepared=prepared,
                 )
             )  # fmt: skip
-        retunes = []
-        batch = 8
-        for n in range(1, r.retunes + 1):
-            retunes.append(
-                Retune(
-                    id=n,
-                    run_id=r.id,
-                    attempt=n,
-                    ts=t0 + 600 * n + 2,
-                    before={"train.batch_size": batch, "train.grad_accum": 32 // batch},
-                    after={"train.batch_size": batch // 2, "train.grad_accum": 64 // batch},
-                    verdict="gpu_capacity",
-                    evidence={
-                        "message": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
-                        "reason": "the card is full",
-                        "fields": {"requested": 2 * GIB, "total": 24 * GIB, "free": GIB // 2},
-                        "decision": {
-                            "action": "reduce_micro_batch",
-                            "changes": {
-                                "batch_size": [batch, batch // 2],
-                                "grad_accum_steps": [32 // batch, 64 // batch],
-                            },
-                        },
-                    },
-                    prediction={"batch": batch // 2 + 1, "capacity": 24 * GIB, "basis": "least-squares fit"},
-                    outcome="succeeded" if n < r.retunes or r.state == "running" else "oom again",
-                )
-            )
-            batch //= 2
-        events = [
-            TimelineEvent(i + 1, r.id, a.attempt, (a.started_at or t0), "started", f"attempt {a.attempt} on GPU "
-                          + ",".join(map(str, r.placed)), "runner")
-            for i, a in enumerate(attempts)
-        ]  # fmt: skip
-        events += [
-            TimelineEvent(
-                50 + i, r.id, rt.attempt, rt.ts, "oom", f"out of memory ({rt.verdict}): retuned", "daemon"
-            )
-            for i, rt in enumerate(retunes)
-        ]
-        events.sort(key=lambda e: e.ts)
-        metrics = [
-            RunMetric(
-                run_id=r.id,
-                ts=t0 + 30 * k,
-                attempt=min(r.attempt, 1 + k // 20) if r.attempt else 1,
-                step=10 * k,
-                loss=round(2.5 * math.exp(-k / 25) + 0.3 + 0.05 * math.sin(k), 4),
-                samples_per_s=round(40 + 6 * math.sin(k / 3), 2),
-                mem_peak=int((20 + 3 * _wave(k, 17, 0)) * GIB),
-            )
-            for k in range(60 if r.attempt else 0)
-        ]
-        spec: dict[str, Any] = {"name": r.name, "kind": r.kind}
-        if r.kind == "command":
-            spec["knobs"] = {"batch_size": 8, "grad_accum_steps": 2}
-        else:
-            spec[r.kind] = {"batch_size": 4, "grad_accum_steps": 8, "precision": "bf16"}
-        capacity = None
-        if r.placed and self._statics:
-            capacity = min(self._statics[i % len(self._statics)].memory_total or 0 for i in r.placed)
-        gpu_index = {s.uuid: s.index for s in self._statics}
-        phases = {rt.attempt: "backward" for rt in retunes}
-        report = None
-        if r.state == "succeeded":
-            report = {"steps": 600, "samples_seen": 40_000, "wall_s": 11_400.0, "samples_per_s": 210.0,
-                      "mem_peak": 9 * GIB, "joules_per_sample": 0.52, "samples_per_kwh": 6_923_076.0}  # fmt: skip
-        return RunDetailView(r, spec, attempts, retunes, events, metrics, capacity, gpu_index, phases, report)
+        return attempts
 
     @staticmethod
     def _log_for(r: RunRow) -> list[str]:
@@ -535,6 +488,83 @@ class FakeBackend:
 
     def close(self) -> None:
         self.actions.append(("close",))
+
+
+def _retunes_for(r: RunRow, t0: float) -> list[Retune]:
+    """Each retune halves the micro-batch (doubling accumulation) after the attempt's OOM."""
+    retunes = []
+    batch = 8
+    for n in range(1, r.retunes + 1):
+        retunes.append(
+            Retune(
+                id=n,
+                run_id=r.id,
+                attempt=n,
+                ts=t0 + 600 * n + 2,
+                before={"train.batch_size": batch, "train.grad_accum": 32 // batch},
+                after={"train.batch_size": batch // 2, "train.grad_accum": 64 // batch},
+                verdict="gpu_capacity",
+                evidence={
+                    "message": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+                    "reason": "the card is full",
+                    "fields": {"requested": 2 * GIB, "total": 24 * GIB, "free": GIB // 2},
+                    "decision": {
+                        "action": "reduce_micro_batch",
+                        "changes": {
+                            "batch_size": [batch, batch // 2],
+                            "grad_accum_steps": [32 // batch, 64 // batch],
+                        },
+                    },
+                },
+                prediction={"batch": batch // 2 + 1, "capacity": 24 * GIB, "basis": "least-squares fit"},
+                outcome="succeeded" if n < r.retunes or r.state == "running" else "oom again",
+            )
+        )
+        batch //= 2
+    return retunes
+
+
+def _events_for(r: RunRow, attempts: list[Attempt], retunes: list[Retune], t0: float) -> list[TimelineEvent]:
+    """A start per attempt and an OOM per retune, oldest first."""
+    events = [
+        TimelineEvent(i + 1, r.id, a.attempt, (a.started_at or t0), "started", f"attempt {a.attempt} on GPU "
+                      + ",".join(map(str, r.placed)), "runner")
+        for i, a in enumerate(attempts)
+    ]  # fmt: skip
+    events += [
+        TimelineEvent(
+            50 + i, r.id, rt.attempt, rt.ts, "oom", f"out of memory ({rt.verdict}): retuned", "daemon"
+        )
+        for i, rt in enumerate(retunes)
+    ]
+    events.sort(key=lambda e: e.ts)
+    return events
+
+
+def _metrics_for(r: RunRow, t0: float) -> list[RunMetric]:
+    """Half an hour of progress, a falling loss; none before the first attempt."""
+    metrics = [
+        RunMetric(
+            run_id=r.id,
+            ts=t0 + 30 * k,
+            attempt=min(r.attempt, 1 + k // 20) if r.attempt else 1,
+            step=10 * k,
+            loss=round(2.5 * math.exp(-k / 25) + 0.3 + 0.05 * math.sin(k), 4),
+            samples_per_s=round(40 + 6 * math.sin(k / 3), 2),
+            mem_peak=int((20 + 3 * _wave(k, 17, 0)) * GIB),
+        )
+        for k in range(60 if r.attempt else 0)
+    ]
+    return metrics
+
+
+def _spec_for(r: RunRow) -> dict[str, Any]:
+    spec: dict[str, Any] = {"name": r.name, "kind": r.kind}
+    if r.kind == "command":
+        spec["knobs"] = {"batch_size": 8, "grad_accum_steps": 2}
+    else:
+        spec[r.kind] = {"batch_size": 4, "grad_accum_steps": 8, "precision": "bf16"}
+    return spec
 
 
 def _prepared(attempt: int, folder: str) -> AttemptRecord:

@@ -221,39 +221,10 @@ def _workers_used(train: TrainSpec, target: Target) -> int:
 def check_train_workers(view: SpecView, target: Target) -> list[Finding]:
     train = view.spec.train
     assert train is not None
-    path = ("train", "num_workers")
     findings: list[Finding] = []
     workers = train.num_workers
     if workers == 0:
-        evidence = view.evidence(path, 0, cores=target.cores)
-        if target.gpu and target.cores > 1:
-            findings.append(
-                Finding(
-                    "data-loading-main-process",
-                    "warning",
-                    "num_workers: 0 — data loading runs on the training process, between GPU steps",
-                    evidence,
-                    {"train.num_workers": "auto"},
-                    GAIN_WORKERS,
-                )
-            )
-        else:
-            why = (
-                "the runner loads data in the training process on the CPU on purpose: workers would "
-                f"compete with the compute threads for the {target.cores} core(s)"
-                if not target.gpu
-                else "this machine has one core: workers would only add overhead"
-            )
-            findings.append(
-                Finding(
-                    "data-loading-main-process",
-                    "info",
-                    "num_workers: 0 — data loading runs on the training process",
-                    evidence,
-                    f"{why}; on a GPU machine with spare cores use num_workers: auto",
-                    None,
-                )
-            )
+        findings.append(_main_process_loading(view, target))
     elif isinstance(workers, int) and workers > target.cores:
         findings.append(
             Finding(
@@ -261,7 +232,7 @@ def check_train_workers(view: SpecView, target: Target) -> list[Finding]:
                 "warning",
                 f"{workers} data workers for {target.cores} core(s): they fight each other and the "
                 "training process for CPU time",
-                view.evidence(path, workers, cores=target.cores),
+                view.evidence(("train", "num_workers"), workers, cores=target.cores),
                 {"train.num_workers": "auto"},
                 None,
             )
@@ -280,6 +251,34 @@ def check_train_workers(view: SpecView, target: Target) -> list[Finding]:
             )
         )
     return findings
+
+
+def _main_process_loading(view: SpecView, target: Target) -> Finding:
+    """num_workers: 0 — a warning on a GPU machine with cores to spare, else why it is right."""
+    evidence = view.evidence(("train", "num_workers"), 0, cores=target.cores)
+    if target.gpu and target.cores > 1:
+        return Finding(
+            "data-loading-main-process",
+            "warning",
+            "num_workers: 0 — data loading runs on the training process, between GPU steps",
+            evidence,
+            {"train.num_workers": "auto"},
+            GAIN_WORKERS,
+        )
+    why = (
+        "the runner loads data in the training process on the CPU on purpose: workers would "
+        f"compete with the compute threads for the {target.cores} core(s)"
+        if not target.gpu
+        else "this machine has one core: workers would only add overhead"
+    )
+    return Finding(
+        "data-loading-main-process",
+        "info",
+        "num_workers: 0 — data loading runs on the training process",
+        evidence,
+        f"{why}; on a GPU machine with spare cores use num_workers: auto",
+        None,
+    )
 
 
 def check_train_pin_memory(view: SpecView, target: Target) -> list[Finding]:

@@ -58,6 +58,7 @@ def _rollup_columns(affinity: dict[str, str]) -> str:
     return ",\n  ".join(cols)
 
 
+# Long: the schema's DDL, one table after another; split up, the tables would be read apart.
 def telemetry_ddl() -> list[str]:
     """The CREATE statements of schema v1, in order."""
     gpu_metric_cols = ",\n  ".join(f"{m} {aff}" for m, aff in GPU_AFFINITY.items())

@@ -110,6 +110,73 @@ def _pick(f: Any, a: float | None, b: float | None) -> float | None:
     return a if b is None else f(a, b)
 
 
+def _retention_jobs(
+    gids: list[int], raw_cut: int, min_cut: int, hour_cut: int, chunk_rows: int
+) -> list[tuple[str, tuple[Any, ...]]]:
+    """One chunked DELETE per table (per GPU for the sample tiers: each walks its primary key)."""
+    jobs: list[tuple[str, tuple[Any, ...]]] = []
+    for gid in gids:
+        for table, col, cut in (
+            ("samples", "ts", raw_cut),
+            ("samples_1m", "bucket", min_cut),
+            ("samples_1h", "bucket", hour_cut),
+        ):
+            jobs.append(
+                (
+                    f"DELETE FROM {table} WHERE gpu_id = ? AND {col} IN (SELECT {col} FROM {table}"
+                    f" WHERE gpu_id = ? AND {col} < ? ORDER BY {col} LIMIT ?)",
+                    (gid, gid, cut, chunk_rows),
+                )
+            )
+    for table, col, cut in (
+        ("host_samples", "ts", raw_cut),
+        ("host_samples_1m", "bucket", min_cut),
+        ("host_samples_1h", "bucket", hour_cut),
+        ("process_scans", "ts", raw_cut),
+    ):
+        jobs.append(
+            (
+                f"DELETE FROM {table} WHERE {col} IN"
+                f" (SELECT {col} FROM {table} WHERE {col} < ? ORDER BY {col} LIMIT ?)",
+                (cut, chunk_rows),
+            )
+        )
+    jobs.append(
+        (
+            "DELETE FROM gpu_processes WHERE rowid IN"
+            " (SELECT rowid FROM gpu_processes WHERE ts < ? ORDER BY ts LIMIT ?)",
+            (raw_cut, chunk_rows),
+        )
+    )
+    return jobs
+
+
+def _row_layout(metrics: list[str]) -> list[tuple[str, int, bool]]:
+    """Where each metric starts in a history row, and whether it is energy (one sum, not four values)."""
+    layout = []
+    i = 0
+    for m in metrics:
+        layout.append((m, i, m == ENERGY_METRIC))
+        i += 1 if m == ENERGY_METRIC else 4
+    return layout
+
+
+def _append_points(
+    per_metric: dict[str, list[tuple[float, float, float, float]]],
+    layout: list[tuple[str, int, bool]],
+    ts: float,
+    values: Sequence[Any],
+) -> None:
+    """One bucket's points; a metric with no reading in the bucket gets none (a gap, not a zero)."""
+    for m, i, is_energy in layout:
+        if is_energy:
+            if values[i] is not None:
+                joules = values[i] / 1000
+                per_metric[m].append((ts, joules, joules, joules))
+        elif values[i + 1]:
+            per_metric[m].append((ts, values[i] / values[i + 1], float(values[i + 2]), float(values[i + 3])))
+
+
 def _merge(metrics: Sequence[str], a: Sequence[Any], b: Sequence[Any]) -> list[Any]:
     """Combine two partial history rows of one bucket (sum, count, min, max per metric)."""
     out: list[Any] = []
@@ -378,56 +445,64 @@ class TelemetryStore:
         with self._lock, self._transaction():
             if not self._recovered:
                 self._recover()
-            conn = self.conn
-            rows = []
-            lost_changes = []
-            for s in tick.gpus:
-                gid = self._gpu_id(s.uuid, s.ts)
-                ts_ms = _ms(s.ts)
-                delta = None
-                energy = s.energy_mj
-                if energy is not None:
-                    prev = self._previous_energy(gid, ts_ms)
-                    if prev is None:
-                        self._last_energy[gid] = (ts_ms, energy)
-                    elif ts_ms > prev[0]:
-                        # A counter below its previous value was reset (driver reload): everything
-                        # it counted since the reset is new energy.
-                        delta = energy - prev[1] if energy >= prev[1] else energy
-                        self._last_energy[gid] = (ts_ms, energy)
-                    # A late or repeated sample (not newer than the last reading) gets no delta:
-                    # its energy is already inside the next reading's.
-                if self._lost.get(gid) != s.lost:
-                    lost_changes.append((int(s.lost), s.ts, gid))
-                    self._lost[gid] = s.lost
-                if not s.lost:
-                    self._seen[gid] = s.ts
-                rows.append((gid, ts_ms, int(s.lost), *_gpu_metric_values(s), delta))
-                self._note_minute(ts_ms)
-            if rows:
-                conn.executemany(self._insert_sample, rows)
-            if lost_changes:
-                # last_seen moves with the lost flag here; otherwise it is flushed once a minute.
-                conn.executemany(
-                    "UPDATE gpus SET lost = ?, last_seen = max(last_seen, ?) WHERE id = ?", lost_changes
-                )
+            self._write_gpu_samples(tick.gpus)
             if tick.host is not None:
-                h = tick.host
-                ts_ms = _ms(h.ts)
-                conn.execute(self._insert_host, (ts_ms, *_host_metric_values(h)))
+                ts_ms = _ms(tick.host.ts)
+                self.conn.execute(self._insert_host, (ts_ms, *_host_metric_values(tick.host)))
                 self._note_minute(ts_ms)
             if tick.processes is not None:
-                scan_ms = _ms(tick.ts)
-                conn.execute("INSERT OR IGNORE INTO process_scans (ts) VALUES (?)", (scan_ms,))
-                procs = [
-                    (scan_ms, self._gpu_id(p.uuid, tick.ts), *(getattr(p, f) for f in _PROCESS_FIELDS))
-                    for p in tick.processes
-                ]
-                if procs:
-                    conn.executemany(self._insert_process, procs)
+                self._write_processes(tick.processes, tick.ts)
             if self._dirty_minutes:
                 self._fold(sorted(self._dirty_minutes))
                 self._dirty_minutes.clear()
+
+    def _write_gpu_samples(self, samples: list[GpuSample]) -> None:
+        rows = []
+        lost_changes = []
+        for s in samples:
+            gid = self._gpu_id(s.uuid, s.ts)
+            ts_ms = _ms(s.ts)
+            delta = None if s.energy_mj is None else self._energy_delta(gid, ts_ms, s.energy_mj)
+            if self._lost.get(gid) != s.lost:
+                lost_changes.append((int(s.lost), s.ts, gid))
+                self._lost[gid] = s.lost
+            if not s.lost:
+                self._seen[gid] = s.ts
+            rows.append((gid, ts_ms, int(s.lost), *_gpu_metric_values(s), delta))
+            self._note_minute(ts_ms)
+        if rows:
+            self.conn.executemany(self._insert_sample, rows)
+        if lost_changes:
+            # last_seen moves with the lost flag here; otherwise it is flushed once a minute.
+            self.conn.executemany(
+                "UPDATE gpus SET lost = ?, last_seen = max(last_seen, ?) WHERE id = ?", lost_changes
+            )
+
+    def _energy_delta(self, gid: int, ts_ms: int, energy: int) -> int | None:
+        """The energy counted since this GPU's previous reading, or None where there is no new span."""
+        prev = self._previous_energy(gid, ts_ms)
+        if prev is None:
+            self._last_energy[gid] = (ts_ms, energy)
+            return None
+        if ts_ms <= prev[0]:
+            # A late or repeated sample (not newer than the last reading) gets no delta:
+            # its energy is already inside the next reading's.
+            return None
+        self._last_energy[gid] = (ts_ms, energy)
+        # A counter below its previous value was reset (driver reload): everything
+        # it counted since the reset is new energy.
+        return energy - prev[1] if energy >= prev[1] else energy
+
+    def _write_processes(self, processes: list[GpuProcess], ts: float) -> None:
+        scan_ms = _ms(ts)
+        # Recorded even when the read found no process, so "the latest processes" are then none,
+        # not an older read's.
+        self.conn.execute("INSERT OR IGNORE INTO process_scans (ts) VALUES (?)", (scan_ms,))
+        procs = [
+            (scan_ms, self._gpu_id(p.uuid, ts), *(getattr(p, f) for f in _PROCESS_FIELDS)) for p in processes
+        ]
+        if procs:
+            self.conn.executemany(self._insert_process, procs)
 
     def _fold(self, minutes: list[int]) -> None:
         """Aggregate the given closed minutes from raw rows, then re-aggregate their hours."""
@@ -695,9 +770,26 @@ class TelemetryStore:
         result.series = {k: {m: [] for m in metrics} for k in keys}
         if gids is not None and not gids:
             return result
+        acc, merged = self._history_buckets(tier, gids, metrics, q_start, step, end_ms)
+        layout = _row_layout(metrics)
+        names = {0: "host"} if gids is None else {g: self._uuids[g] for g in gids}
+        for gid, b in sorted(acc) if merged else acc:
+            _append_points(result.series[names[gid]], layout, (q_start + b * step) / 1000, acc[(gid, b)])
+        return result
+
+    def _history_buckets(
+        self,
+        tier: _Tier,
+        gids: list[int] | None,
+        metrics: list[str],
+        q_start: int,
+        step: int,
+        end_ms: int,
+    ) -> tuple[dict[tuple[int, int], Sequence[Any]], bool]:
+        """(gpu_id, bucket) -> the row's values (per metric sum, count, min, max; energy one sum),
+        and whether raw rows added buckets the tier lacked (then they are no longer in order)."""
         ids = gids or []
         n = None if gids is None else len(gids)
-        # (gpu_id, bucket) -> the row's values: per metric sum, count, min, max; energy one sum.
         acc: dict[tuple[int, int], Sequence[Any]] = {}
         ranges: list[tuple[_Tier, int, int]] = [(tier, q_start, end_ms)]
         if tier is not _RAW:
@@ -719,26 +811,7 @@ class TelemetryStore:
                     merged = merged or t is not tier
                 else:
                     acc[key] = _merge(metrics, have, row[2:])
-        layout = []
-        i = 0
-        for m in metrics:
-            layout.append((m, i, m == ENERGY_METRIC))
-            i += 1 if m == ENERGY_METRIC else 4
-        names = {0: "host"} if gids is None else {g: self._uuids[g] for g in gids}
-        for gid, b in sorted(acc) if merged else acc:
-            values = acc[(gid, b)]
-            per_metric = result.series[names[gid]]
-            ts = (q_start + b * step) / 1000
-            for m, i, is_energy in layout:
-                if is_energy:
-                    if values[i] is not None:
-                        joules = values[i] / 1000
-                        per_metric[m].append((ts, joules, joules, joules))
-                elif values[i + 1]:
-                    per_metric[m].append(
-                        (ts, values[i] / values[i + 1], float(values[i + 2]), float(values[i + 3]))
-                    )
-        return result
+        return acc, merged
 
     def energy_between(self, uuid: str, start: float, end: float) -> float | None:
         """Energy (J) GPU `uuid` used in [start, end), counter resets handled; None without data.
@@ -823,40 +896,7 @@ class TelemetryStore:
         with self._lock:
             self._load_ids()
             gids = sorted(self._uuids)
-        jobs: list[tuple[str, tuple[Any, ...]]] = []
-        for gid in gids:
-            for table, col, cut in (
-                ("samples", "ts", raw_cut),
-                ("samples_1m", "bucket", min_cut),
-                ("samples_1h", "bucket", hour_cut),
-            ):
-                jobs.append(
-                    (
-                        f"DELETE FROM {table} WHERE gpu_id = ? AND {col} IN (SELECT {col} FROM {table}"
-                        f" WHERE gpu_id = ? AND {col} < ? ORDER BY {col} LIMIT ?)",
-                        (gid, gid, cut, chunk_rows),
-                    )
-                )
-        for table, col, cut in (
-            ("host_samples", "ts", raw_cut),
-            ("host_samples_1m", "bucket", min_cut),
-            ("host_samples_1h", "bucket", hour_cut),
-            ("process_scans", "ts", raw_cut),
-        ):
-            jobs.append(
-                (
-                    f"DELETE FROM {table} WHERE {col} IN"
-                    f" (SELECT {col} FROM {table} WHERE {col} < ? ORDER BY {col} LIMIT ?)",
-                    (cut, chunk_rows),
-                )
-            )
-        jobs.append(
-            (
-                "DELETE FROM gpu_processes WHERE rowid IN"
-                " (SELECT rowid FROM gpu_processes WHERE ts < ? ORDER BY ts LIMIT ?)",
-                (raw_cut, chunk_rows),
-            )
-        )
+        jobs = _retention_jobs(gids, raw_cut, min_cut, hour_cut, chunk_rows)
         deleted = 0
         for sql, params in jobs:
             while True:

@@ -274,16 +274,6 @@ class NvmlReader:
             return lambda h: fn(h, *args)
 
         mem = get("nvmlDeviceGetMemoryInfo")
-        mem_v2 = getattr(nvml, "nvmlMemory_v2", None)
-        mem_v2_getter: Getter | None = None
-        if mem is not None and mem_v2 is not None:
-
-            def mem_v2_getter(h: Any) -> Any:
-                try:
-                    return mem(h, version=mem_v2)
-                except TypeError as err:  # a binding whose nvmlDeviceGetMemoryInfo takes no version
-                    raise _Unavailable(str(err)) from err
-
         samples = get("nvmlDeviceGetSamples")
         samples_getter: Getter | None = None
         if samples is not None:
@@ -292,7 +282,7 @@ class NvmlReader:
             "utilization": [("nvmlDeviceGetUtilizationRates", get("nvmlDeviceGetUtilizationRates"))],
             "samples": [("nvmlDeviceGetSamples", samples_getter)],
             "memory": [
-                ("nvmlDeviceGetMemoryInfo_v2", mem_v2_getter),
+                ("nvmlDeviceGetMemoryInfo_v2", _memory_v2_getter(mem, getattr(nvml, "nvmlMemory_v2", None))),
                 ("nvmlDeviceGetMemoryInfo", mem),
             ],
             "power": [("nvmlDeviceGetPowerUsage", get("nvmlDeviceGetPowerUsage"))],
@@ -322,22 +312,7 @@ class NvmlReader:
                     get("nvmlDeviceGetGraphicsRunningProcesses_v2"),
                 ),
             ],
-            "pci": [("nvmlDeviceGetPciInfo", get("nvmlDeviceGetPciInfo"))],
-            "power_limit_default": [
-                ("nvmlDeviceGetPowerManagementDefaultLimit", get("nvmlDeviceGetPowerManagementDefaultLimit"))
-            ],
-            "power_limit_range": [
-                (
-                    "nvmlDeviceGetPowerManagementLimitConstraints",
-                    get("nvmlDeviceGetPowerManagementLimitConstraints"),
-                )
-            ],
-            "max_sm_clock": [("nvmlDeviceGetMaxClockInfo", arg("nvmlDeviceGetMaxClockInfo", _CLOCK_SM))],
-            "max_mem_clock": [("nvmlDeviceGetMaxClockInfo", arg("nvmlDeviceGetMaxClockInfo", _CLOCK_MEM))],
-            "compute_capability": [
-                ("nvmlDeviceGetCudaComputeCapability", get("nvmlDeviceGetCudaComputeCapability"))
-            ],
-            "mig": [("nvmlDeviceGetMigMode", get("nvmlDeviceGetMigMode"))],
+            **_property_getters(get, arg),
         }
         return {key: [(name, fn) for name, fn in cands if fn is not None] for key, cands in pairs.items()}
 
@@ -764,3 +739,41 @@ def open_gpu_reader(
         return reader
     reader.close()
     return NoGpuReader(reader.status)
+
+
+def _memory_v2_getter(mem: Getter | None, mem_v2: Any) -> Getter | None:
+    """Memory info version 2, tried before version 1; None where the binding has no version 2."""
+    if mem is None or mem_v2 is None:
+        return None
+
+    def getter(h: Any) -> Any:
+        try:
+            return mem(h, version=mem_v2)
+        except TypeError as err:  # a binding whose nvmlDeviceGetMemoryInfo takes no version
+            raise _Unavailable(str(err)) from err
+
+    return getter
+
+
+def _property_getters(
+    get: Callable[[str], Getter | None], arg: Callable[..., Getter | None]
+) -> dict[str, list[tuple[str, Getter | None]]]:
+    """Getters of a GPU's static facts, read once when it is discovered."""
+    return {
+        "pci": [("nvmlDeviceGetPciInfo", get("nvmlDeviceGetPciInfo"))],
+        "power_limit_default": [
+            ("nvmlDeviceGetPowerManagementDefaultLimit", get("nvmlDeviceGetPowerManagementDefaultLimit"))
+        ],
+        "power_limit_range": [
+            (
+                "nvmlDeviceGetPowerManagementLimitConstraints",
+                get("nvmlDeviceGetPowerManagementLimitConstraints"),
+            )
+        ],
+        "max_sm_clock": [("nvmlDeviceGetMaxClockInfo", arg("nvmlDeviceGetMaxClockInfo", _CLOCK_SM))],
+        "max_mem_clock": [("nvmlDeviceGetMaxClockInfo", arg("nvmlDeviceGetMaxClockInfo", _CLOCK_MEM))],
+        "compute_capability": [
+            ("nvmlDeviceGetCudaComputeCapability", get("nvmlDeviceGetCudaComputeCapability"))
+        ],
+        "mig": [("nvmlDeviceGetMigMode", get("nvmlDeviceGetMigMode"))],
+    }

@@ -285,23 +285,16 @@ class Search:
     ) -> tuple[Candidate | None, str]:
         first = self._run(start)
         if not self._fits(first):
-            shrunk = self._shrink(start, per_device_batch)
-            if shrunk is None:
-                why = self._why(self.trials[-1])
-                return None, f"even the smallest micro-batch did not fit or failed ({why})"
-            return shrunk, "the starting micro-batch did not fit; this is the largest that did"
+            return self._shrunk_start(start, per_device_batch)
         best = start
         misses: list[Candidate] = []
         confirmed = False
         for batch in batch_ladder(start.batch_size, per_device_batch, max_batch, self.factor):
             if len(self.trials) >= self.max_trials:
                 return best, f"reached the trial limit ({self.max_trials})"
-            prediction = predict_max_batch(self._points(), self.capacity, self.headroom, self._ooms())
-            if prediction.batch is not None and batch > prediction.batch:
-                return best, (
-                    f"micro-batch {batch} is predicted not to fit (largest predicted: {prediction.batch}, "
-                    f"{prediction.basis})"
-                )
+            predicted = self._predicted_not_to_fit(batch)
+            if predicted is not None:
+                return best, predicted
             c = self._at(start, batch, per_device_batch)
             r = self._run(c)
             if not self._fits(r):
@@ -318,14 +311,42 @@ class Search:
             if confirmed or len(self.trials) >= self.max_trials:
                 return best, stop
             confirmed = True
-            leader, again = self._confirm(best, misses)
-            if leader is None:
-                return best, stop + self._noise_note(again)
-            best, misses = leader, []
-            if leader != c:  # a rung above the leader read lower: the peak is bracketed
-                led = f"micro-batch {leader.batch_size} led once measured again"
-                return best, led + self._noise_note(again)
+            best, stopped = self._recheck(best, misses, c, stop)
+            if stopped is not None:
+                return best, stopped
+            misses = []
         return best, "no larger micro-batch to try"
+
+    def _recheck(
+        self, best: Candidate, misses: list[Candidate], last: Candidate, stop: str
+    ) -> tuple[Candidate, str | None]:
+        """After `patience` misses, one probe more: (the best then, why the ladder stops or None
+        when the newest rung took the lead and the climb goes on)."""
+        leader, again = self._confirm(best, misses)
+        if leader is None:
+            return best, stop + self._noise_note(again)
+        if leader != last:  # a rung above the leader read lower: the peak is bracketed
+            return leader, f"micro-batch {leader.batch_size} led once measured again" + self._noise_note(
+                again
+            )
+        return leader, None
+
+    def _shrunk_start(self, start: Candidate, per_device_batch: int | None) -> tuple[Candidate | None, str]:
+        shrunk = self._shrink(start, per_device_batch)
+        if shrunk is None:
+            why = self._why(self.trials[-1])
+            return None, f"even the smallest micro-batch did not fit or failed ({why})"
+        return shrunk, "the starting micro-batch did not fit; this is the largest that did"
+
+    def _predicted_not_to_fit(self, batch: int) -> str | None:
+        """Why `batch` is skipped, when the memory model fitted to the probes so far says it will not fit."""
+        prediction = predict_max_batch(self._points(), self.capacity, self.headroom, self._ooms())
+        if prediction.batch is None or batch <= prediction.batch:
+            return None
+        return (
+            f"micro-batch {batch} is predicted not to fit (largest predicted: {prediction.batch}, "
+            f"{prediction.basis})"
+        )
 
     def _confirm(self, best: Candidate, misses: list[Candidate]) -> tuple[Candidate | None, Candidate]:
         """One more probe before stopping: (the miss when it now gains `min_gain`, or None; the

@@ -106,6 +106,8 @@ def tuned_knobs(spec: RunSpec, c: Candidate) -> dict[str, Any]:
     return knobs
 
 
+# Long: the signature and its docstring are half of it; the body is one session's steps in order
+# (cache, probes, search, power sweep, remember), which read best together.
 def tune_spec(
     spec: RunSpec,
     target: Target,

@@ -114,14 +114,7 @@ def build_tiny_chat_vlm(dir: Path, *, image_size: int = 32, hidden: int = 64, se
     runner's chat path (template, image-token expansion by the processor, left padding) is the same.
     """
     import torch
-    from transformers import (
-        CLIPImageProcessorPil,
-        CLIPVisionConfig,
-        LlamaConfig,
-        LlavaConfig,
-        LlavaForConditionalGeneration,
-        LlavaProcessor,
-    )
+    from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration
 
     dir = Path(dir)
     tokenizer = train_tokenizer(dir, vocab=512)
@@ -157,6 +150,14 @@ def build_tiny_chat_vlm(dir: Path, *, image_size: int = 32, hidden: int = 64, se
     torch.manual_seed(seed)
     model: Any = LlavaForConditionalGeneration(config)
     model.save_pretrained(dir)
+    _save_chat_processor(dir, tokenizer, image_size, patch)
+    return dir
+
+
+def _save_chat_processor(dir: Path, tokenizer: Any, image_size: int, patch: int) -> None:
+    """The `LlavaProcessor` that expands `<image>` into the vision tower's patch tokens."""
+    from transformers import CLIPImageProcessorPil, LlavaProcessor
+
     image_processor: Any = CLIPImageProcessorPil(
         size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size}
     )
@@ -171,7 +172,6 @@ def build_tiny_chat_vlm(dir: Path, *, image_size: int = 32, hidden: int = 64, se
         num_additional_image_tokens=1,  # CLIP's class token, dropped by the "default" strategy
     )
     processor.save_pretrained(dir)
-    return dir
 
 
 _TOPICS = (

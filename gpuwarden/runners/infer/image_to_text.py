@@ -361,10 +361,7 @@ def _run_all(
 ) -> int:
     infer = ctx.infer
     gen_kwargs = generation_kwargs(ctx, vision.tokenizer.pad_token_id)
-    eos = vision.model.generation_config.eos_token_id
-    eos_ids = (
-        {int(e) for e in (eos if isinstance(eos, list | tuple) else [eos])} if eos is not None else set()
-    )
+    eos_ids = _eos_ids(vision.model)
     for start in range(0, len(pending), infer.batch_size):
         if STOP.requested:
             print(
@@ -373,80 +370,14 @@ def _run_all(
                 flush=True,
             )
             return EXIT_TERMINATED
-        chunk = pending[start : start + infer.batch_size]
-        batch: list[tuple[ImageItem, Image.Image]] = []
-        for item in chunk:
-            try:
-                batch.append((item, _load_image(item.path, infer, vision.processor_resizes)))
-            except UNREADABLE as exc:
-                message = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
-                ctx.warn(
-                    "unreadable_image",
-                    f"cannot read image {item.path.name} ({message}); skipped",
-                    used=str(item.path),
-                )
-                index.write(
-                    {
-                        "id": item.path.name,
-                        "image": str(item.path),
-                        "status": "failed",
-                        "error": message,
-                        "attempt": ctx.attempt,
-                    }
-                )
-                ctx.report.record_failed()
-                ctx.samples_seen += 1
+        batch = _open_images(ctx, vision, pending[start : start + infer.batch_size], index)
         if not batch:
             continue
-        try:
-            texts, seconds, tokens_in, tokens_out = _run_batch(ctx, vision, batch, gen_kwargs, eos_ids)
-        except Exception as exc:
-            if infer.compile and is_compile_failure(exc):
-                ctx.warn(
-                    "compile_failed",
-                    f"torch.compile failed ({type(exc).__name__}); continuing without compile",
-                    requested=True,
-                    used=False,
-                )
-                vision.model.forward = getattr(
-                    vision.model.forward, "_torchdynamo_orig_callable", vision.model.forward
-                )
-                texts, seconds, tokens_in, tokens_out = _run_batch(ctx, vision, batch, gen_kwargs, eos_ids)
-            else:
-                code = oom_exit(ctx, exc, "generate", len(batch))
-                if code is None:
-                    raise
-                return code
-        for (item, image), (text, n_tokens, reason) in zip(batch, texts, strict=True):
-            target = out_dir / item.output_name
-            if infer.output_format == "markdown":
-                write_file_atomic(target, text.rstrip() + "\n")
-            else:
-                record = {
-                    "image": item.path.name,
-                    "text": text,
-                    "prompt": infer.prompt,
-                    "model": str(infer.model),
-                    "width": image.width,
-                    "height": image.height,
-                    "tokens_out": n_tokens,
-                    "finish_reason": reason,
-                    "batch_size": len(batch),
-                    "latency_s": round(seconds, 6),
-                }
-                write_file_atomic(target, json.dumps(record, ensure_ascii=False, indent=2) + "\n")
-            index.write(
-                {
-                    "id": item.path.name,
-                    "image": str(item.path),
-                    "output": target.name,
-                    "status": "ok",
-                    "tokens_out": n_tokens,
-                    "batch_size": len(batch),
-                    "latency_s": round(seconds, 6),
-                    "attempt": ctx.attempt,
-                }
-            )
+        generated = _generate(ctx, vision, batch, gen_kwargs, eos_ids)
+        if isinstance(generated, int):  # out of memory: the exit code that has the run retuned
+            return generated
+        texts, seconds, tokens_in, tokens_out = generated
+        _write_outputs(ctx, batch, texts, seconds, index, out_dir)
         ctx.step += 1
         ctx.samples_seen += len(batch)
         ctx.tokens_seen += tokens_out
@@ -454,6 +385,110 @@ def _run_all(
         ctx.progress(len(batch))
     ctx.events.emit(Finished(report=ctx.finish_report()))
     return EXIT_OK
+
+
+def _eos_ids(model: Any) -> set[int]:
+    eos = model.generation_config.eos_token_id
+    return {int(e) for e in (eos if isinstance(eos, list | tuple) else [eos])} if eos is not None else set()
+
+
+def _open_images(
+    ctx: InferContext, vision: VisionModel, chunk: list[ImageItem], index: JsonlOutput
+) -> list[tuple[ImageItem, Image.Image]]:
+    """The chunk's images that open; one that does not is recorded as failed and skipped, so a
+    bad file costs its own output only, not the run."""
+    batch: list[tuple[ImageItem, Image.Image]] = []
+    for item in chunk:
+        try:
+            batch.append((item, _load_image(item.path, ctx.infer, vision.processor_resizes)))
+        except UNREADABLE as exc:
+            message = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+            ctx.warn(
+                "unreadable_image",
+                f"cannot read image {item.path.name} ({message}); skipped",
+                used=str(item.path),
+            )
+            index.write(
+                {
+                    "id": item.path.name,
+                    "image": str(item.path),
+                    "status": "failed",
+                    "error": message,
+                    "attempt": ctx.attempt,
+                }
+            )
+            ctx.report.record_failed()
+            ctx.samples_seen += 1
+    return batch
+
+
+def _generate(
+    ctx: InferContext,
+    vision: VisionModel,
+    batch: list[tuple[ImageItem, Image.Image]],
+    gen_kwargs: dict[str, Any],
+    eos_ids: set[int],
+) -> tuple[list[tuple[str, int, str]], float, int, int] | int:
+    """`_run_batch`'s result, once more without torch.compile when compiling failed; on out of
+    memory the exit code instead."""
+    try:
+        return _run_batch(ctx, vision, batch, gen_kwargs, eos_ids)
+    except Exception as exc:
+        if not (ctx.infer.compile and is_compile_failure(exc)):
+            code = oom_exit(ctx, exc, "generate", len(batch))
+            if code is None:
+                raise
+            return code
+        ctx.warn(
+            "compile_failed",
+            f"torch.compile failed ({type(exc).__name__}); continuing without compile",
+            requested=True,
+            used=False,
+        )
+    vision.model.forward = getattr(vision.model.forward, "_torchdynamo_orig_callable", vision.model.forward)
+    return _run_batch(ctx, vision, batch, gen_kwargs, eos_ids)
+
+
+def _write_outputs(
+    ctx: InferContext,
+    batch: list[tuple[ImageItem, Image.Image]],
+    texts: list[tuple[str, int, str]],
+    seconds: float,
+    index: JsonlOutput,
+    out_dir: Path,
+) -> None:
+    infer = ctx.infer
+    for (item, image), (text, n_tokens, reason) in zip(batch, texts, strict=True):
+        target = out_dir / item.output_name
+        if infer.output_format == "markdown":
+            write_file_atomic(target, text.rstrip() + "\n")
+        else:
+            record = {
+                "image": item.path.name,
+                "text": text,
+                "prompt": infer.prompt,
+                "model": str(infer.model),
+                "width": image.width,
+                "height": image.height,
+                "tokens_out": n_tokens,
+                "finish_reason": reason,
+                "batch_size": len(batch),
+                "latency_s": round(seconds, 6),
+            }
+            write_file_atomic(target, json.dumps(record, ensure_ascii=False, indent=2) + "\n")
+        # The index line comes after the file is in place: a line there means the output is whole.
+        index.write(
+            {
+                "id": item.path.name,
+                "image": str(item.path),
+                "output": target.name,
+                "status": "ok",
+                "tokens_out": n_tokens,
+                "batch_size": len(batch),
+                "latency_s": round(seconds, 6),
+                "attempt": ctx.attempt,
+            }
+        )
 
 
 def _run_batch(

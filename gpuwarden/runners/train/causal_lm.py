@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +27,9 @@ from gpuwarden.core.config.spec_train import TrainSpec
 from gpuwarden.core.errors import UserError
 from gpuwarden.runners.train.sampling import SampleKey
 from gpuwarden.runners.train.task import Batch, PreparedTask
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 IGNORE_INDEX = -100
 
@@ -39,40 +42,49 @@ def load_texts(path: Path, text_field: str) -> list[str]:
         raw = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"cannot read data file {path}: {exc}", code="bad_data") from None
-    items: list[tuple[int, Any]] = []
     if raw.lstrip().startswith("["):
-        try:
-            data = json.loads(raw)
-        except (ValueError, RecursionError) as exc:
-            raise UserError(f"{path} is not valid JSON: {exc}", code="bad_data") from None
-        items = [(i + 1, item) for i, item in enumerate(data)]
-        where = "item"
+        items, where = _json_list_items(raw, path), "item"
     else:
-        for lineno, line in enumerate(raw.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                items.append((lineno, json.loads(line)))
-            except (ValueError, RecursionError) as exc:
-                raise UserError(f"{path}:{lineno}: not a JSON line ({exc})", code="bad_data") from None
-        where = "line"
-    texts: list[str] = []
-    for pos, item in items:
-        if isinstance(item, str):
-            text = item
-        elif isinstance(item, dict) and isinstance(item.get(text_field), str):
-            text = item[text_field]
-        else:
-            raise UserError(
-                f"{path} {where} {pos}: expected a string or an object with a string '{text_field}' field "
-                "— fix the data or set train.text_field",
-                code="bad_data",
-            )
-        if text.strip():
-            texts.append(text)
+        items, where = _jsonl_items(raw, path), "line"
+    texts = [_text_of(item, text_field, f"{path} {where} {pos}") for pos, item in items]
+    texts = [t for t in texts if t.strip()]
     if not texts:
         raise UserError(f"{path} holds no non-empty texts", code="bad_data")
     return texts
+
+
+def _json_list_items(raw: str, path: Path) -> list[tuple[int, Any]]:
+    """(1-based item number, item) of a JSON list."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise UserError(f"{path} is not valid JSON: {exc}", code="bad_data") from None
+    return [(i + 1, item) for i, item in enumerate(data)]
+
+
+def _jsonl_items(raw: str, path: Path) -> list[tuple[int, Any]]:
+    """(line number, item) of each non-blank JSONL line, numbered as an editor shows them."""
+    items: list[tuple[int, Any]] = []
+    for lineno, line in enumerate(raw.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            items.append((lineno, json.loads(line)))
+        except (ValueError, RecursionError) as exc:
+            raise UserError(f"{path}:{lineno}: not a JSON line ({exc})", code="bad_data") from None
+    return items
+
+
+def _text_of(item: Any, text_field: str, where: str) -> str:
+    if isinstance(item, str):
+        return item
+    if isinstance(item, dict) and isinstance(item.get(text_field), str):
+        return str(item[text_field])
+    raise UserError(
+        f"{where}: expected a string or an object with a string '{text_field}' field "
+        "— fix the data or set train.text_field",
+        code="bad_data",
+    )
 
 
 class TokenDataset(Dataset[list[int]]):
@@ -139,52 +151,18 @@ def prepare_causal_lm(spec: TrainSpec) -> PreparedTask:
     _check_model_dir(tokenizer_dir, "tokenizer")
     texts = load_texts(spec.data, spec.text_field)
 
-    from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    except (OSError, ValueError) as exc:
-        raise UserError(
-            f"cannot load a tokenizer from {tokenizer_dir}: {exc}", code="missing_model"
-        ) from None
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    if pad_id is None and not spec.packing:
-        raise UserError(
-            f"the tokenizer in {tokenizer_dir} has neither a pad nor an EOS token — "
-            "add one or use packing: true",
-            code="missing_model",
-        )
-
+    tokenizer, pad_id = _load_tokenizer(tokenizer_dir, spec.packing)
     encoded: list[list[int]] = tokenizer(texts, add_special_tokens=True)["input_ids"]
     if spec.packing:
-        eos = tokenizer.eos_token_id
-        stream: list[int] = []
-        for ids in encoded:
-            stream.extend(ids)
-            if eos is not None:
-                stream.append(eos)
-        samples = [
-            stream[i : i + spec.max_length]
-            for i in range(0, len(stream) - spec.max_length + 1, spec.max_length)
-        ]
-        if not samples:
-            raise UserError(
-                f"{spec.data} has {len(stream)} tokens, fewer than one packed block of max_length "
-                f"{spec.max_length} — lower max_length or set packing: false",
-                code="bad_data",
-            )
+        samples = _packed_samples(encoded, tokenizer.eos_token_id, spec.max_length, spec.data)
     else:
         samples = [ids[: spec.max_length] for ids in encoded if len(ids) >= 2]
         if not samples:
             raise UserError(f"every text in {spec.data} is shorter than 2 tokens", code="bad_data")
-
-    try:
-        model = AutoModelForCausalLM.from_pretrained(spec.model, dtype=torch.float32)
-    except (OSError, ValueError) as exc:
-        raise UserError(f"cannot load a causal LM from {spec.model}: {exc}", code="missing_model") from None
-    model.config.use_cache = False  # the KV cache is useless in training and costs memory
+    model = _load_model(spec.model)
 
     def enable_checkpointing() -> None:
         model.gradient_checkpointing_enable(  # type: ignore[no-untyped-call]
@@ -207,3 +185,52 @@ def prepare_causal_lm(spec: TrainSpec) -> PreparedTask:
         export=export,
         summary={"texts": len(texts), "samples": len(samples), "packing": spec.packing},
     )
+
+
+def _load_tokenizer(tokenizer_dir: Path, packing: bool) -> tuple[Any, int | None]:
+    """The tokenizer and the id that pads (its pad token, else EOS; packing needs neither)."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    except (OSError, ValueError) as exc:
+        raise UserError(
+            f"cannot load a tokenizer from {tokenizer_dir}: {exc}", code="missing_model"
+        ) from None
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if pad_id is None and not packing:
+        raise UserError(
+            f"the tokenizer in {tokenizer_dir} has neither a pad nor an EOS token — "
+            "add one or use packing: true",
+            code="missing_model",
+        )
+    return tokenizer, pad_id
+
+
+def _packed_samples(
+    encoded: list[list[int]], eos: int | None, max_length: int, data: Path
+) -> list[list[int]]:
+    stream: list[int] = []
+    for ids in encoded:
+        stream.extend(ids)
+        if eos is not None:
+            stream.append(eos)
+    samples = [stream[i : i + max_length] for i in range(0, len(stream) - max_length + 1, max_length)]
+    if not samples:
+        raise UserError(
+            f"{data} has {len(stream)} tokens, fewer than one packed block of max_length "
+            f"{max_length} — lower max_length or set packing: false",
+            code="bad_data",
+        )
+    return samples
+
+
+def _load_model(model_dir: Path) -> PreTrainedModel:
+    from transformers import AutoModelForCausalLM
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot load a causal LM from {model_dir}: {exc}", code="missing_model") from None
+    model.config.use_cache = False  # the KV cache is useless in training and costs memory
+    return model

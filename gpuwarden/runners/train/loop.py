@@ -177,6 +177,27 @@ class RunState:
     loss_last: float | None = None
 
 
+@dataclass
+class _Counts:
+    """Where this attempt began (step, samples, tokens), for the report's per-attempt figures."""
+
+    step: int
+    samples: int
+    tokens: int
+
+
+@dataclass
+class _Window:
+    """One log window: the loss summed on the device (read once per window, not per step) and
+    where the window began."""
+
+    loss: torch.Tensor
+    steps: int
+    started: float
+    samples: int
+    tokens: int
+
+
 class _StepAborted(Exception):
     """A stop request arrived between micro-batches (or the gang agreed to stop): the step is
     abandoned and redone later."""
@@ -461,12 +482,9 @@ class Trainer:
         total_samples = (
             self.state.samples_seen + (self.total_steps - self.state.step) * self.spec.effective_batch
         )
-        attempt_start_step, attempt_start_samples = self.state.step, self.state.samples_seen
-        attempt_start_tokens = self.state.tokens_seen
-        loss_acc = torch.zeros((), device=self.device, dtype=torch.float32)
-        steps_in_window = 0
-        t_start = t_window = time.perf_counter()
-        window_samples, window_tokens = self.state.samples_seen, self.state.tokens_seen
+        begun = _Counts(self.state.step, self.state.samples_seen, self.state.tokens_seen)
+        t_start = time.perf_counter()
+        window = self._new_window(t_start)
         last_saved_step = self.state.step if resumed else -1
 
         while self.state.step < self.total_steps:
@@ -476,60 +494,19 @@ class Trainer:
             # ranks of a gang decide to stop together, inside the step's exchange
             if self.stop.requested and not self.gang.distributed:
                 return self._terminate(boundary)
-            oom: tuple[Any, str] | None = None
-            try:
-                step_loss, samples, tokens = self._one_step(batches)
-            except _StepAborted:
-                return self._terminate(boundary)
-            except UserError as exc:
-                raise _clean_user_error(exc) from None
-            except OOM_EXCEPTIONS as exc:
-                oom = (_classify(exc), self.phase)
-                if not oom[0].is_oom:
-                    raise
-            if oom is not None:
-                return self._on_oom(oom[0], oom[1], boundary)
+            stepped = self._step(batches, boundary)
+            if isinstance(stepped, int):  # stopped or out of memory: the attempt's exit status
+                return stepped
+            step_loss, samples, tokens = stepped
 
             self.state.step += 1
             self.state.samples_seen += samples
             self.state.tokens_seen += tokens
-            loss_acc += step_loss
-            steps_in_window += 1
+            window.loss += step_loss
+            window.steps += 1
             last = self.state.step == self.total_steps
-            if (
-                self.state.step % self.spec.log_interval == 0
-                or last
-                or self.state.step == attempt_start_step + 1
-            ):
-                self.phase = "log"
-                # the one sync per window (and, in a gang, the losses of every rank summed)
-                loss_value = float(self.gang.sum(loss_acc).item()) / steps_in_window
-                synchronize(self.device)
-                now = time.perf_counter()
-                elapsed = max(now - t_window, 1e-9)
-                if self.state.loss_first is None:
-                    self.state.loss_first = loss_value
-                self.state.loss_last = loss_value
-                if not math.isfinite(loss_value):
-                    self.warn("loss_not_finite", f"the loss is {loss_value} at step {self.state.step}")
-                new_tokens = self.state.tokens_seen - window_tokens
-                self.events.emit(
-                    Progress(
-                        step=self.state.step,
-                        samples_seen=self.state.samples_seen,
-                        tokens_seen=self.state.tokens_seen or None,
-                        loss=loss_value if math.isfinite(loss_value) else None,
-                        lr=float(self.scheduler.get_last_lr()[0]),
-                        samples_per_s=(self.state.samples_seen - window_samples) / elapsed,
-                        tokens_per_s=new_tokens / elapsed if new_tokens else None,
-                        batch_size=self.spec.batch_size,
-                        total=total_samples,
-                        **memory_stats(self.device).as_progress(),
-                    )
-                )
-                loss_acc.zero_()
-                steps_in_window = 0
-                t_window, window_samples, window_tokens = now, self.state.samples_seen, self.state.tokens_seen
+            if self.state.step % self.spec.log_interval == 0 or last or self.state.step == begun.step + 1:
+                window = self._log_window(window, total_samples)
             if self.state.step % self.spec.checkpoint_interval == 0 and not last:
                 self.phase = "checkpoint"
                 self.save("interval", RngState.capture())
@@ -542,6 +519,71 @@ class Trainer:
             self.save("final", RngState.capture())
         if not self.gang.is_main:
             return EXIT_OK
+        self._finish(begun, wall)
+        return EXIT_OK
+
+    def _step(self, batches: Iterator[Batch], boundary: RngState) -> tuple[torch.Tensor, int, int] | int:
+        """One optimizer step's (loss, samples, tokens), or the exit status when it was stopped
+        or ran out of memory."""
+        oom: tuple[Any, str] | None = None
+        try:
+            return self._one_step(batches)
+        except _StepAborted:
+            return self._terminate(boundary)
+        except UserError as exc:
+            raise _clean_user_error(exc) from None
+        except OOM_EXCEPTIONS as exc:
+            oom = (_classify(exc), self.phase)
+            if not oom[0].is_oom:
+                raise
+        # Handled once the except block has let go of the exception: its traceback holds the
+        # step's tensors, which the OOM exit frees before it checkpoints.
+        return self._on_oom(oom[0], oom[1], boundary)
+
+    def _new_window(self, now: float) -> _Window:
+        return _Window(
+            loss=torch.zeros((), device=self.device, dtype=torch.float32),
+            steps=0,
+            started=now,
+            samples=self.state.samples_seen,
+            tokens=self.state.tokens_seen,
+        )
+
+    def _log_window(self, window: _Window, total_samples: int) -> _Window:
+        """Emit the window's `progress` event; the next window starts now."""
+        self.phase = "log"
+        # the one sync per window (and, in a gang, the losses of every rank summed)
+        loss_value = float(self.gang.sum(window.loss).item()) / window.steps
+        synchronize(self.device)
+        now = time.perf_counter()
+        elapsed = max(now - window.started, 1e-9)
+        if self.state.loss_first is None:
+            self.state.loss_first = loss_value
+        self.state.loss_last = loss_value
+        if not math.isfinite(loss_value):
+            self.warn("loss_not_finite", f"the loss is {loss_value} at step {self.state.step}")
+        new_tokens = self.state.tokens_seen - window.tokens
+        self.events.emit(
+            Progress(
+                step=self.state.step,
+                samples_seen=self.state.samples_seen,
+                tokens_seen=self.state.tokens_seen or None,
+                loss=loss_value if math.isfinite(loss_value) else None,
+                lr=float(self.scheduler.get_last_lr()[0]),
+                samples_per_s=(self.state.samples_seen - window.samples) / elapsed,
+                tokens_per_s=new_tokens / elapsed if new_tokens else None,
+                batch_size=self.spec.batch_size,
+                total=total_samples,
+                **memory_stats(self.device).as_progress(),
+            )
+        )
+        window.loss.zero_()  # reused: no new device allocation per window
+        window.steps = 0
+        window.started, window.samples, window.tokens = now, self.state.samples_seen, self.state.tokens_seen
+        return window
+
+    def _finish(self, begun: _Counts, wall: float) -> None:
+        """Export the model and write the report (main rank only)."""
         outputs = self.run_dir / "outputs" / "model"
         if self.task.export is not None:
             self.task.export(self.model, outputs)
@@ -551,9 +593,9 @@ class Trainer:
             samples_seen=self.state.samples_seen,
             tokens_seen=self.state.tokens_seen or None,
             attempt=self.attempt,
-            attempt_steps=self.state.step - attempt_start_step,
-            attempt_samples=self.state.samples_seen - attempt_start_samples,
-            attempt_tokens=self.state.tokens_seen - attempt_start_tokens,
+            attempt_steps=self.state.step - begun.step,
+            attempt_samples=self.state.samples_seen - begun.samples,
+            attempt_tokens=self.state.tokens_seen - begun.tokens,
             wall_s=wall,
             mem_peak=memory_stats(self.device).peak,
             loss_first=self.state.loss_first,
@@ -567,7 +609,6 @@ class Trainer:
         )
         write_report(self.run_dir, report)
         self.events.emit(Finished(report=report))
-        return EXIT_OK
 
     # exits ------------------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Log, Static, TabbedContent, TabPane
 
-from gpuwarden.core.api import Attempt, RunMetric
+from gpuwarden.core.api import Attempt, Retune, RunMetric
 from gpuwarden.core.command.record import summary_lines
 from gpuwarden.core.oom.explain import retune_sentence
 from gpuwarden.core.units import compact, duration, named, num, size
@@ -117,35 +117,44 @@ def timeline_renderable(detail: RunDetailView, raw: bool) -> Group:
         parts += [report, Text()]
     if not detail.attempts:
         parts.append(Text("No attempt yet: the run waits in the queue.", style="dim"))
-    by_attempt: dict[int, list[Any]] = {}
+    by_attempt: dict[int, list[Retune]] = {}
     for rt in detail.retunes:
         by_attempt.setdefault(rt.attempt, []).append(rt)
     for a in detail.attempts:
         parts += attempt_lines(a, detail)
         for rt in by_attempt.get(a.attempt, []):
-            head = Text("retune ", style="bold magenta")
-            head.append(f"at {clock(rt.ts)}")
-            if rt.outcome:
-                head.append("  then ", style="dim")
-                head.append(rt.outcome, style="green" if rt.outcome == "succeeded" else "yellow")
-            parts.append(_indented(head, 3))
-            parts.append(_indented(Text(retune_sentence(rt, detail.oom_phases.get(rt.attempt)))))
-            if raw and rt.evidence:
-                evidence = json.dumps({"evidence": rt.evidence, "prediction": rt.prediction}, indent=2)
-                parts.append(_indented(Text(evidence, style="dim")))
+            parts += retune_lines(rt, detail.oom_phases.get(rt.attempt), raw)
     if detail.retunes and not raw:
         parts.append(Text("v shows each retune's raw evidence", style="dim"))
     if detail.events:
-        parts.append(Text("\nEvents", style="bold"))
-        grid = Table.grid(padding=(0, 1))
-        grid.add_column(style="dim", no_wrap=True)
-        grid.add_column(no_wrap=True)
-        grid.add_column(overflow="fold")
-        for e in detail.events[-EVENTS_SHOWN:]:
-            kind = Text(e.type, style="magenta" if e.type in ("oom", "error") else "cyan")
-            grid.add_row(clock(e.ts), kind, _gpu_names(e.text, detail.gpu_index))
-        parts.append(_indented(grid, 2))
+        parts += [Text("\nEvents", style="bold"), _indented(events_grid(detail), 2)]
     return Group(*parts)
+
+
+def retune_lines(rt: Retune, oom_phase: str | None, raw: bool) -> list[RenderableType]:
+    """A retune under the attempt it ended: when, how it went, why in a sentence (raw: the evidence)."""
+    head = Text("retune ", style="bold magenta")
+    head.append(f"at {clock(rt.ts)}")
+    if rt.outcome:
+        head.append("  then ", style="dim")
+        head.append(rt.outcome, style="green" if rt.outcome == "succeeded" else "yellow")
+    out: list[RenderableType] = [_indented(head, 3), _indented(Text(retune_sentence(rt, oom_phase)))]
+    if raw and rt.evidence:
+        evidence = json.dumps({"evidence": rt.evidence, "prediction": rt.prediction}, indent=2)
+        out.append(_indented(Text(evidence, style="dim")))
+    return out
+
+
+def events_grid(detail: RunDetailView) -> Table:
+    """The newest events, GPUs named as elsewhere on the dashboard."""
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(style="dim", no_wrap=True)
+    grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold")
+    for e in detail.events[-EVENTS_SHOWN:]:
+        kind = Text(e.type, style="magenta" if e.type in ("oom", "error") else "cyan")
+        grid.add_row(clock(e.ts), kind, _gpu_names(e.text, detail.gpu_index))
+    return grid
 
 
 def _gpu_names(text: str, gpu_index: dict[str, int]) -> str:

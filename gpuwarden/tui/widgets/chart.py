@@ -234,39 +234,58 @@ class Chart(Widget):
         if width <= 0 or height <= 0:
             return []
         shown, offset = self._visible()
-        top = self.vmax
-        if top is None:
-            present = [v for v in shown if v is not None]
-            top = max(present, default=0.0) or 1.0
+        top = self._top(shown)
         levels = column_levels(shown, height, self.vmin, top)
-        limit = None
-        if self.limit is not None and top > self.vmin and self.vmin <= self.limit <= top:
-            limit = max(1, round((self.limit - self.vmin) / (top - self.vmin) * height * DOTS_PER_ROW))
-        cursor_cell = None
-        if self.cursor is not None and self.cursor >= offset:
-            cursor_cell = (self.cursor - offset) // SAMPLES_PER_CELL
+        limit = self._limit_level(top, height)
+        cursor_cell = self._cursor_cell(offset, width)
         strips: list[Strip] = []
         for y in range(height):
-            row = height - 1 - y
-            text = braille_row(levels, row)
-            styles = [self.area_style] * width
-            if limit is not None:
-                cells = list(text)
-                for i, above in enumerate(limit_row(levels, limit, row)):
-                    if above and i < width:
-                        cells[i] = _limit_char(limit, row)
-                        styles[i] = self.limit_style
-                text = "".join(cells)
-            if cursor_cell is not None and 0 <= cursor_cell < width:
-                # The cursor column is drawn reversed; a blank cell shows as a solid bar.
-                if text[cursor_cell] == " ":
-                    text = text[:cursor_cell] + "\u2800" + text[cursor_cell + 1 :]
-                styles[cursor_cell] = self.cursor_style
+            text, styles = self._row(levels, height - 1 - y, width, limit, cursor_cell)
             strips.append(Strip(self._y_gutter(y) + _runs(text, styles), width + self.y_gutter))
         if self.axis:
             line = " " * self.y_gutter + place_labels(self.x_labels, width)
             strips.append(Strip([Segment(line, self.axis_style)], width + self.y_gutter))
         return strips
+
+    def _top(self, shown: list[float | None]) -> float:
+        """The value at the top row: the fixed maximum, else the largest shown (1 when all are 0)."""
+        if self.vmax is not None:
+            return self.vmax
+        present = [v for v in shown if v is not None]
+        return max(present, default=0.0) or 1.0
+
+    def _limit_level(self, top: float, height: int) -> int | None:
+        """The limit line's height in braille dots, or None when it lies outside the scale."""
+        if self.limit is None or not (top > self.vmin and self.vmin <= self.limit <= top):
+            return None
+        return max(1, round((self.limit - self.vmin) / (top - self.vmin) * height * DOTS_PER_ROW))
+
+    def _cursor_cell(self, offset: int, width: int) -> int | None:
+        """The cursor's column when its sample is on screen."""
+        if self.cursor is None or self.cursor < offset:
+            return None
+        cell = (self.cursor - offset) // SAMPLES_PER_CELL
+        return cell if cell < width else None
+
+    def _row(
+        self, levels: list[int], row: int, width: int, limit: int | None, cursor_cell: int | None
+    ) -> tuple[str, list[Style]]:
+        """One text row (0 = bottom) and a style per cell."""
+        text = braille_row(levels, row)
+        styles = [self.area_style] * width
+        if limit is not None:
+            cells = list(text)
+            for i, above in enumerate(limit_row(levels, limit, row)):
+                if above and i < width:
+                    cells[i] = _limit_char(limit, row)
+                    styles[i] = self.limit_style
+            text = "".join(cells)
+        if cursor_cell is not None:
+            # The cursor column is drawn reversed; a blank cell shows as a solid bar.
+            if text[cursor_cell] == " ":
+                text = text[:cursor_cell] + "\u2800" + text[cursor_cell + 1 :]
+            styles[cursor_cell] = self.cursor_style
+        return text, styles
 
     def _y_gutter(self, y: int) -> list[Segment]:
         if not self.y_gutter:
