@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from rich.console import Console
+from textual.command import CommandPalette
 from textual.widgets import DataTable, Footer, Input, Log, SelectionList, Static
 
 from gpuwarden.tui.app import GpuwardenApp
@@ -590,9 +591,9 @@ def test_live_updates_coalesce_without_losing_samples() -> None:
                 app.post_message(FramesReady())
             app.buffer.put(RunFrame(fake.runs()[1]))
             app.post_message(FramesReady())
-            await pilot.pause(0.2)
-            after = app.live.gpus[uuid].series["util_gpu"]
-            assert len(after) == min(before + 200, after.maxlen or 0)
+            series = app.live.gpus[uuid].series["util_gpu"]
+            expected = min(before + 200, series.maxlen or 0)
+            await until(pilot, lambda: len(app.live.gpus[uuid].series["util_gpu"]) == expected, "every frame")
             assert app.redraws - redraws < 50  # coalesced: far fewer redraws than frames
             assert sum(isinstance(m, FramesReady) for m in handled) < 200
 
@@ -690,12 +691,11 @@ def test_command_palette_opens_the_history_metrics_from_another_tab() -> None:
         async with app.run_test(size=(80, 24)) as pilot:
             await settle(pilot)
             await pilot.press("ctrl+p")
-            await pilot.pause(0.1)
+            await until(pilot, lambda: isinstance(app.screen, CommandPalette), "the palette")
             await pilot.press(*"History metrics")
-            await pilot.pause(0.3)
+            await until(pilot, lambda: "History metrics" in rendered_palette(app), "the command listed")
             await pilot.press("enter")
-            await pilot.pause(0.3)
-            assert isinstance(app.screen, MetricsScreen)
+            await until(pilot, lambda: isinstance(app.screen, MetricsScreen), "the metrics dialog")
             assert app.screen_stack[0].tab == "history"  # type: ignore[attr-defined]
             await pilot.press("down", "space", "enter")  # add memory
             await wait_workers(pilot)
@@ -724,7 +724,7 @@ def test_a_gpu_that_stops_answering_is_marked_lost() -> None:
                 SampleFrame(Snapshot(FROZEN_TS + 1, [good, GpuSample(FROZEN_TS + 1, uuid, lost=True)]))
             )
             app.post_message(FramesReady())
-            await pilot.pause(0.1)
+            await until(pilot, lambda: "LOST" in text_of(app.query(GpuCard).last().text), "the lost card")
             lost = app.query(GpuCard).last()
             assert "LOST" in text_of(lost.text) and lost.has_class("lost")
             assert "LOST" not in text_of(app.query(GpuCard).first().text)
