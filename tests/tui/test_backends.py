@@ -111,21 +111,29 @@ def test_db_backend_follows_samples_a_daemon_keeps_writing(db_file: Path) -> Non
     backend.poll_s = 0.01
     backend.gpus()
     fake = FakeBackend()
-    fake.clock = lambda: FROZEN_TS + 1
+    stop = threading.Event()
+    written: list[float] = []
 
     def daemon_writes() -> None:
-        time.sleep(0.2)  # after frames() has read where the file ends
+        # A tick every 20 ms until the reader has one: whenever frames() reads where the file
+        # ends, a later tick follows it (no guess at how long that takes on a loaded machine).
         writer = open_db(db_file)
-        TelemetryStore(writer).write_tick(Tick(FROZEN_TS + 1, fake.snapshot().gpus))
+        while not stop.is_set():
+            ts = FROZEN_TS + 1 + len(written)
+            fake.clock = clock_at(ts)
+            TelemetryStore(writer).write_tick(Tick(ts, fake.snapshot().gpus))
+            written.append(ts)
+            stop.wait(0.02)
         writer.conn.close()
 
     thread = threading.Thread(target=daemon_writes)
     thread.start()
-    stop = threading.Event()
-    frame = next(iter(backend.frames(stop)))
-    stop.set()
-    thread.join()
-    assert isinstance(frame, SampleFrame) and frame.snapshot.ts == FROZEN_TS + 1
+    try:
+        frame = next(iter(backend.frames(stop)))
+    finally:
+        stop.set()
+        thread.join()
+    assert isinstance(frame, SampleFrame) and frame.snapshot.ts in written
     backend.close()
 
 
