@@ -37,6 +37,21 @@ class Clock:
         return self.now
 
 
+async def open_run_screen(pilot: Any, run_id: str) -> RunDetailScreen:
+    """From the runs tab, the screen of `run_id` with its detail loaded, as a person opens it."""
+    app = pilot.app
+    await pilot.press("2")
+    runs = app.main.runs
+    await until(pilot, lambda: runs.selected_id() is not None, "the runs table")
+    runs.select(run_id)
+    await pilot.press("enter")
+    await until(pilot, lambda: isinstance(app.screen, RunDetailScreen), "the run's screen")
+    screen = app.screen
+    assert isinstance(screen, RunDetailScreen)
+    await until(pilot, lambda: screen.detail is not None, "the run's detail")
+    return screen
+
+
 async def _history(pilot: Any) -> HistoryPane:
     await pilot.press("3")
     pane: HistoryPane = pilot.app.query_one(HistoryPane)
@@ -245,15 +260,7 @@ def test_the_run_screen_scrolls_explains_and_charts_with_axes() -> None:
         app = make_app()
         async with app.run_test(size=(80, 24)) as pilot:
             await settle(pilot)
-            await pilot.press("2")
-            runs = app.main.runs
-            await until(pilot, lambda: runs.selected_id() is not None, "the runs table")
-            runs.select(FAILED)
-            await pilot.press("enter")
-            await until(pilot, lambda: isinstance(app.screen, RunDetailScreen), "the run's screen")
-            screen = app.screen
-            assert isinstance(screen, RunDetailScreen)
-            await until(pilot, lambda: screen.detail is not None, "the run's detail")
+            screen = await open_run_screen(pilot, FAILED)
             await wait_workers(pilot)
             scroller = screen.query_one("#timeline-scroll", Scroller)
             assert scroller.has_focus  # it scrolls without Tab first
@@ -281,15 +288,7 @@ def test_a_succeeded_run_shows_its_energy_and_where_its_output_went() -> None:
         app = make_app()
         async with app.run_test(size=(80, 24)) as pilot:
             await settle(pilot)
-            await pilot.press("2")
-            runs = app.main.runs
-            await until(pilot, lambda: runs.selected_id() is not None, "the runs table")
-            runs.select(SUCCEEDED)
-            await pilot.press("enter")
-            await until(pilot, lambda: isinstance(app.screen, RunDetailScreen), "the run's screen")
-            screen = app.screen
-            assert isinstance(screen, RunDetailScreen)
-            await until(pilot, lambda: screen.detail is not None, "the run's detail")
+            screen = await open_run_screen(pilot, SUCCEEDED)
             assert "0.52 J/sample" in timeline_text(screen) and "6.92e+06 samples/kWh" in timeline_text(
                 screen
             )
@@ -309,15 +308,7 @@ def test_a_command_runs_attempts_show_what_they_were_handed() -> None:
         app = make_app()
         async with app.run_test(size=(80, 24)) as pilot:
             await settle(pilot)
-            await pilot.press("2")
-            runs = app.main.runs
-            await until(pilot, lambda: runs.selected_id() is not None, "the runs table")
-            runs.select(SCRIPT)
-            await pilot.press("enter")
-            await until(pilot, lambda: isinstance(app.screen, RunDetailScreen), "the run's screen")
-            screen = app.screen
-            assert isinstance(screen, RunDetailScreen)
-            await until(pilot, lambda: screen.detail is not None, "the run's detail")
+            screen = await open_run_screen(pilot, SCRIPT)
             text = timeline_text(screen)
             assert "knobs batch_size=8, grad_accum_steps=2" in text
             assert "training.batch_size 16 → 8, training.grad_accum 1 → 2" in text
