@@ -13,7 +13,7 @@ from gpuwarden.daemon.process import RUN_TAG, run_tag
 from tests.daemon.conftest import DaemonHandle, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
-# The shipped example: micro-batch 64 cannot fit in 1.6 GiB, so the retune probes two smaller ones.
+# The shipped example: micro-batch 32 cannot fit in 1.6 GiB, so the retune probes two smaller ones.
 SPEC = (REPO / "configs" / "examples" / "oom-recovery-cpu.yaml").read_text()
 
 
@@ -57,7 +57,7 @@ def test_a_daemon_killed_while_a_run_retunes_finishes_the_retune_when_restarted(
     detail = gw.cli_json("show", run_id)
     (retune,) = detail["retunes"]  # decided once, by the restarted daemon, and recorded
     assert retune["attempt"] == 1 and retune["verdict"] == "host_oom"
-    assert retune["to"]["train.batch_size"] < 64
+    assert retune["to"]["train.batch_size"] < 32
     assert detail["attempts"][0]["classification"] == "oom" and len(detail["attempts"]) == 2
     with gw.client() as client:
         messages = [

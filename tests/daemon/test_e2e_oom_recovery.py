@@ -21,8 +21,9 @@ from tests.daemon.conftest import DaemonHandle
 REPO = Path(__file__).resolve().parents[2]
 PINNED = {"OMP_NUM_THREADS": "2", "MALLOC_ARENA_MAX": "2"}
 
-# The shipped example is what this test runs: micro-batch 64 under a 1.6 GiB address-space limit.
+# The shipped example is what this test runs: micro-batch 32 under a 1.6 GiB address-space limit.
 TRAIN_SPEC = (REPO / "configs" / "examples" / "oom-recovery-cpu.yaml").read_text()
+EFFECTIVE = 32
 
 
 def _final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
@@ -44,12 +45,12 @@ def test_training_oom_is_retuned_keeping_the_effective_batch_and_matches_an_unin
 
     detail = gw.cli_json("show", "oom-recovery-cpu")
     assert detail["state"] == "succeeded"
-    assert detail["effective_batch"] == 64
+    assert detail["effective_batch"] == EFFECTIVE
     (retune,) = detail["retunes"]
     assert retune["verdict"] == "host_oom"
-    assert retune["from"] == {"train.batch_size": 64, "train.grad_accum_steps": 1}
+    assert retune["from"] == {"train.batch_size": EFFECTIVE, "train.grad_accum_steps": 1}
     new_batch = retune["to"]["train.batch_size"]
-    assert new_batch * retune["to"]["train.grad_accum_steps"] == 64  # exactly the same
+    assert new_batch * retune["to"]["train.grad_accum_steps"] == EFFECTIVE  # exactly the same
     # The memory model's prediction was made from probes and its outcome recorded: one restart.
     assert retune["prediction"]["batch"] >= new_batch and "fit" in retune["prediction"]["basis"]
     assert retune["outcome"] == "succeeded"
@@ -60,8 +61,8 @@ def test_training_oom_is_retuned_keeping_the_effective_batch_and_matches_an_unin
     reference_spec = tmp_path / "reference.yaml"
     reference_spec.write_text(
         TRAIN_SPEC.replace("name: oom-recovery-cpu", "name: reference")
-        .replace("batch_size: 64", f"batch_size: {new_batch}")
-        .replace("grad_accum_steps: 1 ", f"grad_accum_steps: {64 // new_batch} ")
+        .replace(f"batch_size: {EFFECTIVE}", f"batch_size: {new_batch}")
+        .replace("grad_accum_steps: 1 ", f"grad_accum_steps: {EFFECTIVE // new_batch} ")
         .replace("memory_limit: 1.6GiB", "memory_limit: 4GiB")
     )
     ref_dir = tmp_path / "reference-run"
