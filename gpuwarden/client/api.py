@@ -60,10 +60,13 @@ class ApiClient:
 
     def __init__(self, socket_path: Path | None = None, timeout: float = 10.0) -> None:
         self.socket_path = socket_path or default_socket()
+        # A local Unix socket: no TLS (building the default certificate store costs every CLI call
+        # a tenth of a second) and nothing from the environment (proxies, .netrc) applies.
         self._client = httpx.Client(
-            transport=httpx.HTTPTransport(uds=str(self.socket_path)),
+            transport=httpx.HTTPTransport(uds=str(self.socket_path), verify=False),
             base_url="http://gpuwarden",
             timeout=httpx.Timeout(timeout, connect=2.0),
+            trust_env=False,
         )
         self._checked = False
 
