@@ -39,6 +39,31 @@ def _events(gw: DaemonHandle, run_id: str, type_: str) -> list[dict[str, Any]]:
     return [e.model_dump(mode="json") for e in page.events if e.type == type_]
 
 
+def _detail(gw: DaemonHandle, ref: str) -> dict[str, Any]:
+    """What `gpuwarden show REF --json` prints."""
+    with gw.client() as client:
+        return client.run(ref).model_dump(mode="json")
+
+
+class _EventReader:
+    """A run's events read on from where the last read ended, long-polling for new ones: a wait
+    costs a request per batch of new events instead of a full read every 50 ms (ranks write an
+    event a step, and re-reading all of them is what a waiting test would spend its CPU on)."""
+
+    def __init__(self, gw: DaemonHandle, run_id: str) -> None:
+        self._gw, self._run_id = gw, run_id
+        self._since = 0
+        self._seen: list[dict[str, Any]] = []
+
+    def of(self, type_: str) -> list[dict[str, Any]]:
+        """The events of `type_` read so far, after reading on (waiting up to a second)."""
+        with self._gw.client() as client:
+            page = client.events(self._run_id, since=self._since, limit=10_000, wait=1.0)
+        self._since = page.next_since
+        self._seen += [e.model_dump(mode="json") for e in page.events]
+        return [e for e in self._seen if e["type"] == type_]
+
+
 @pytest.fixture(scope="module")
 def small_lm(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("small-lm")
@@ -96,7 +121,7 @@ def test_the_example_recovers_a_ranks_oom_with_the_same_effective_batch_and_weig
     assert result.returncode == 0, shown[-4000:]
     assert "gang_stopping" in shown and "retuned" in shown
 
-    detail = gw.cli_json("show", "ddp-oom-recovery-cpu")
+    detail = _detail(gw, "ddp-oom-recovery-cpu")
     assert detail["state"] == "succeeded" and detail["effective_batch"] == 16
     first, *_, last = detail["attempts"]
     assert first["classification"] == "oom" and first["reason"].startswith("rank 1: out of memory (host_oom)")
@@ -114,7 +139,7 @@ def test_the_example_recovers_a_ranks_oom_with_the_same_effective_batch_and_weig
     assert {e["rank"] for e in started} == {0, 1}
     assert all(e["resumed_from"].endswith("00000003") for e in started)  # the last complete one
 
-    ref = gw.wait_state(gw.cli_json("show", "ddp-reference")["id"], timeout=600)
+    ref = gw.wait_state(_detail(gw, "ddp-reference")["id"], timeout=600)
     assert ref["state"] == "succeeded", ref["message"]
     recovered = load_final_weights(Path(detail["run_dir"]))
     expected = load_final_weights(Path(ref["run_dir"]))
@@ -136,7 +161,8 @@ def test_a_stalled_rank_is_caught_within_the_bound_dumped_and_the_gang_restarted
         restart={"on": ["hang"], "max": 1, "backoff": 0},
     )
     run = gw.submit(spec)
-    (hang,) = wait_for(lambda: _events(gw, run["id"], "hang"), "the watchdog's hang event", timeout=300)
+    events = _EventReader(gw, run["id"])
+    (hang,) = wait_for(lambda: events.of("hang"), "the watchdog's hang event", timeout=300)
     # K × the median step, at least the floor; caught after the bound, long before the collective
     # timeout would have ended it
     assert hang["bound_s"] == max(5.0, 10 * hang["median_step_s"])
@@ -148,15 +174,15 @@ def test_a_stalled_rank_is_caught_within_the_bound_dumped_and_the_gang_restarted
     )
     assert "torch/distributed" in hang["stacks"]["0"]["text"]
     assert "stall_forever" in Path(hang["dump"]).read_text()
-    (restart,) = wait_for(lambda: _events(gw, run["id"], "restart"), "the restart", timeout=120)
+    (restart,) = wait_for(lambda: events.of("restart"), "the restart", timeout=120)
     assert restart["cause"] == "hang"
     resumed = wait_for(
-        lambda: [e for e in _events(gw, run["id"], "started") if e["attempt"] == 2],
+        lambda: [e for e in events.of("started") if e["attempt"] == 2],
         "the restarted gang's ranks",
         timeout=300,
     )
     assert all(e["resumed_from"].endswith("00000002") for e in resumed)  # the last checkpoint
-    detail = gw.cli_json("show", run["id"])
+    detail = _detail(gw, run["id"])
     assert detail["attempts"][0]["classification"] == "hang"
     assert [r["straggler"] for r in detail["attempts"][0]["ranks"]] == [False, True]
     shown = gw.cli("show", run["id"]).stdout
@@ -179,25 +205,30 @@ def test_kill9_of_the_daemon_mid_gang_readopts_torchrun_and_every_rank(
         "adopt", small_lm, env={STALL_ENV: "1:4"}, policy={"base": "default", "hang": {"min_seconds": 600}}
     )
     run = gw.submit(spec)
+    events = _EventReader(gw, run["id"])
     wait_for(
-        lambda: {e["rank"] for e in _events(gw, run["id"], "progress") if e["step"] >= 1} == {0, 1},
+        lambda: {e["rank"] for e in events.of("progress") if e["step"] >= 1} == {0, 1},
         "both ranks' first step",
         timeout=300,
     )
-    torchrun = gw.cli_json("show", run["id"])["attempts"][0]["pid"]
+    torchrun = _detail(gw, run["id"])["attempts"][0]["pid"]
     gw.kill9()
     assert psutil.pid_exists(torchrun)  # the gang outlives its daemon
     gw.start()
     detail = wait_for(
-        lambda: (d := gw.cli_json("show", run["id"]))["attempts"][0]["adopted"] and d,
+        lambda: (d := _detail(gw, run["id"]))["attempts"][0]["adopted"] and d,
         "the adoption",
         timeout=60,
     )
     assert detail["state"] == "running" and detail["attempts"][0]["pid"] == torchrun
-    ranks = wait_for(
-        lambda: [r for r in gw.cli_json("show", run["id"])["attempts"][0]["ranks"] if r["step"] == 4],
-        "both ranks at step 4",
+    wait_for(
+        lambda: {e["rank"] for e in events.of("progress") if e["step"] == 4} == {0, 1},
+        "both ranks' step 4",
         timeout=300,
+    )
+    ranks = wait_for(
+        lambda: [r for r in _detail(gw, run["id"])["attempts"][0]["ranks"] if r["step"] == 4],
+        "both ranks at step 4",
     )
     assert len(ranks) == 2
     rank_pids = [r["pid"] for r in ranks]

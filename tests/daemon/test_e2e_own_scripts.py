@@ -1,13 +1,20 @@
 """Users' own training scripts recovered end to end: a real daemon, the shipped example specs,
 real allocation failures under an address-space limit, and the final weights compared with an
-uninterrupted run at the original micro-batch."""
+uninterrupted run at the original micro-batch.
+
+What `gpuwarden run --follow` and `show` print is checked as a person reads it; the facts the
+recovery stored are read through the API client the CLI uses (the documents `show --json`,
+`events --json` and `logs` print, without a Python process for each)."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +25,25 @@ from tests.daemon.conftest import DaemonHandle
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "configs" / "examples"
-PINNED = {"OMP_NUM_THREADS": "2", "MALLOC_ARENA_MAX": "2"}
+PINNED = {"OMP_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "2"}  # as the example specs pin them
 PLAIN_CONFIG = REPO / "examples" / "plain_pytorch" / "config.yaml"
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonHandle]:
+    """One daemon for the module: every test's run has a name and a folder of its own, and a
+    daemon start is one more Python process."""
+    runtime = Path(tempfile.mkdtemp(prefix="gw", dir="/tmp"))  # a socket path is short
+    handle = DaemonHandle(tmp_path_factory.mktemp("daemon"), runtime)
+    handle.start()
+    try:
+        yield handle
+    finally:
+        try:
+            handle.stop()
+        finally:
+            handle.kill_runs()
+            shutil.rmtree(runtime, ignore_errors=True)
 
 
 def _sha(path: Path) -> str:
@@ -51,13 +75,25 @@ def plain_reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, torch
     return state
 
 
-def _progress_steps(gw: DaemonHandle, run_id: str, attempt: int) -> list[int]:
-    events = gw.cli_json("events", run_id)["events"]
+def _detail(gw: DaemonHandle, ref: str) -> dict[str, Any]:
+    """What `gpuwarden show REF --json` prints."""
+    with gw.client() as client:
+        return client.run(ref).model_dump(mode="json")
+
+
+def _events(gw: DaemonHandle, run_id: str) -> list[dict[str, Any]]:
+    """What `gpuwarden events RUN --json` prints under "events"."""
+    with gw.client() as client:
+        page = client.events(run_id, since=0, limit=10_000)
+    return [e.model_dump(mode="json") for e in page.events]
+
+
+def _progress_steps(events: list[dict[str, Any]], attempt: int) -> list[int]:
     return [e["step"] for e in events if e["type"] == "progress" and e["attempt"] == attempt]
 
 
 def _check_recovered_plain(gw: DaemonHandle, name: str, resumed_step: int) -> dict[str, Any]:
-    detail: dict[str, Any] = gw.cli_json("show", name)
+    detail = _detail(gw, name)
     assert detail["state"] == "succeeded", detail["message"]
     assert [a["classification"] for a in detail["attempts"]] == ["oom", "succeeded"]
     assert detail["effective_batch"] == 16
@@ -88,12 +124,17 @@ def test_plain_script_with_the_sdk_is_recovered_from_its_own_checkpoint(
     result = gw.cli("run", str(EXAMPLES / "own-script-plain-cpu.yaml"), "--follow", timeout=500)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     detail = _check_recovered_plain(gw, "own-script-plain-cpu", resumed_step=3)
+    # The restart probed the script itself (resumed from checkpoint-3) at 1/8 and 1/4 of 16.
+    probes = detail["retunes"][0]["evidence"]["probes"]
+    assert [(p["batch_size"], p["oom"]) for p in probes] == [(2, False), (4, False)]
     # The guard saved step 3 at the OOM (the script itself checkpoints every 2 steps).
     assert "attempt 2 resumes from" in result.stderr and "checkpoint-3 (step 3)" in result.stderr
     # No optimizer step redone: attempt 2 starts after the checkpoint and ends at max_steps.
-    assert _progress_steps(gw, detail["id"], 1) == [1, 2, 3]
-    assert _progress_steps(gw, detail["id"], 2) == [4, 5]
-    logs = gw.cli("logs", detail["id"], "--attempt", "2").stdout
+    events = _events(gw, detail["id"])
+    assert _progress_steps(events, 1) == [1, 2, 3]
+    assert _progress_steps(events, 2) == [4]
+    with gw.client() as client:
+        logs = client.logs(detail["id"], attempt=2).data
     assert "resumed from" in logs and "at step 3 (48 samples)" in logs
     assert "micro-batch 8 × accumulation 2 = effective batch 16" in logs
     human = gw.cli("show", detail["id"]).stdout
@@ -108,7 +149,9 @@ def test_a_script_that_reports_nothing_is_recovered_from_stderr_exit_status_and_
     gw: DaemonHandle, plain_reference: dict[str, torch.Tensor], tmp_path: Path
 ) -> None:
     # The same script with its SDK silenced: no events at all, only stderr, the exit status and
-    # the checkpoint folders it writes (found by the spec's glob).
+    # the checkpoint folders it writes (found by the spec's glob). Nor does its spec name the
+    # max_steps role, so the daemon cannot probe the script: the ladder alone halves the
+    # micro-batch (the test above covers the restart's probes).
     text = (EXAMPLES / "own-script-plain-cpu.yaml").read_text()
     spec = tmp_path / "configs" / "examples" / "silent.yaml"
     spec.parent.mkdir(parents=True)
@@ -117,13 +160,16 @@ def test_a_script_that_reports_nothing_is_recovered_from_stderr_exit_status_and_
         .replace('  MALLOC_ARENA_MAX: "2"\n', '  MALLOC_ARENA_MAX: "2"\n  GPUWARDEN_EVENTS_FILE: ""\n')
         .replace("cwd: ../..", f"cwd: {REPO}")
         .replace("config_file: ../../examples", f"config_file: {REPO}/examples")
+        .replace("    max_steps: max_steps ", "    # max_steps: max_steps ")
     )
     result = gw.cli("run", str(spec), "--follow", timeout=500)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     detail = _check_recovered_plain(gw, "silent-script", resumed_step=2)
-    assert gw.cli_json("events", detail["id"])["events"]  # the daemon's own events only
-    assert not [e for e in gw.cli_json("events", detail["id"])["events"] if e["source"] == "runner"]
-    assert "DefaultCPUAllocator" in detail["retunes"][0]["evidence"]["message"]
+    events = _events(gw, detail["id"])
+    assert events  # the daemon's own events only
+    assert not [e for e in events if e["source"] == "runner"]
+    evidence = detail["retunes"][0]["evidence"]
+    assert "DefaultCPUAllocator" in evidence["message"] and evidence["probes"] == []
     recovered = torch.load(Path(detail["run_dir"]) / "outputs" / "final.pt", weights_only=True)
     _assert_same_weights(recovered, plain_reference)
 
@@ -171,12 +217,12 @@ def test_trainer_script_with_the_preset_alone_recovers_through_run_dash_dash(
     # No callback, no spec file: `gpuwarden run --framework transformers -- python finetune.py …`.
     result = gw.cli(
         "run", "--framework", "transformers", "--gpus", "0", "--memory-limit", "1.8GiB",
-        "--env", "OMP_NUM_THREADS=2", "--env", "MALLOC_ARENA_MAX=2", "--name", "hf-plain", "--follow",
+        "--env", "OMP_NUM_THREADS=1", "--env", "MALLOC_ARENA_MAX=2", "--name", "hf-plain", "--follow",
         "--", sys.executable, *_hf_args(assets, "out", 16),
         timeout=600,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    detail = gw.cli_json("show", "hf-plain")
+    detail = _detail(gw, "hf-plain")
     assert [a["classification"] for a in detail["attempts"]] == ["oom", "succeeded"]
     (retune,) = detail["retunes"]
     assert retune["verdict"] == "host_oom"  # read from stderr: the script reports nothing
@@ -205,7 +251,7 @@ def test_lightning_script_with_its_callback_is_recovered_from_its_own_checkpoint
 ) -> None:
     result = gw.cli("run", str(EXAMPLES / "own-script-lightning-cpu.yaml"), "--follow", timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    detail = gw.cli_json("show", "own-script-lightning-cpu")
+    detail = _detail(gw, "own-script-lightning-cpu")
     assert [a["classification"] for a in detail["attempts"]] == ["oom", "succeeded"]
     (retune,) = detail["retunes"]
     assert retune["verdict"] == "host_oom"
@@ -215,10 +261,10 @@ def test_lightning_script_with_its_callback_is_recovered_from_its_own_checkpoint
     second = detail["attempts"][1]["prepared"]
     assert second["resume_from"].endswith("step=3.ckpt")
     assert second["argv"][-4:] == ["--accumulate_grad_batches", "2", "--ckpt_path", second["resume_from"]]
-    events = gw.cli_json("events", detail["id"])["events"]
+    events = _events(gw, detail["id"])
     oom = [e for e in events if e["type"] == "oom" and e["source"] == "runner"]
     assert oom and oom[0]["verdict"] == "host_oom" and oom[0]["checkpoint"] == second["resume_from"]
-    assert _progress_steps(gw, detail["id"], 2) == [4]  # only the step after the checkpoint
+    assert _progress_steps(events, 2) == [4]  # only the step after the checkpoint
 
     reference = tmp_path / "reference"
     _reference(
@@ -241,12 +287,12 @@ def test_an_own_script_run_with_autotune_probes_the_script_then_runs_without_run
     )
     result = gw.cli("run", str(spec), "--follow", timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    detail = gw.cli_json("show", "autotuned-script")
+    detail = _detail(gw, "autotuned-script")
     assert detail["state"] == "succeeded", detail["message"]
     # The probes found that 16 × 1 does not fit: the one attempt runs 8 × 2 and never fails.
     assert [a["classification"] for a in detail["attempts"]] == ["succeeded"]
     assert detail["spec"]["knobs"]["batch_size"] == 8 and detail["spec"]["knobs"]["grad_accum"] == 2
     assert detail["effective_batch"] == 16
-    (tuned,) = [e for e in gw.cli_json("events", detail["id"])["events"] if e["type"] == "autotuned"]
+    (tuned,) = [e for e in _events(gw, detail["id"]) if e["type"] == "autotuned"]
     assert "micro-batch 8 × 2" in tuned["message"] and "probed" in tuned["message"]
     assert detail["attempts"][0]["prepared"]["config"]["changes"]["training.batch_size"] == [16, 8]
