@@ -66,10 +66,15 @@ def runner_command(spec: Path, run_dir: Path, attempt: int | None) -> list[str]:
     return cmd
 
 
+# One compute thread per runner: the suite runs a worker per core, and on a busy core torch's
+# second OpenMP thread spins waiting for its partner (a tiny model's run costs half as much CPU
+# again for nothing). Runs compared bit for bit all get the same setting.
+PINNED_THREADS = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
 def runner_env() -> dict[str, str]:
-    env = dict(os.environ)
+    env = {**os.environ, **PINNED_THREADS}
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    env["TOKENIZERS_PARALLELISM"] = "false"
     return env
 
 
