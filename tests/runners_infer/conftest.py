@@ -155,13 +155,20 @@ def run_runner() -> Callable[..., RunResult]:
 
 
 @pytest.fixture(scope="session")
-def assets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Tiny causal LM, two tiny VLMs (encoder-decoder and chat), 24 prompts and 6 images, built
-    once (a few seconds)."""
-    root = tmp_path_factory.mktemp("infer-assets")
+def lm_assets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A tiny causal LM and 24 prompts, built once (a second or two)."""
+    root = tmp_path_factory.mktemp("infer-lm")
     return {
         "llm": build_tiny_causal_lm(root / "tiny-llm", hidden=64, layers=2, vocab=512),
         "prompts": write_prompts(root / "prompts.jsonl", 24, seed=7),
+    }
+
+
+@pytest.fixture(scope="session")
+def vlm_assets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Two tiny VLMs (encoder-decoder and chat) and 6 images, built once (a second or two)."""
+    root = tmp_path_factory.mktemp("infer-vlm")
+    return {
         "vlm": build_tiny_vlm(root / "tiny-vlm"),
         "chat_vlm": build_tiny_chat_vlm(root / "tiny-chat-vlm"),
         "images": write_images(root / "pages", 6, seed=5),

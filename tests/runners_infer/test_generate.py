@@ -36,13 +36,15 @@ def assert_each_item_once(output: Path, prompts: Path) -> list[dict[str, Any]]:
 
 
 @pytest.mark.slow
-def test_generate_finishes_with_report(tmp_path: Path, assets: dict[str, Path], run_runner: Runner) -> None:
+def test_generate_finishes_with_report(
+    tmp_path: Path, lm_assets: dict[str, Path], run_runner: Runner
+) -> None:
     spec = write_spec(
         tmp_path / "spec.yaml",
         {
             "task": "generate",
-            "model": assets["llm"],
-            "input": assets["prompts"],
+            "model": lm_assets["llm"],
+            "input": lm_assets["prompts"],
             "batch_size": 8,
             "max_new_tokens": 8,
             "max_input_length": 48,
@@ -54,7 +56,7 @@ def test_generate_finishes_with_report(tmp_path: Path, assets: dict[str, Path], 
     assert (started["device"], started["dtype"], started["samples_seen"]) == ("cpu", "fp32", 0)
     assert started["parameters"] > 0
 
-    rows = assert_each_item_once(tmp_path / "run" / "outputs" / "generations.jsonl", assets["prompts"])
+    rows = assert_each_item_once(tmp_path / "run" / "outputs" / "generations.jsonl", lm_assets["prompts"])
     assert all(r["tokens_out"] > 0 and r["tokens_in"] <= 48 and r["batch_size"] == 8 for r in rows)
     assert any(r["truncated"] for r in rows) and all(isinstance(r["output"], str) for r in rows)
     # Batches run longest first, so the input lengths never grow down the file.
@@ -90,13 +92,13 @@ def stop_at_step(proc: subprocess.Popen[str], run_dir: Path, attempt: int, step:
 
 @pytest.mark.slow
 def test_resume_after_sigkill_and_sigterm_loses_and_duplicates_nothing(
-    tmp_path: Path, assets: dict[str, Path]
+    tmp_path: Path, lm_assets: dict[str, Path]
 ) -> None:
     total = 20
     prompts = write_prompts(tmp_path / "prompts.jsonl", total, seed=11, max_words=30)
     run_dir = tmp_path / "run"
     output = run_dir / "outputs" / "generations.jsonl"
-    infer = {"task": "generate", "model": assets["llm"], "input": prompts, "max_new_tokens": 12}
+    infer = {"task": "generate", "model": lm_assets["llm"], "input": prompts, "max_new_tokens": 12}
 
     def start(attempt: int, batch_size: int, pause_after: int | None = None) -> subprocess.Popen[str]:
         spec = write_spec(tmp_path / f"spec{attempt}.yaml", {**infer, "batch_size": batch_size})
@@ -150,11 +152,11 @@ def test_resume_after_sigkill_and_sigterm_loses_and_duplicates_nothing(
 
 
 def test_missing_model_is_an_error_event_without_traceback(
-    tmp_path: Path, assets: dict[str, Path], run_runner: Runner
+    tmp_path: Path, lm_assets: dict[str, Path], run_runner: Runner
 ) -> None:
     spec = write_spec(
         tmp_path / "spec.yaml",
-        {"task": "generate", "model": tmp_path / "no-such-model", "input": assets["prompts"]},
+        {"task": "generate", "model": tmp_path / "no-such-model", "input": lm_assets["prompts"]},
     )
     result = run_runner(spec, tmp_path / "run")
     assert result.rc == EXIT_USER_ERROR
@@ -165,11 +167,11 @@ def test_missing_model_is_an_error_event_without_traceback(
 
 
 def test_load_in_8bit_on_cpu_is_a_clear_error(
-    tmp_path: Path, assets: dict[str, Path], run_runner: Runner
+    tmp_path: Path, lm_assets: dict[str, Path], run_runner: Runner
 ) -> None:
     spec = write_spec(
         tmp_path / "spec.yaml",
-        {"task": "generate", "model": assets["llm"], "input": assets["prompts"], "load_in_8bit": True},
+        {"task": "generate", "model": lm_assets["llm"], "input": lm_assets["prompts"], "load_in_8bit": True},
     )
     result = run_runner(spec, tmp_path / "run")
     assert result.rc == EXIT_USER_ERROR
@@ -180,15 +182,17 @@ def test_load_in_8bit_on_cpu_is_a_clear_error(
 
 
 @pytest.mark.slow
-def test_offloaded_weights_are_reported(tmp_path: Path, assets: dict[str, Path], run_runner: Runner) -> None:
+def test_offloaded_weights_are_reported(
+    tmp_path: Path, lm_assets: dict[str, Path], run_runner: Runner
+) -> None:
     # A host budget far below the model's size: accelerate puts the weights on disk (
     # "Some parameters are on the meta device because they were offloaded"); the run still works.
     spec = write_spec(
         tmp_path / "spec.yaml",
         {
             "task": "generate",
-            "model": assets["llm"],
-            "input": assets["prompts"],
+            "model": lm_assets["llm"],
+            "input": lm_assets["prompts"],
             "max_new_tokens": 2,
             "batch_size": 12,
             "max_memory": {"cpu": "100KB"},
@@ -199,7 +203,7 @@ def test_offloaded_weights_are_reported(tmp_path: Path, assets: dict[str, Path],
     (warning,) = result.warnings("offloaded_to_cpu")
     assert warning["used"].get("disk", 0) > 0 and warning["requested"] == {"cpu": "100KB"}
     assert result.one("finished")["report"]["device_map"] == warning["used"]
-    assert_each_item_once(tmp_path / "run" / "outputs" / "generations.jsonl", assets["prompts"])
+    assert_each_item_once(tmp_path / "run" / "outputs" / "generations.jsonl", lm_assets["prompts"])
 
 
 # Imports map ~0.8 GB and batch 1 of the wide model peaks near 1.15 GB of address space; batch 8

@@ -27,16 +27,16 @@ def image_folder(tmp_path: Path, source: Path) -> Path:
 
 @pytest.mark.slow
 def test_image_to_text_finishes_and_resumes(
-    tmp_path: Path, assets: dict[str, Path], run_runner: Runner
+    tmp_path: Path, vlm_assets: dict[str, Path], run_runner: Runner
 ) -> None:
     # Markdown here; the JSON records are checked with the chat VLM (test_decoder_only_chat_vlm).
-    folder = image_folder(tmp_path, assets["images"])
+    folder = image_folder(tmp_path, vlm_assets["images"])
     out_dir = tmp_path / "texts"
     spec = write_spec(
         tmp_path / "spec.yaml",
         {
             "task": "image_to_text",
-            "model": assets["vlm"],
+            "model": vlm_assets["vlm"],
             "input": folder,
             "output": out_dir,
             "output_format": "markdown",
@@ -54,7 +54,7 @@ def test_image_to_text_finishes_and_resumes(
     assert "broken.png" in warning["message"]
     index = {row["id"]: row for row in read_jsonl(out_dir / "index.jsonl")}
     assert index["broken.png"]["status"] == "failed" and index["broken.png"]["error"]
-    good = sorted(p.name for p in assets["images"].iterdir())
+    good = sorted(p.name for p in vlm_assets["images"].iterdir())
     assert sorted(name for name, row in index.items() if row["status"] == "ok") == good
 
     outputs = sorted(p.name for p in out_dir.iterdir() if p.name != "index.jsonl")
@@ -92,14 +92,14 @@ def test_image_to_text_finishes_and_resumes(
 
 
 @pytest.mark.slow
-def test_decoder_only_chat_vlm(tmp_path: Path, assets: dict[str, Path], run_runner: Runner) -> None:
+def test_decoder_only_chat_vlm(tmp_path: Path, vlm_assets: dict[str, Path], run_runner: Runner) -> None:
     # The Qwen2-VL path: chat template + processor-expanded image tokens + left padding.
     spec = write_spec(
         tmp_path / "spec.yaml",
         {
             "task": "image_to_text",
-            "model": assets["chat_vlm"],
-            "input": assets["images"],
+            "model": vlm_assets["chat_vlm"],
+            "input": vlm_assets["images"],
             "output_format": "json",
             "prompt": "Describe the page.",
             "batch_size": 4,
@@ -110,7 +110,7 @@ def test_decoder_only_chat_vlm(tmp_path: Path, assets: dict[str, Path], run_runn
     result = run_runner(spec, tmp_path / "run")
     assert result.rc == EXIT_OK, result.stderr
     assert not result.of_type("warning")
-    good = sorted(p.name for p in assets["images"].iterdir())
+    good = sorted(p.name for p in vlm_assets["images"].iterdir())
     out_dir = tmp_path / "run" / "outputs"
     outputs = sorted(p.name for p in out_dir.iterdir() if p.name != "index.jsonl")
     assert outputs == sorted(Path(name).stem + ".json" for name in good)
@@ -125,10 +125,10 @@ def test_decoder_only_chat_vlm(tmp_path: Path, assets: dict[str, Path], run_runn
     assert report["tokens_in"] > 6 * 16 and report["items_processed"] == 6
 
 
-def test_image_to_text_missing_model(tmp_path: Path, assets: dict[str, Path], run_runner: Runner) -> None:
+def test_image_to_text_missing_model(tmp_path: Path, vlm_assets: dict[str, Path], run_runner: Runner) -> None:
     spec = write_spec(
         tmp_path / "spec.yaml",
-        {"task": "image_to_text", "model": tmp_path / "absent", "input": assets["images"]},
+        {"task": "image_to_text", "model": tmp_path / "absent", "input": vlm_assets["images"]},
     )
     result = run_runner(spec, tmp_path / "run")
     assert result.rc == EXIT_USER_ERROR
