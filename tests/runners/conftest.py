@@ -140,11 +140,19 @@ def wait_for_event(path: Path, predicate: Callable[[dict[str, Any]], bool], time
 
 @pytest.fixture(scope="session")
 def assets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Tiny causal LM, texts, and image folders shared by the session's tests."""
+    """Tiny causal LM and texts shared by the session's tests."""
     root = tmp_path_factory.mktemp("runner-assets")
     return {
         "lm": build_tiny_causal_lm(root / "tiny-lm", hidden=64, layers=2, vocab=512, seed=0),
         "texts": write_text_dataset(root / "texts.jsonl", 96, seed=1),
+    }
+
+
+@pytest.fixture(scope="session")
+def image_assets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Image folders shared by the session's tests (apart from the LM, which image tests never use)."""
+    root = tmp_path_factory.mktemp("runner-images")
+    return {
         "images": write_image_folder(root / "images", 12, (80, 64), seed=2),
         "keypoint_images": write_image_folder(root / "kp-images", 12, 48, seed=3, keypoints=3),
     }
