@@ -82,11 +82,11 @@ def test_image_task_trains_to_finished(
 @pytest.mark.slow
 def test_image_resume_exact_and_with_other_micro_batches(reference: RunResult, tmp_path: Path) -> None:
     """Gradient checkpointing and channels_last on: resuming the reference from its step-3
-    checkpoint with the same micro-batch is bitwise equal; with 8×1 and 2×4 instead of 4×2,
-    equal within float tolerance."""
+    checkpoint with the same micro-batch is bitwise equal; with 2×4 instead of 4×2 (a retune's
+    direction), equal within float tolerance."""
     assert reference.rc == EXIT_OK, reference.stderr
     expected = load_final_weights(reference.run_dir)
-    for micro, accum in [(4, 2), (8, 1), (2, 4)]:
+    for micro, accum in [(4, 2), (2, 4)]:
         run_dir = tmp_path / f"resumed-{micro}x{accum}"
         shutil.copytree(reference.run_dir / "checkpoints" / "00000003", run_dir / "checkpoints" / "00000003")
         result = run_attempt({**REFERENCE, "batch_size": micro, "grad_accum_steps": accum}, run_dir)

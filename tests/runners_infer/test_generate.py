@@ -154,6 +154,7 @@ def test_resume_after_sigkill_and_sigterm_loses_and_duplicates_nothing(
 def test_missing_model_is_an_error_event_without_traceback(
     tmp_path: Path, lm_assets: dict[str, Path], run_runner: Runner
 ) -> None:
+    # The model directory is checked before either inference task starts: this covers image_to_text too.
     spec = write_spec(
         tmp_path / "spec.yaml",
         {"task": "generate", "model": tmp_path / "no-such-model", "input": lm_assets["prompts"]},

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwarden.core.events import EXIT_OK, EXIT_USER_ERROR
+from gpuwarden.core.events import EXIT_OK
 
 from .conftest import RunResult, read_jsonl, write_spec
 
@@ -123,14 +123,3 @@ def test_decoder_only_chat_vlm(tmp_path: Path, vlm_assets: dict[str, Path], run_
     report = result.one("finished")["report"]
     # 16 image tokens per picture (4×4 patches) plus the templated prompt, for each of 6 images.
     assert report["tokens_in"] > 6 * 16 and report["items_processed"] == 6
-
-
-def test_image_to_text_missing_model(tmp_path: Path, vlm_assets: dict[str, Path], run_runner: Runner) -> None:
-    spec = write_spec(
-        tmp_path / "spec.yaml",
-        {"task": "image_to_text", "model": tmp_path / "absent", "input": vlm_assets["images"]},
-    )
-    result = run_runner(spec, tmp_path / "run")
-    assert result.rc == EXIT_USER_ERROR
-    assert result.one("error")["code"] == "missing_model"
-    assert "Traceback" not in result.stderr
