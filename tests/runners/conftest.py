@@ -66,10 +66,15 @@ def runner_command(spec: Path, run_dir: Path, attempt: int | None) -> list[str]:
     return cmd
 
 
+# One compute thread per runner: the suite runs a worker per core, and on a busy core torch's
+# second OpenMP thread spins waiting for its partner (a tiny model's run costs half as much CPU
+# again for nothing). Runs compared bit for bit all get the same setting.
+PINNED_THREADS = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
 def runner_env() -> dict[str, str]:
-    env = dict(os.environ)
+    env = {**os.environ, **PINNED_THREADS}
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    env["TOKENIZERS_PARALLELISM"] = "false"
     return env
 
 
@@ -135,11 +140,19 @@ def wait_for_event(path: Path, predicate: Callable[[dict[str, Any]], bool], time
 
 @pytest.fixture(scope="session")
 def assets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Tiny causal LM, texts, and image folders shared by the session's tests."""
+    """Tiny causal LM and texts shared by the session's tests."""
     root = tmp_path_factory.mktemp("runner-assets")
     return {
         "lm": build_tiny_causal_lm(root / "tiny-lm", hidden=64, layers=2, vocab=512, seed=0),
         "texts": write_text_dataset(root / "texts.jsonl", 96, seed=1),
+    }
+
+
+@pytest.fixture(scope="session")
+def image_assets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Image folders shared by the session's tests (apart from the LM, which image tests never use)."""
+    root = tmp_path_factory.mktemp("runner-images")
+    return {
         "images": write_image_folder(root / "images", 12, (80, 64), seed=2),
         "keypoint_images": write_image_folder(root / "kp-images", 12, 48, seed=3, keypoints=3),
     }

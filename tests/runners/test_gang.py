@@ -5,11 +5,14 @@ the eight samples rank 1 trains on in step 4, which fill `max_length` (a 32000-w
 makes their logits cost ~0.6 GB more). Under an address-space limit on every process that only
 rank 1 exceeds, and only at micro-batch 8, rank 1 runs out of memory for real.
 
-(a) an uninterrupted run is the reference; (b) SIGTERM to torchrun's process group, then a resume,
-ends on the reference's weights; (c) rank 1's OOM: its `oom` event, exit 3, the gang torn down;
-(d) resuming (c) at a quarter of the micro-batch and four times the accumulation (same effective
-batch) ends on the reference's weights; (e) the stall hook stops rank 1 while rank 0 waits in its
-collective, and SIGKILL to torchrun takes both ranks with it.
+(a) an uninterrupted run is the reference. A second run lives through three attempts, as a run
+the daemon stops, restarts and retunes would: (b) SIGTERM to torchrun's process group stops every
+rank after the same step; (c) the next attempt, under the limit, resumes from that checkpoint and
+rank 1 runs out of memory: its `oom` event, exit 3, the gang torn down; (d) the third resumes at
+a quarter of the micro-batch and four times the accumulation (same effective batch) and ends on
+the reference's weights, which it can only do if both checkpoints it went through were exact.
+(e) the stall hook stops rank 1 while rank 0 waits in its collective, and SIGKILL to torchrun
+takes both ranks with it.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from gpuwarden.core.events import EXIT_GANG_ABORTED, EXIT_OK, EXIT_OOM, EXIT_TER
 from gpuwarden.core.gang.files import rank_logs
 from gpuwarden.core.gang.outcome import read_gang_outcome
 from gpuwarden.daemon.process import process_alive
+from gpuwarden.runners.pause_hook import PAUSE_ENV
 from gpuwarden.runners.testing_models import build_tiny_causal_lm, write_shaped_texts
 from gpuwarden.runners.train.stall_hook import STALL_ENV
 from tests.runners.conftest import load_final_weights
@@ -37,6 +41,7 @@ pytestmark = pytest.mark.slow
 STEPS = 6
 LONG_STEP = 4  # the step whose samples on rank 1 are long
 CHECKPOINT_EVERY = 3  # the last checkpoint before LONG_STEP
+STOP_AT = 2  # where SIGTERM stops the second run: before CHECKPOINT_EVERY, so its resume uses that checkpoint
 MICRO, WORLD = 8, 2
 # Each rank maps ~1.0 GB (torch, transformers, the model); rank 1's long step at micro-batch 8
 # needs ~1.7 GB, at micro-batch 2 ~1.2 GB.
@@ -120,39 +125,54 @@ def test_uninterrupted_gang_trains_every_sample_once_and_reports_each_rank(refer
     assert [r.last_event for r in outcome.ranks] == ["finished", "progress"]
 
 
-def test_sigterm_to_the_group_stops_every_rank_at_one_step_and_the_resume_matches(
-    data: dict[str, Path], reference: Gang, tmp_path: Path
-) -> None:
-    run_dir = tmp_path / "run"
-    gang = start_gang(section(data), run_dir, 1)
-    wait_for(gang, 0, lambda e: e["type"] == "progress" and e["step"] >= 1, TIMEOUT)
+@pytest.fixture(scope="module")
+def stopped(data: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Gang:
+    """Attempt 1 of the three-attempt run, stopped by SIGTERM after step STOP_AT: the pause hook
+    holds rank 0 in the next step until the signal has reached it (rank 1 waits for rank 0)."""
+    run_dir = tmp_path_factory.mktemp("stopped-then-oom") / "run"
+    gang = start_gang(section(data), run_dir, 1, env={PAUSE_ENV: f"0:{STOP_AT}"})
+    try:
+        wait_for(gang, 0, lambda e: e["type"] == "progress" and e["step"] == STOP_AT, TIMEOUT)
+    except AssertionError:
+        gang.child.signal_tree(signal.SIGKILL)  # a paused rank would wait for ever
+        raise
     os.killpg(gang.child.pid, signal.SIGTERM)  # what the daemon's stop does
     gang.wait(TIMEOUT)
-    events = gang.events()
-    ckpt = [e for e in events[0] if e["type"] == "checkpoint" and e["reason"] == "sigterm"]
-    assert len(ckpt) == 1, events
-    stopped_at = ckpt[0]["step"]
-    assert 1 <= stopped_at < STEPS, "the run ended before the stop reached it"
+    return gang
+
+
+def sigterm_checkpoint(gang: Gang) -> dict[str, Any]:
+    found = [e for e in gang.events()[0] if e["type"] == "checkpoint" and e["reason"] == "sigterm"]
+    assert len(found) == 1, gang.events()
+    return found[0]
+
+
+def test_sigterm_to_the_group_stops_every_rank_at_one_step(stopped: Gang) -> None:
+    events = stopped.events()
+    assert sigterm_checkpoint(stopped)["step"] == STOP_AT
     for rank in (0, 1):  # both ranks stopped after the same step
-        assert max(e["step"] for e in events[rank] if e["type"] == "progress") == stopped_at
-    outcome = read_gang_outcome(gang.attempt_dir, WORLD, gang.stderr())
+        assert max(e["step"] for e in events[rank] if e["type"] == "progress") == STOP_AT
+    outcome = read_gang_outcome(stopped.attempt_dir, WORLD, stopped.stderr())
     assert outcome.first_failure is None, outcome
     assert {r.exit_code for r in outcome.ranks if r.exit_code is not None} <= {EXIT_TERMINATED}
 
-    resumed = start_gang(section(data), run_dir, 2)
-    assert resumed.wait(TIMEOUT).code == EXIT_OK, resumed.stderr()[-3000:]
-    started = next(e for e in resumed.events()[1] if e["type"] == "started")
-    assert (
-        started["resumed_from"] == ckpt[0]["path"] and started["samples_seen"] == stopped_at * MICRO * WORLD
-    )
-    assert_same_weights(run_dir, reference.attempt_dir.parents[1])
-
 
 @pytest.fixture(scope="module")
-def oom_run(data: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Gang:
-    gang = start_gang(section(data), tmp_path_factory.mktemp("oom") / "run", 1, limit=LIMIT)
+def oom_run(data: dict[str, Path], stopped: Gang) -> Gang:
+    """Attempt 2: under the limit, from the SIGTERM checkpoint, until rank 1's OOM."""
+    gang = start_gang(section(data), stopped.attempt_dir.parents[1], 2, limit=LIMIT)
     gang.wait(TIMEOUT)
     return gang
+
+
+def test_every_rank_resumes_from_the_sigterm_checkpoint(stopped: Gang, oom_run: Gang) -> None:
+    ckpt = sigterm_checkpoint(stopped)
+    for rank in (0, 1):
+        started = next(e for e in oom_run.events()[rank] if e["type"] == "started")
+        assert started["resumed_from"] == ckpt["path"]
+        assert started["samples_seen"] == STOP_AT * MICRO * WORLD
+        progress = [e["step"] for e in oom_run.events()[rank] if e["type"] == "progress"]
+        assert progress[0] == STOP_AT + 1
 
 
 def test_one_rank_runs_out_of_memory_and_torchrun_ends_the_gang(oom_run: Gang) -> None:
@@ -169,7 +189,7 @@ def test_one_rank_runs_out_of_memory_and_torchrun_ends_the_gang(oom_run: Gang) -
     aborted = [e for e in events[0] if e["type"] == "error"]
     assert [e["code"] for e in aborted] == ["gang_aborted"], events[0]
     checkpoints = sorted(p.name for p in (oom_run.attempt_dir.parents[1] / "checkpoints").iterdir())
-    assert checkpoints == [f"{CHECKPOINT_EVERY:08d}"]
+    assert checkpoints == [f"{STOP_AT:08d}", f"{CHECKPOINT_EVERY:08d}"]  # the SIGTERM's, the interval's
 
     outcome = read_gang_outcome(oom_run.attempt_dir, WORLD, oom_run.stderr())
     assert outcome.first_failure is not None and outcome.first_failure.rank == 1
@@ -188,7 +208,7 @@ def test_resume_after_the_oom_with_a_quarter_micro_batch_matches_the_reference(
     data: dict[str, Path], oom_run: Gang, reference: Gang
 ) -> None:
     run_dir = oom_run.attempt_dir.parents[1]
-    resumed = start_gang(section(data, MICRO // 4, 4), run_dir, 2, limit=LIMIT)
+    resumed = start_gang(section(data, MICRO // 4, 4), run_dir, 3, limit=LIMIT)
     assert resumed.wait(TIMEOUT).code == EXIT_OK, resumed.stderr()[-3000:]
     events = resumed.events()
     started = next(e for e in events[0] if e["type"] == "started")

@@ -1,5 +1,5 @@
 """The pieces of a gang rank that need no second process: sample sharding, the rank environment,
-per-rank events and RNG files, error files, the stall hook's switch."""
+per-rank events and RNG files, error files, the stall and pause hooks' switches."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from gpuwarden.runners.checkpoint import CheckpointPayload, RngState, load_check
 from gpuwarden.runners.error_file import ERROR_FILE_ENV, write_error_file
 from gpuwarden.runners.events import EventWriter
 from gpuwarden.runners.gang import Gang, RankEnv, check_world_size, is_peer_failure, rank_env
+from gpuwarden.runners.pause_hook import PAUSE_ENV, pause_step, wait_for_stop
+from gpuwarden.runners.stop import StopRequest
 from gpuwarden.runners.train.sampling import PositionSampler, rank_positions
 from gpuwarden.runners.train.stall_hook import STALL_ENV, stall_step
 
@@ -129,3 +131,13 @@ def test_the_stall_hook_is_off_unless_named_for_this_rank() -> None:
     assert stall_step(1, {STALL_ENV: "1:4"}) == 4
     assert stall_step(0, {STALL_ENV: "1:4"}) is None
     assert stall_step(1, {STALL_ENV: "one:4"}) is None
+
+
+def test_the_pause_hook_is_off_unless_named_for_this_rank_and_waits_for_the_stop_flag() -> None:
+    assert pause_step(0, {}) is None
+    assert pause_step(0, {PAUSE_ENV: "0:3"}) == 3
+    assert pause_step(1, {PAUSE_ENV: "0:3"}) is None
+    assert pause_step(0, {PAUSE_ENV: "0:"}) is None
+    stop = StopRequest()
+    stop.requested = True
+    wait_for_stop(stop)  # returns at once once the stop is requested

@@ -1,8 +1,9 @@
 """The causal_lm training runner, driven as the daemon drives it: a subprocess per attempt.
 
 One uninterrupted reference run (micro-batch 4 × accumulation 2, 12 steps, a checkpoint at step
-6) is shared by the module; resumed runs start from a copy of its step-6 checkpoint, as a later
-attempt would after an OOM or a stop, and must end on the same weights.
+6) is shared by the module. A run stopped by SIGTERM at step 4 and resumed with the same
+micro-batch must end on its weights bit for bit; one resumed from a copy of its step-6 checkpoint
+with another micro-batch, as after an OOM, within float tolerance.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ import pytest
 import torch
 
 from gpuwarden.core.events import EXIT_OK, EXIT_TERMINATED
+from gpuwarden.runners.pause_hook import PAUSE_ENV
 from tests.runners.conftest import (
     RunResult,
-    RunRunner,
     load_final_weights,
     read_events,
     report_of,
@@ -32,6 +33,7 @@ from tests.runners.conftest import (
 
 STEPS = 12
 MID = 6
+STOP_AT = 4  # where the SIGTERM test stops its run: before MID, so it resumes from its own checkpoint
 
 
 def lm_section(assets: dict[str, Path], **overrides: Any) -> dict[str, Any]:
@@ -97,31 +99,6 @@ def test_causal_lm_trains_to_finished_with_report(reference: RunResult) -> None:
     assert "Traceback" not in reference.stderr
 
 
-def test_packing_fills_every_block(run_runner: RunRunner, assets: dict[str, Path]) -> None:
-    result = run_runner(lm_section(assets, packing=True, max_length=32, max_steps=2, log_interval=1))
-    assert result.rc == EXIT_OK, result.stderr
-    # packed blocks have no padding: every sample is exactly max_length tokens
-    assert [p["tokens_seen"] for p in result.of_type("progress")] == [8 * 32, 16 * 32]
-
-
-@pytest.mark.slow
-def test_resume_with_same_micro_batch_is_bitwise_equal(
-    reference: RunResult, assets: dict[str, Path], tmp_path: Path
-) -> None:
-    run_dir = tmp_path / "resumed"
-    start_from_checkpoint(reference.run_dir, MID, run_dir)
-    resumed = run_attempt(lm_section(assets), run_dir)
-    assert resumed.rc == EXIT_OK, resumed.stderr
-    started = resumed.one("started")
-    assert started["resumed_from"].endswith(f"{MID:08d}") and started["samples_seen"] == MID * 8
-    assert resumed.of_type("progress")[0]["step"] == MID + 1
-    a, b = load_final_weights(reference.run_dir), load_final_weights(run_dir)
-    assert a.keys() == b.keys()
-    assert all(torch.equal(a[k], b[k]) for k in a)
-    assert report_of(run_dir)["samples_seen"] == STEPS * 8
-    assert report_of(run_dir)["loss_first"] == report_of(reference.run_dir)["loss_first"]
-
-
 @pytest.mark.slow
 def test_resume_with_other_micro_batch_matches_within_tolerance(
     reference: RunResult, assets: dict[str, Path], tmp_path: Path
@@ -140,25 +117,22 @@ def test_resume_with_other_micro_batch_matches_within_tolerance(
 
 
 @pytest.mark.slow
-def test_sigterm_checkpoints_then_resume_is_bitwise_equal(assets: dict[str, Path], tmp_path: Path) -> None:
-    # A step takes ~12 ms here: a 12-step run can end before the signal lands under CI load, so this
-    # test stops a 150-step run (and compares it with its own uninterrupted twin).
-    steps = 150
-    section = lm_section(assets, log_interval=1, max_steps=steps, checkpoint_interval=50)
-    reference = run_attempt(section, tmp_path / "reference")
-    assert reference.rc == EXIT_OK, reference.stderr
+def test_sigterm_checkpoints_then_resume_is_bitwise_equal(
+    reference: RunResult, assets: dict[str, Path], tmp_path: Path
+) -> None:
+    # The pause hook holds the runner inside step STOP_AT + 1 (its micro-batches drawn) until
+    # the signal has arrived: the stop lands there however slow the machine is.
     run_dir = tmp_path / "stopped"
-    spec = write_spec(tmp_path / "stopped.yaml", section)
     events_path = run_dir / "attempts" / "1" / "events.jsonl"
     proc = subprocess.Popen(
-        runner_command(spec, run_dir, 1),
-        env=runner_env(),
+        runner_command(write_spec(tmp_path / "stopped.yaml", lm_section(assets)), run_dir, 1),
+        env={**runner_env(), PAUSE_ENV: f"0:{STOP_AT}"},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
-        wait_for_event(events_path, lambda e: e["type"] == "progress" and e["step"] >= 2, timeout=120)
+        wait_for_event(events_path, lambda e: e["type"] == "progress" and e["step"] == STOP_AT, timeout=120)
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=60)
     finally:
@@ -166,14 +140,18 @@ def test_sigterm_checkpoints_then_resume_is_bitwise_equal(assets: dict[str, Path
             proc.kill()
     assert proc.returncode == EXIT_TERMINATED, stderr
     events = read_events(events_path)
-    ckpt = [e for e in events if e["type"] == "checkpoint" and e["reason"] == "sigterm"]
-    assert len(ckpt) == 1, events
-    assert 2 <= ckpt[0]["step"] < steps and ckpt[0]["samples_seen"] == ckpt[0]["step"] * 8
+    ckpt = [e for e in events if e["type"] == "checkpoint"]
+    assert [(c["reason"], c["step"], c["samples_seen"]) for c in ckpt] == [("sigterm", STOP_AT, STOP_AT * 8)]
     assert not [e for e in events if e["type"] == "finished"]
     assert "Traceback" not in stderr
 
-    resumed = run_attempt(section, run_dir)
+    resumed = run_attempt(lm_section(assets), run_dir)
     assert resumed.rc == EXIT_OK, resumed.stderr
-    assert resumed.one("started")["resumed_from"] == ckpt[0]["path"]
+    started = resumed.one("started")
+    assert started["resumed_from"] == ckpt[0]["path"] and started["samples_seen"] == STOP_AT * 8
+    assert resumed.of_type("progress")[0]["step"] == STOP_AT + 1  # the abandoned step is redone
     a, b = load_final_weights(reference.run_dir), load_final_weights(run_dir)
+    assert a.keys() == b.keys()
     assert all(torch.equal(a[k], b[k]) for k in a)
+    assert report_of(run_dir)["samples_seen"] == STEPS * 8
+    assert report_of(run_dir)["loss_first"] == report_of(reference.run_dir)["loss_first"]

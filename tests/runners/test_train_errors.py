@@ -39,11 +39,11 @@ def test_unreadable_text_data(run_runner: RunRunner, assets: dict[str, Path], tm
 
 
 def test_unreadable_image_names_the_file(
-    run_runner: RunRunner, assets: dict[str, Path], tmp_path: Path
+    run_runner: RunRunner, image_assets: dict[str, Path], tmp_path: Path
 ) -> None:
     folder = tmp_path / "images"
     folder.mkdir()
-    for src in sorted(assets["images"].glob("*.png"))[:3]:
+    for src in sorted(image_assets["images"].glob("*.png"))[:3]:
         (folder / src.name).write_bytes(src.read_bytes())
     (folder / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n this is not an image")
     result = run_runner(image_section(data=str(folder)))

@@ -1,6 +1,7 @@
 """A real out-of-memory, end to end: an address-space limit on the runner process makes torch's
 CPU allocator fail for real; the runner checkpoints, reports `oom` and exits 3; a second attempt
-with a quarter of the micro-batch and four times the accumulation resumes and finishes."""
+with a quarter of the micro-batch and four times the accumulation resumes and finishes. The
+texts are packed (`packing: true`): the finished run's token count shows every block full."""
 
 from __future__ import annotations
 
@@ -46,8 +47,8 @@ def section(assets: dict[str, Path], batch_size: int, grad_accum_steps: int) -> 
 def test_real_cpu_oom_checkpoints_and_a_smaller_micro_batch_resumes(
     wide_vocab_lm: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # fewer threads and malloc arenas: the reserved address space must not grow with the cores
-    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    # few malloc arenas (and, as for every runner here, one thread): the reserved address space
+    # must not grow with the cores
     monkeypatch.setenv("MALLOC_ARENA_MAX", "2")
     run_dir = tmp_path / "run"
 
@@ -67,5 +68,6 @@ def test_real_cpu_oom_checkpoints_and_a_smaller_micro_batch_resumes(
     assert second.rc == EXIT_OK, second.stderr
     assert second.one("started")["resumed_from"] == oom["checkpoint"]
     report = second.one("finished")["report"]
+    # packed blocks have no padding: every sample is exactly max_length tokens
     assert report["steps"] == 1 and report["samples_seen"] == 16 and report["tokens_seen"] == 16 * 256
     assert report["batch_size"] == 4 and report["effective_batch"] == 16

@@ -5,6 +5,7 @@ address-space limit) and parses the events it wrote."""
 from __future__ import annotations
 
 import json
+import os
 import resource
 import signal
 import subprocess
@@ -28,6 +29,10 @@ from gpuwarden.runners.infer.example_models import (
 from gpuwarden.runners.testing_models import build_tiny_causal_lm
 
 REPO = Path(__file__).resolve().parents[2]
+# One compute thread per runner (the tokenizer's pool included): the suite runs a worker per core,
+# and on a busy core torch's second OpenMP thread spins waiting for its partner, costing CPU for
+# nothing.
+PINNED_THREADS = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
 @dataclass
@@ -88,9 +93,15 @@ def _limit_address_space(limit: int) -> Callable[[], None]:
 
 
 def start_runner(
-    spec: Path, run_dir: Path, *, attempt: int, limit_as: int | None = None
+    spec: Path,
+    run_dir: Path,
+    *,
+    attempt: int,
+    limit_as: int | None = None,
+    env: dict[str, str] | None = None,
 ) -> subprocess.Popen[str]:
-    """Start `python -m gpuwarden.runners` for `spec` (stdout/stderr to files in the run dir)."""
+    """Start `python -m gpuwarden.runners` for `spec` (stdout/stderr to files in the run dir),
+    with `env` added to this process's environment."""
     run_dir.mkdir(parents=True, exist_ok=True)
     log = run_dir / f"stderr-{attempt}.log"
     # The child keeps its own descriptor; the parent's copy is closed as soon as it has started.
@@ -112,6 +123,7 @@ def start_runner(
             stderr=err,
             text=True,
             preexec_fn=_limit_address_space(limit_as) if limit_as else None,
+            env={**os.environ, **PINNED_THREADS, **(env or {})},
         )
 
 
@@ -143,13 +155,20 @@ def run_runner() -> Callable[..., RunResult]:
 
 
 @pytest.fixture(scope="session")
-def assets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Tiny causal LM, two tiny VLMs (encoder-decoder and chat), 24 prompts and 6 images, built
-    once (a few seconds)."""
-    root = tmp_path_factory.mktemp("infer-assets")
+def lm_assets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A tiny causal LM and 24 prompts, built once (a second or two)."""
+    root = tmp_path_factory.mktemp("infer-lm")
     return {
         "llm": build_tiny_causal_lm(root / "tiny-llm", hidden=64, layers=2, vocab=512),
         "prompts": write_prompts(root / "prompts.jsonl", 24, seed=7),
+    }
+
+
+@pytest.fixture(scope="session")
+def vlm_assets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Two tiny VLMs (encoder-decoder and chat) and 6 images, built once (a second or two)."""
+    root = tmp_path_factory.mktemp("infer-vlm")
+    return {
         "vlm": build_tiny_vlm(root / "tiny-vlm"),
         "chat_vlm": build_tiny_chat_vlm(root / "tiny-chat-vlm"),
         "images": write_images(root / "pages", 6, seed=5),

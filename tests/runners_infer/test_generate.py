@@ -14,6 +14,7 @@ import pytest
 
 from gpuwarden.core.events import EXIT_OK, EXIT_OOM, EXIT_TERMINATED, EXIT_USER_ERROR
 from gpuwarden.runners.infer.example_models import write_prompts
+from gpuwarden.runners.pause_hook import PAUSE_ENV
 
 from .conftest import RunResult, finish, read_events, read_jsonl, start_runner, write_spec
 
@@ -35,13 +36,15 @@ def assert_each_item_once(output: Path, prompts: Path) -> list[dict[str, Any]]:
 
 
 @pytest.mark.slow
-def test_generate_finishes_with_report(tmp_path: Path, assets: dict[str, Path], run_runner: Runner) -> None:
+def test_generate_finishes_with_report(
+    tmp_path: Path, lm_assets: dict[str, Path], run_runner: Runner
+) -> None:
     spec = write_spec(
         tmp_path / "spec.yaml",
         {
             "task": "generate",
-            "model": assets["llm"],
-            "input": assets["prompts"],
+            "model": lm_assets["llm"],
+            "input": lm_assets["prompts"],
             "batch_size": 8,
             "max_new_tokens": 8,
             "max_input_length": 48,
@@ -53,7 +56,7 @@ def test_generate_finishes_with_report(tmp_path: Path, assets: dict[str, Path], 
     assert (started["device"], started["dtype"], started["samples_seen"]) == ("cpu", "fp32", 0)
     assert started["parameters"] > 0
 
-    rows = assert_each_item_once(tmp_path / "run" / "outputs" / "generations.jsonl", assets["prompts"])
+    rows = assert_each_item_once(tmp_path / "run" / "outputs" / "generations.jsonl", lm_assets["prompts"])
     assert all(r["tokens_out"] > 0 and r["tokens_in"] <= 48 and r["batch_size"] == 8 for r in rows)
     assert any(r["truncated"] for r in rows) and all(isinstance(r["output"], str) for r in rows)
     # Batches run longest first, so the input lengths never grow down the file.
@@ -74,60 +77,65 @@ def test_generate_finishes_with_report(tmp_path: Path, assets: dict[str, Path], 
     assert report["items_per_s"] > 0 and report["per_item_s"] > 0
 
 
-def stop_after_lines(proc: subprocess.Popen[str], output: Path, lines: int, signum: int) -> None:
-    """Send `signum` to the runner once `output` holds `lines` lines, i.e. in the middle of the run."""
+def stop_at_step(proc: subprocess.Popen[str], run_dir: Path, attempt: int, step: int, signum: int) -> None:
+    """Send `signum` once attempt `attempt` has reported batch `step`; the pause hook holds the
+    runner there until a stop arrives, so the signal lands before the next batch."""
+    events = run_dir / "attempts" / str(attempt) / "events.jsonl"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
-        if output.exists() and output.read_bytes().count(b"\n") >= lines:
+        if any(e["type"] == "progress" and e["step"] == step for e in read_events(events)):
             proc.send_signal(signum)
             return
         time.sleep(0.05)
-    raise AssertionError(f"the run ended (rc {proc.poll()}) before {lines} items were written")
+    raise AssertionError(f"attempt {attempt} ended (rc {proc.poll()}) before batch {step}")
 
 
 @pytest.mark.slow
 def test_resume_after_sigkill_and_sigterm_loses_and_duplicates_nothing(
-    tmp_path: Path, assets: dict[str, Path]
+    tmp_path: Path, lm_assets: dict[str, Path]
 ) -> None:
-    # Many more items than the two stops need: under CI load the signal lands a few batches after
-    # the threshold, and it must still land in the middle of the run, never after its last batch.
-    total = 96
+    total = 20
     prompts = write_prompts(tmp_path / "prompts.jsonl", total, seed=11, max_words=30)
     run_dir = tmp_path / "run"
     output = run_dir / "outputs" / "generations.jsonl"
-    infer = {"task": "generate", "model": assets["llm"], "input": prompts, "max_new_tokens": 12}
+    infer = {"task": "generate", "model": lm_assets["llm"], "input": prompts, "max_new_tokens": 12}
 
-    # Attempt 1: SIGKILL (the kernel's OOM killer, or the daemon after the grace period).
-    proc = start_runner(write_spec(tmp_path / "spec1.yaml", {**infer, "batch_size": 2}), run_dir, attempt=1)
-    stop_after_lines(proc, output, 4, signal.SIGKILL)
+    def start(attempt: int, batch_size: int, pause_after: int | None = None) -> subprocess.Popen[str]:
+        spec = write_spec(tmp_path / f"spec{attempt}.yaml", {**infer, "batch_size": batch_size})
+        env = {PAUSE_ENV: f"0:{pause_after}"} if pause_after is not None else None
+        return start_runner(spec, run_dir, attempt=attempt, env=env)
+
+    # Attempt 1: SIGKILL (the kernel's OOM killer, or the daemon after the grace period) after
+    # two batches of 2, as it was writing the next item's line: half of that line is left.
+    proc = start(1, 2, pause_after=2)
+    stop_at_step(proc, run_dir, 1, 2, signal.SIGKILL)
     assert proc.wait(timeout=60) == -signal.SIGKILL
-    done_first = len(read_jsonl(output))
-    assert 4 <= done_first < total
+    done = {row["id"] for row in read_jsonl(output)}
+    assert len(done) == 4
+    half = next(i for i in input_ids(prompts) if i not in done)
+    with open(output, "a", encoding="utf-8") as out:
+        out.write('{"id": "' + half + '", "prompt": "half')
 
-    # Attempt 2, another batch size as after a retune: SIGTERM stops it between two batches.
+    # Attempt 2, another batch size as after a retune: it drops the half line (that item is
+    # generated again), and SIGTERM stops it between its second and third batch (batches count
+    # on from attempt 1's).
     started = time.monotonic()
-    proc = start_runner(write_spec(tmp_path / "spec2.yaml", {**infer, "batch_size": 4}), run_dir, attempt=2)
-    stop_after_lines(proc, output, done_first + 4, signal.SIGTERM)
+    proc = start(2, 4, pause_after=4)
+    stop_at_step(proc, run_dir, 2, 4, signal.SIGTERM)
     second = finish(proc, run_dir, 2, started)
     assert second.rc == EXIT_TERMINATED, second.stderr
-    assert second.one("started")["samples_seen"] == done_first
+    assert len(second.warnings("partial_output_repaired")) == 1
+    assert second.one("started")["samples_seen"] == 4
     assert second.one("started")["resumed_from"] == str(output)
     assert not second.of_type("finished") and "Traceback" not in second.stderr
-    done_second = len(read_jsonl(output))
-    assert done_first + 4 <= done_second < total
-    # Stopped between two batches: attempt 2 wrote whole batches only.
-    assert (done_second - done_first) % 4 == 0
+    assert len(read_jsonl(output)) == 4 + 2 * 4
 
     started = time.monotonic()
-    third = finish(
-        start_runner(write_spec(tmp_path / "spec3.yaml", {**infer, "batch_size": 8}), run_dir, attempt=3),
-        run_dir,
-        3,
-        started,
-    )
+    third = finish(start(3, 8), run_dir, 3, started)
     assert third.rc == EXIT_OK, third.stderr
     rows = assert_each_item_once(output, prompts)
     assert {r["attempt"] for r in rows} == {1, 2, 3}
+    assert next(r for r in rows if r["id"] == half)["attempt"] > 1
     # Batches count on across attempts, like a training run's steps.
     steps = [
         [
@@ -137,43 +145,19 @@ def test_resume_after_sigkill_and_sigterm_loses_and_duplicates_nothing(
         ]
         for n in (1, 2, 3)
     ]
-    assert steps[1][0] == steps[0][-1] + 1 and steps[2][0] == steps[1][-1] + 1
+    assert steps == [[1, 2], [3, 4], [5]]
     report = third.one("finished")["report"]
-    assert report["items_done_before"] == done_second
-    assert report["items_processed"] == total - done_second
-
-
-@pytest.mark.slow
-def test_partial_trailing_line_is_repaired(
-    tmp_path: Path, assets: dict[str, Path], run_runner: Runner
-) -> None:
-    run_dir = tmp_path / "run"
-    output = run_dir / "outputs" / "generations.jsonl"
-    output.parent.mkdir(parents=True)
-    ids = input_ids(assets["prompts"])
-    kept = [{"id": ids[0], "prompt": "-", "output": "from an earlier attempt"}]
-    output.write_text(
-        json.dumps(kept[0]) + "\n" + '{"id": "' + ids[1] + '", "prompt": "half', encoding="utf-8"
-    )
-    spec = write_spec(
-        tmp_path / "spec.yaml",
-        {"task": "generate", "model": assets["llm"], "input": assets["prompts"], "max_new_tokens": 4},
-    )
-    result = run_runner(spec, run_dir)
-    assert result.rc == EXIT_OK, result.stderr
-    assert len(result.warnings("partial_output_repaired")) == 1
-    assert result.one("started")["samples_seen"] == 1
-    rows = assert_each_item_once(output, assets["prompts"])
-    assert rows[0] == kept[0], "an item done before was generated again"
-    assert next(r for r in rows if r["id"] == ids[1])["attempt"] == 1
+    assert report["items_done_before"] == 12
+    assert report["items_processed"] == total - 12
 
 
 def test_missing_model_is_an_error_event_without_traceback(
-    tmp_path: Path, assets: dict[str, Path], run_runner: Runner
+    tmp_path: Path, lm_assets: dict[str, Path], run_runner: Runner
 ) -> None:
+    # The model directory is checked before either inference task starts: this covers image_to_text too.
     spec = write_spec(
         tmp_path / "spec.yaml",
-        {"task": "generate", "model": tmp_path / "no-such-model", "input": assets["prompts"]},
+        {"task": "generate", "model": tmp_path / "no-such-model", "input": lm_assets["prompts"]},
     )
     result = run_runner(spec, tmp_path / "run")
     assert result.rc == EXIT_USER_ERROR
@@ -184,11 +168,11 @@ def test_missing_model_is_an_error_event_without_traceback(
 
 
 def test_load_in_8bit_on_cpu_is_a_clear_error(
-    tmp_path: Path, assets: dict[str, Path], run_runner: Runner
+    tmp_path: Path, lm_assets: dict[str, Path], run_runner: Runner
 ) -> None:
     spec = write_spec(
         tmp_path / "spec.yaml",
-        {"task": "generate", "model": assets["llm"], "input": assets["prompts"], "load_in_8bit": True},
+        {"task": "generate", "model": lm_assets["llm"], "input": lm_assets["prompts"], "load_in_8bit": True},
     )
     result = run_runner(spec, tmp_path / "run")
     assert result.rc == EXIT_USER_ERROR
@@ -199,15 +183,17 @@ def test_load_in_8bit_on_cpu_is_a_clear_error(
 
 
 @pytest.mark.slow
-def test_offloaded_weights_are_reported(tmp_path: Path, assets: dict[str, Path], run_runner: Runner) -> None:
+def test_offloaded_weights_are_reported(
+    tmp_path: Path, lm_assets: dict[str, Path], run_runner: Runner
+) -> None:
     # A host budget far below the model's size: accelerate puts the weights on disk (
     # "Some parameters are on the meta device because they were offloaded"); the run still works.
     spec = write_spec(
         tmp_path / "spec.yaml",
         {
             "task": "generate",
-            "model": assets["llm"],
-            "input": assets["prompts"],
+            "model": lm_assets["llm"],
+            "input": lm_assets["prompts"],
             "max_new_tokens": 2,
             "batch_size": 12,
             "max_memory": {"cpu": "100KB"},
@@ -218,7 +204,7 @@ def test_offloaded_weights_are_reported(tmp_path: Path, assets: dict[str, Path],
     (warning,) = result.warnings("offloaded_to_cpu")
     assert warning["used"].get("disk", 0) > 0 and warning["requested"] == {"cpu": "100KB"}
     assert result.one("finished")["report"]["device_map"] == warning["used"]
-    assert_each_item_once(tmp_path / "run" / "outputs" / "generations.jsonl", assets["prompts"])
+    assert_each_item_once(tmp_path / "run" / "outputs" / "generations.jsonl", lm_assets["prompts"])
 
 
 # Imports map ~0.8 GB and batch 1 of the wide model peaks near 1.15 GB of address space; batch 8

@@ -34,6 +34,7 @@ from gpuwarden.runners.infer.common import (
     timed_sync,
 )
 from gpuwarden.runners.infer.outputs import JsonlOutput, item_key
+from gpuwarden.runners.pause_hook import pause_step, wait_for_stop
 from gpuwarden.runners.stop import STOP
 
 OUTPUT_NAME = "generations.jsonl"
@@ -283,7 +284,10 @@ def _generate_all(
         _eos_ids(model, tokenizer),
         pad_to=len(encoded[0][1]) if fixed_shapes else None,
     )
+    pause_at = pause_step(0)
     for start in range(0, len(encoded), infer.batch_size):
+        if ctx.step == pause_at:
+            wait_for_stop(STOP)
         if STOP.requested:
             print(
                 "gpuwarden: stop requested; every finished item is in the output", file=sys.stderr, flush=True

@@ -72,6 +72,7 @@ from gpuwarden.runners.device import (
 )
 from gpuwarden.runners.events import EventWriter
 from gpuwarden.runners.gang import Gang, is_peer_failure, report_peer_lost
+from gpuwarden.runners.pause_hook import pause_step, wait_for_stop
 from gpuwarden.runners.report import build_report, write_report
 from gpuwarden.runners.stop import StopRequest
 from gpuwarden.runners.train.sampling import PositionSampler, mix_seed
@@ -261,6 +262,7 @@ class Trainer:
         rank = self.gang.rank
         self._seed = spec.seed if rank == 0 else mix_seed(spec.seed, rank)
         self._stall_at = stall_step(rank)
+        self._pause_at = pause_step(rank)
 
     # events -----------------------------------------------------------------------------------
 
@@ -394,6 +396,8 @@ class Trainer:
         the gang's samples, the gang's tokens)."""
         self.phase = "data"
         micro: list[Batch] = [next(batches) for _ in range(self.spec.grad_accum_steps)]
+        if self._pause_at == self.state.step:
+            wait_for_stop(self.stop)
         # counted on the host (no device sync); one small exchange gives the gang's totals and
         # tells whether any rank was asked to stop
         self.phase = "exchange"

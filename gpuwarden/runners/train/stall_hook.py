@@ -7,20 +7,17 @@ collective. Tests of hang detection use it; nothing else should set it.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Mapping
+
+from gpuwarden.runners.pause_hook import rank_step
 
 STALL_ENV = "GPUWARDEN_TEST_STALL"
 
 
 def stall_step(rank: int, environ: Mapping[str, str] | None = None) -> int | None:
     """The step at which this rank stalls, or None (unset, another rank, or malformed)."""
-    value = (os.environ if environ is None else environ).get(STALL_ENV, "")
-    which, _, step = value.partition(":")
-    if not (which.isdigit() and step.isdigit()) or int(which) != rank:
-        return None
-    return int(step)
+    return rank_step(STALL_ENV, rank, environ)
 
 
 def stall_forever() -> None:
