@@ -110,7 +110,8 @@ def test_down_leaves_runs_running_and_up_readopts_them(daemon_factory: Any) -> N
     gw.cli_json("down")
     os.kill(pid, 0)
     gw.cli_json("up")
-    assert gw.cli_json("show", run_id)["state"] == "running"
+    with gw.client() as client:
+        assert client.run(run_id).state == "running"
     stopped = gw.cli_json("stop", run_id, "--grace", "1")
     assert stopped["state"] == "stopped"
     resumed = gw.cli_json("resume", run_id)
@@ -169,7 +170,8 @@ def test_run_refuses_a_spec_whose_model_is_missing_unless_told(daemon_factory: A
         f"gpuwarden: {spec}: train.model: model directory {spec.parent / 'no-such-model'} does not exist"
         " (and 1 more) — fix the path, or submit with --no-check-inputs when a run creates it"
     )
-    assert gw.cli_json("ps", "--all")["runs"] == []  # nothing was queued
+    with gw.client() as client:
+        assert client.runs() == []  # nothing was queued
 
     queued = gw.cli_json("run", str(spec), "--no-check-inputs")
     done = gw.wait_state(queued["id"], timeout=60)

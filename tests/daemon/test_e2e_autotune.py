@@ -9,20 +9,34 @@ import pytest
 from tests.daemon.conftest import DaemonHandle
 
 
+# Submitting goes through the CLI, as a user does; what the daemon then holds is read with the
+# API client, which returns what `gpuwarden show|events --json` print without a process each.
 def _events(gw: DaemonHandle, run_id: str, type_: str) -> list[dict[str, Any]]:
-    out = gw.cli_json("events", run_id)
-    events = out["events"] if isinstance(out, dict) else out
-    return [e for e in events if e["type"] == type_]
+    with gw.client() as client:
+        return [e.model_dump(mode="json") for e in client.events(run_id).events if e.type == type_]
+
+
+def _detail(gw: DaemonHandle, ref: str) -> dict[str, Any]:
+    with gw.client() as client:
+        return client.run(ref).model_dump(mode="json")
+
+
+def _stop(gw: DaemonHandle, run_id: str) -> None:
+    with gw.client() as client:
+        client.stop(run_id)
 
 
 def test_profile_auto_fills_only_what_the_user_left_unset(gw: DaemonHandle) -> None:
-    # Two fake 80 GB H100s: the 80 GB tier's image-training preset applies.
+    # Two fake 80 GB H100s: the 80 GB tier's image-training preset applies. The profile is
+    # applied at submit; asking for more free memory than a fake H100 has keeps the run queued,
+    # so no runner starts.
     spec = gw.write_spec(
         "profiled",
         """
         name: profiled
         kind: train
         profile: auto
+        resources: {min_free_memory: 200GiB}
         train:
           task: image
           max_steps: 1
@@ -31,14 +45,14 @@ def test_profile_auto_fills_only_what_the_user_left_unset(gw: DaemonHandle) -> N
     )
     submitted = gw.cli("run", str(spec), "--json")
     assert submitted.returncode == 0, submitted.stderr
-    detail = gw.cli_json("show", "profiled")
+    detail = _detail(gw, "profiled")
     train = detail["spec"]["train"]
     assert train["image"]["num_blocks"] == 2  # the user's value stands
     assert train["batch_size"] != 8 or train["image"]["base_channels"] != 64  # a preset was applied
     (event,) = _events(gw, detail["id"], "profile")
     assert event["message"].startswith("profile 80 GB")
     assert "train.image.num_blocks" not in event["message"]
-    gw.cli("stop", detail["id"])
+    _stop(gw, detail["id"])
 
 
 def test_profile_auto_on_an_own_script_splits_its_batch_for_the_card(gw: DaemonHandle) -> None:
@@ -51,13 +65,13 @@ def test_profile_auto_on_an_own_script_splits_its_batch_for_the_card(gw: DaemonH
     assert submitted.returncode == 0, submitted.stderr
     spec = gw.write_spec("own-profiled", "profile: auto\n" + submitted.stdout)
     assert gw.cli("run", str(spec), "--json").returncode == 0
-    detail = gw.cli_json("show", "own-profiled")
+    detail = _detail(gw, "own-profiled")
     knobs = detail["spec"]["knobs"]
     assert (knobs["per_device_train_batch_size"], knobs["gradient_accumulation_steps"]) == (16, 1)
     assert detail["effective_batch"] == 16
     (event,) = _events(gw, detail["id"], "profile")
     assert event["message"].startswith("profile 80 GB (causal_lm row, effective batch kept)")
-    gw.cli("stop", detail["id"])
+    _stop(gw, detail["id"])
 
 
 def test_profile_auto_without_a_gpu_says_so(daemon_factory: Any) -> None:
@@ -73,7 +87,7 @@ def test_profile_auto_without_a_gpu_says_so(daemon_factory: Any) -> None:
         """,
     )
     assert gw.cli("run", str(spec), "--json").returncode == 0
-    detail = gw.cli_json("show", "cpu-profile")
+    detail = _detail(gw, "cpu-profile")
     (event,) = _events(gw, detail["id"], "profile")
     assert "needs a GPU" in event["message"]
     assert detail["spec"]["train"]["batch_size"] == 2
@@ -86,12 +100,12 @@ def test_autotune_probes_once_then_remembers(daemon_factory: Any) -> None:
         name: {name}
         kind: train
         autotune: true
-        env: {{OMP_NUM_THREADS: "2"}}
+        env: {{OMP_NUM_THREADS: "1"}}
         resources: {{gpus: 0}}
         train:
           task: image
-          batch_size: 2
-          grad_accum_steps: 8
+          batch_size: 1
+          grad_accum_steps: 2
           max_steps: 1
           log_interval: 1
           image: {{base_channels: 8, num_blocks: 2, patch_size: 32, synthetic_samples: 64}}
@@ -99,17 +113,17 @@ def test_autotune_probes_once_then_remembers(daemon_factory: Any) -> None:
     first = gw.write_spec("tuned-a", body.format(name="tuned-a"))
     result = gw.cli("run", str(first), "--follow", timeout=400)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    a = gw.cli_json("show", "tuned-a")
+    a = _detail(gw, "tuned-a")
     (tuned,) = _events(gw, a["id"], "autotuned")
     assert "probed" in tuned["message"]
     t = a["spec"]["train"]
-    assert t["batch_size"] * t["grad_accum_steps"] == 16  # effective batch kept
+    assert t["batch_size"] * t["grad_accum_steps"] == 2  # effective batch kept
     assert a["spec"]["autotune"] is False
 
     second = gw.write_spec("tuned-b", body.format(name="tuned-b"))
     result = gw.cli("run", str(second), "--follow", timeout=200)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    b = gw.cli_json("show", "tuned-b")
+    b = _detail(gw, "tuned-b")
     (again,) = _events(gw, b["id"], "autotuned")
     assert "remembered result" in again["message"]
     assert b["spec"]["train"]["batch_size"] == t["batch_size"]

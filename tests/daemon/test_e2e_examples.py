@@ -7,6 +7,8 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -43,6 +45,23 @@ def example_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonHandle]:
+    """One daemon runs every example, as one user's daemon would (each has its own name). Its
+    runners use one torch thread: two spin more than they compute on a shared 2-core machine."""
+    runtime = Path(tempfile.mkdtemp(prefix="gw", dir="/tmp"))  # a short socket path
+    handle = DaemonHandle(tmp_path_factory.mktemp("daemon"), runtime, {"OMP_NUM_THREADS": "1"})
+    handle.start()
+    try:
+        yield handle
+    finally:
+        try:
+            handle.stop()
+        finally:
+            handle.kill_runs()
+            shutil.rmtree(runtime, ignore_errors=True)
+
+
 def test_there_is_a_cpu_example_per_task() -> None:
     assert {"train-causal-lm-cpu.yaml", "train-image-cpu.yaml", "infer-generate-cpu.yaml",
             "infer-image-to-text-cpu.yaml"} <= set(CPU_EXAMPLES)  # fmt: skip
@@ -59,7 +78,8 @@ def test_example_runs_to_finished_through_the_daemon(gw: DaemonHandle, example_t
     run_name = next(
         line.split(":", 1)[1].strip() for line in spec.read_text().splitlines() if line.startswith("name:")
     )
-    detail = gw.cli_json("show", run_name)
+    with gw.client() as client:  # what `show --json` prints
+        detail = client.run(run_name).model_dump(mode="json")
     assert detail["state"] == "succeeded"
     assert isinstance(detail["report"], dict) and detail["report"]
     human = gw.cli("show", run_name)

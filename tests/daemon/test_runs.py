@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +16,37 @@ import psutil
 import pytest
 
 from gpuwarden.core.errors import UserError
-from tests.daemon.conftest import DaemonHandle, command_spec
+from tests.daemon.conftest import FINAL, DaemonHandle, command_spec, wait_for
+
+
+@pytest.fixture(scope="module")
+def shared_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonHandle]:
+    """One daemon (two fake H100s) for the tests of this module: starting one costs about a
+    second of CPU, more than most of these tests."""
+    runtime = Path(tempfile.mkdtemp(prefix="gw", dir="/tmp"))  # a short socket path
+    handle = DaemonHandle(tmp_path_factory.mktemp("daemon"), runtime)
+    handle.start()
+    try:
+        yield handle
+    finally:
+        try:
+            handle.stop()
+        finally:
+            handle.kill_runs()
+            shutil.rmtree(runtime, ignore_errors=True)
+
+
+@pytest.fixture
+def gw(shared_daemon: DaemonHandle) -> Iterator[DaemonHandle]:
+    """The shared daemon; afterwards every run a test left active is stopped and ended, so the
+    next test finds both GPUs free, as on a fresh daemon."""
+    yield shared_daemon
+    with shared_daemon.client() as client:
+        for run in client.runs():
+            if run.state not in FINAL:
+                with contextlib.suppress(UserError):  # it may have ended since it was listed
+                    client.stop(run.id, grace_seconds=0)
+        wait_for(lambda: all(r.state in FINAL for r in client.runs()), "every run to end", timeout=30)
 
 
 def _log(run: dict[str, object], stream: str = "stdout", attempt: int = 1) -> str:

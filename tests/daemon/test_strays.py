@@ -115,12 +115,12 @@ def test_tune_a_stopped_training_run_resumes_it_tuned(daemon_factory: object) ->
     spec = {
         "name": "to-tune",
         "kind": "train",
-        "env": {"OMP_NUM_THREADS": "2"},
+        "env": {"OMP_NUM_THREADS": "1"},
         "resources": {"gpus": 0},
         "train": {
             "task": "image",
-            "batch_size": 2,
-            "grad_accum_steps": 8,
+            "batch_size": 1,
+            "grad_accum_steps": 2,
             "max_steps": 2,
             "log_interval": 1,
             "image": {"base_channels": 8, "num_blocks": 2, "patch_size": 32, "synthetic_samples": 64},
@@ -134,8 +134,8 @@ def test_tune_a_stopped_training_run_resumes_it_tuned(daemon_factory: object) ->
         assert client.tune(run["id"]).state in ("queued", "starting")
     final = gw.wait_state(run["id"], ("succeeded", "failed"), timeout=300)
     assert final["state"] == "succeeded", final["message"]
-    events = gw.cli_json("events", run["id"])["events"]
-    assert any(e["type"] == "autotuned" for e in events)
-    detail = gw.cli_json("show", run["id"])
-    t = detail["spec"]["train"]
-    assert t["batch_size"] * t["grad_accum_steps"] == 16 and detail["spec"]["autotune"] is False
+    with gw.client() as client:
+        assert any(e.type == "autotuned" for e in client.events(run["id"]).events)
+        spec_now = client.run(run["id"]).spec
+    t = spec_now["train"]
+    assert t["batch_size"] * t["grad_accum_steps"] == 2 and spec_now["autotune"] is False

@@ -19,11 +19,11 @@ from gpuwarden.core.telemetry.nvml import NvmlReader
 from gpuwarden.core.tune.energy import GpuEnergyCounter
 from gpuwarden.core.tune.objective import Objective
 from gpuwarden.core.tune.probe import SubprocessProber
-from gpuwarden.core.tune.search import Candidate, ProbeResult, Search
+from gpuwarden.core.tune.search import Candidate, ProbeFn, ProbeResult, Search
 
 pytestmark = pytest.mark.slow
 
-EFFECTIVE = 36
+EFFECTIVE = 6  # micro-batches 2, 3 and 6 keep it: enough to tell the two objectives apart
 TRAIN = {
     "task": "image",
     "image": {"base_channels": 8, "num_blocks": 2, "patch_size": 32, "synthetic_samples": 256},
@@ -33,37 +33,53 @@ TRAIN = {
 
 
 def curve_w(batch: int) -> float:
-    """The synthetic card: power grows with the square of the micro-batch (capped by the 700 W
-    limit), far faster than a CPU's throughput grows with it — so the energy optimum is the
-    smallest micro-batch while throughput prefers larger ones."""
-    return 50.0 + 10.0 * batch**2
+    """The synthetic card: power grows with the fourth power of the micro-batch (capped by the
+    700 W limit), far faster than a CPU's throughput grows with it — so the energy optimum is the
+    smallest micro-batch while throughput prefers larger ones. Micro-batch 3 draws 4.8 times the
+    watts of 2: on this shared machine one probe can read it twice as fast as 2 (linear scaling
+    would be 1.5 times), and it must still cost more joules per sample."""
+    return 5.0 + 5.0 * batch**4
 
 
-def _search(tmp_path: Path, objective: Objective) -> tuple[list[ProbeResult], ProbeResult]:
-    fake = FakeNvml("h100", clock=time.time)
-    reader = NvmlReader(fake, enrich=lambda rows: None)
-    spec = spec_from_mapping(
-        {
-            "name": "energy-e2e",
-            "kind": "train",
-            "env": {"OMP_NUM_THREADS": "1"},
-            "resources": {"gpus": 0},
-            "train": TRAIN,
-        }
-    )
-    prober = SubprocessProber(
-        spec,
-        tmp_path / objective,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-        warmup_steps=1,
-        measure_steps=2,
-        energy=GpuEnergyCounter(reader, fake.uuid(0)),
-    )
+class CurveProbes:
+    """Probe processes of the training runner, each drawing the curve's watts on the fake card.
 
-    def probe(c: Candidate) -> ProbeResult:
-        fake.set_load(0, util=min(100, 10 * c.batch_size), power_w=curve_w(c.batch_size))
-        return prober(c)
+    The energy search is given the throughput search's reading of a candidate it probed before
+    (a candidate not yet probed gets a probe of its own): both objectives decide on the same
+    measurements, so only the objective tells their picks apart."""
 
+    def __init__(self, work: Path) -> None:
+        self.fake = FakeNvml("h100", clock=time.time)
+        spec = spec_from_mapping(
+            {
+                "name": "energy-e2e",
+                "kind": "train",
+                "env": {"OMP_NUM_THREADS": "1"},
+                "resources": {"gpus": 0},
+                "train": TRAIN,
+            }
+        )
+        self.prober = SubprocessProber(
+            spec,
+            work,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+            warmup_steps=2,
+            measure_steps=10,  # milliseconds each: a steadier reading for nothing next to a start
+            energy=GpuEnergyCounter(NvmlReader(self.fake, enrich=lambda rows: None), self.fake.uuid(0)),
+        )
+        self.first: dict[Candidate, ProbeResult] = {}
+
+    def fresh(self, c: Candidate) -> ProbeResult:
+        self.fake.set_load(0, util=min(100, 10 * c.batch_size), power_w=curve_w(c.batch_size))
+        result = self.prober(c)
+        self.first.setdefault(c, result)
+        return result
+
+    def measured(self, c: Candidate) -> ProbeResult:
+        return self.first[c] if c in self.first else self.fresh(c)
+
+
+def _search(probe: ProbeFn, objective: Objective) -> tuple[list[ProbeResult], ProbeResult]:
     result = Search(probe, capacity=None, objective=objective, max_trials=6).run(
         Candidate(2, EFFECTIVE // 2, "fp32", False), per_device_batch=EFFECTIVE
     )
@@ -72,13 +88,14 @@ def _search(tmp_path: Path, objective: Objective) -> tuple[list[ProbeResult], Pr
 
 
 def test_energy_and_throughput_objectives_pick_apart_on_a_synthetic_power_curve(tmp_path: Path) -> None:
-    trials, fast = _search(tmp_path, "throughput")
+    probes = CurveProbes(tmp_path)
+    trials, fast = _search(probes.fresh, "throughput")
     for t in trials:
         # Every probe has its joules per sample, and they are the curve's watts over its speed.
         assert t.ok and t.joules_per_sample is not None and t.samples_per_s is not None
         assert t.power_w == pytest.approx(min(700.0, curve_w(t.candidate.batch_size)), rel=0.05)
         assert t.joules_per_sample * t.samples_per_s == pytest.approx(t.power_w, rel=1e-6)
-    _, frugal = _search(tmp_path, "energy")
+    _, frugal = _search(probes.measured, "energy")
     assert frugal.candidate.batch_size == 2 < fast.candidate.batch_size
     assert frugal.joules_per_sample is not None and fast.joules_per_sample is not None
     assert frugal.joules_per_sample < fast.joules_per_sample
@@ -116,11 +133,11 @@ def _tune(tmp_path: Path, fake: str, *args: str) -> subprocess.CompletedProcess[
 
 
 def test_tune_for_energy_on_a_fake_gpu_reports_joules_and_what_a_power_sweep_needs(tmp_path: Path) -> None:
-    result = _tune(tmp_path, "h100", "--objective", "energy", "--max-trials", "3", "--json")
+    result = _tune(tmp_path, "h100", "--objective", "energy", "--max-trials", "2", "--json")
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     assert out["objective"] == "energy"
-    assert len(out["trials"]) == 3
+    assert len(out["trials"]) == 2
     for t in out["trials"]:
         assert t["joules_per_sample"] > 0 and t["samples_per_kwh"] == pytest.approx(
             3.6e6 / t["joules_per_sample"]

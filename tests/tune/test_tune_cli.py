@@ -17,12 +17,12 @@ SPEC = """\
 # my run
 name: tune-me
 kind: train
-env: {OMP_NUM_THREADS: "2"}
+env: {OMP_NUM_THREADS: "1"}
 resources: {gpus: 0}
 train:
   task: image
-  batch_size: 2
-  grad_accum_steps: 8
+  batch_size: 1
+  grad_accum_steps: 2
   max_steps: 50
   image: {base_channels: 8, num_blocks: 2, patch_size: 32, synthetic_samples: 64}
 """
@@ -53,12 +53,12 @@ def test_tune_writes_a_tuned_spec_and_remembers_it(tmp_path: Path) -> None:
     out = json.loads(first.stdout)
     assert out["cached"] is False
     assert len(out["trials"]) >= 2
-    assert all(t["candidate"]["batch_size"] * t["candidate"]["grad_accum_steps"] == 16 for t in out["trials"])
+    assert all(t["candidate"]["batch_size"] * t["candidate"]["grad_accum_steps"] == 2 for t in out["trials"])
     tuned_path = Path(out["output"])
     assert tuned_path == tmp_path / "run.tuned.yaml"
     tuned = load_spec(tuned_path)  # a valid spec a user can run
     assert tuned.train is not None
-    assert tuned.train.effective_batch == 16
+    assert tuned.train.effective_batch == 2
     assert tuned.train.batch_size == out["best"]["candidate"]["batch_size"]
     assert tuned.train.max_steps == 50  # everything else kept
     assert "tuned by `gpuwarden tune" in tuned_path.read_text().splitlines()[0]

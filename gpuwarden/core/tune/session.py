@@ -163,7 +163,9 @@ def tune_spec(
         prober: ProbeFn = (
             CommandProber(spec, work, env={**env, **target.env}, on_result=on_result)
             if spec.command is not None
-            else SubprocessProber(spec, work, env={**env, **target.env}, on_result=on_result, energy=energy)
+            else SubprocessProber(
+                spec, work, env=probe_env(spec, target, env), on_result=on_result, energy=energy
+            )
         )
         search = Search(
             prober,
@@ -193,6 +195,13 @@ def tune_spec(
     knobs = tuned_knobs(spec, outcome.best.candidate)
     cache.put(fp, inputs, result, knobs)
     return TuneOutcome(fp, False, knobs, result)
+
+
+def probe_env(spec: RunSpec, target: Target, env: dict[str, str]) -> dict[str, str]:
+    """A runner probe's environment, layered as the daemon starts an attempt: the run's `env`
+    over the caller's (its thread count and allocator settings shape what a probe measures), the
+    target's device selection over both."""
+    return {**env, **spec.env, **target.env}
 
 
 def _check_energy(

@@ -492,7 +492,7 @@ class Trainer:
         last_saved_step = self.state.step if resumed else -1
 
         while self.state.step < self.total_steps:
-            if self._stall_at == self.state.step:
+            if self._stall_at == self.state.step and (resumed is None or self.state.step > begun.step):
                 stall_forever()
             boundary = RngState.capture()
             # ranks of a gang decide to stop together, inside the step's exchange

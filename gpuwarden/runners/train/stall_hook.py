@@ -2,7 +2,10 @@
 
 `GPUWARDEN_TEST_STALL=RANK:STEP` makes the rank RANK sleep forever once it has completed STEP
 optimizer steps (before it joins the next step's exchange), so the other ranks block in their
-collective. Tests of hang detection use it; nothing else should set it.
+collective. Tests of hang detection use it; nothing else should set it. A one-process run is
+rank 0: a test that must kill a run at a known step (after the checkpoint of that step) stalls it
+there. A process resumed from the checkpoint of STEP itself goes on: the attempt restarted after
+that kill runs to the end with the same environment.
 """
 
 from __future__ import annotations
