@@ -55,6 +55,11 @@ class SnapshotLoaded(Message, bubble=False):
     snapshot: Snapshot
 
 
+class ChartResized(Message):
+    """A history chart changed size on its own (a scrollbar came or went): its pane may need
+    the window at another resolution."""
+
+
 @dataclass
 class HistoryLoaded(Message, bubble=False):
     window: str

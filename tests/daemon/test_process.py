@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -47,8 +48,13 @@ def test_tagged_processes_are_found_with_their_attempt_and_group(
     tagged_family: tuple[subprocess.Popen[str], int, str],
 ) -> None:
     proc, kid, run_id = tagged_family
-    mine = {t.pid: t for t in LocalProcesses().tagged() if t.run_id == run_id}
-    assert set(mine) == {proc.pid, kid}
+
+    def both() -> dict[int, Any] | None:
+        # The kid's pid is printed before its exec ends; mid-exec its environment cannot be read.
+        found = {t.pid: t for t in LocalProcesses().tagged() if t.run_id == run_id}
+        return found if set(found) == {proc.pid, kid} else None
+
+    mine = wait_for(both, "the parent and its child, both tagged", timeout=30)
     assert mine[proc.pid].leader and not mine[kid].leader
     assert {t.attempt for t in mine.values()} == {1}
     assert {t.group for t in mine.values()} == {proc.pid}

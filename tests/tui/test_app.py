@@ -404,7 +404,16 @@ def test_history_windows_metric_and_cursor() -> None:
             fake.history_calls.clear()
             await pilot.press("3")
             pane = app.query_one(HistoryPane)
-            await until(pilot, lambda: pane.loaded is not None and not pane.needs_reload, "the history")
+            await until(
+                pilot,
+                lambda: (
+                    pane._resize_timer is None
+                    and pane.loaded is not None
+                    and not pane.needs_reload
+                    and pane.loaded_points == pane._points_wanted()
+                ),
+                "the history at the width it is shown at",
+            )
             await wait_workers(pilot)
             uuids, metrics, start, end, points = fake.history_calls[-1]
             assert uuids == tuple(g.uuid for g in fake.gpus())

@@ -28,7 +28,7 @@ from gpuwarden.core.telemetry.types import GpuStatic
 from gpuwarden.core.units import duration
 from gpuwarden.tui.backend import DashboardBackend, HistorySeries, HostSeries, Point, Snapshot
 from gpuwarden.tui.formatting import clock
-from gpuwarden.tui.messages import HistoryLoaded
+from gpuwarden.tui.messages import ChartResized, HistoryLoaded
 from gpuwarden.tui.metrics import (
     CHART_METRICS,
     HOST_METRICS_BY_KEY,
@@ -87,6 +87,10 @@ class SeriesChart(Vertical):
 
     def set_plot_height(self, rows: int) -> None:
         self.chart.styles.height = rows + self.axis
+
+    def on_resize(self, event: Resize) -> None:
+        # The pane's own size does not change when its scrollbar appears, but the plot narrows.
+        self.post_message(ChartResized())
 
     @property
     def times(self) -> list[float]:
@@ -244,6 +248,13 @@ class HistoryPane(VerticalScroll, can_focus=True):
 
     def on_resize(self, event: Resize) -> None:
         self._fit_heights()
+        self._refit_when_settled()
+
+    def on_chart_resized(self, message: ChartResized) -> None:
+        message.stop()
+        self._refit_when_settled()
+
+    def _refit_when_settled(self) -> None:
         if self._resize_timer is not None:
             self._resize_timer.stop()
         self._resize_timer = self.set_timer(RESIZE_SETTLE_S, self._after_resize)
