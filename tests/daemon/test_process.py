@@ -49,10 +49,10 @@ def test_tagged_processes_are_found_with_their_attempt_and_group(
 ) -> None:
     proc, kid, run_id = tagged_family
 
-    def both() -> dict[int, Any] | None:
+    def both() -> dict[int, Any]:
         # The kid's pid is printed before its exec ends; mid-exec its environment cannot be read.
         found = {t.pid: t for t in LocalProcesses().tagged() if t.run_id == run_id}
-        return found if set(found) == {proc.pid, kid} else None
+        return found if set(found) == {proc.pid, kid} else {}
 
     mine = wait_for(both, "the parent and its child, both tagged", timeout=30)
     assert mine[proc.pid].leader and not mine[kid].leader
