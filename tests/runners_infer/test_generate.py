@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 
 from gpuwarden.core.events import EXIT_OK, EXIT_OOM, EXIT_TERMINATED, EXIT_USER_ERROR
+from gpuwarden.runners.__main__ import run_body
+from gpuwarden.runners.events import EventWriter
 from gpuwarden.runners.infer.example_models import write_prompts
 from gpuwarden.runners.pause_hook import PAUSE_ENV
 
@@ -168,18 +170,22 @@ def test_missing_model_is_an_error_event_without_traceback(
 
 
 def test_load_in_8bit_on_cpu_is_a_clear_error(
-    tmp_path: Path, lm_assets: dict[str, Path], run_runner: Runner
+    tmp_path: Path, lm_assets: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # Refused before the model loads: the runner's run_body in this process makes the same event,
+    # message and status as a runner process would (the missing-model test above starts one).
     spec = write_spec(
         tmp_path / "spec.yaml",
         {"task": "generate", "model": lm_assets["llm"], "input": lm_assets["prompts"], "load_in_8bit": True},
     )
-    result = run_runner(spec, tmp_path / "run")
-    assert result.rc == EXIT_USER_ERROR
-    error = result.one("error")
+    events_path = tmp_path / "run" / "attempts" / "1" / "events.jsonl"
+    with EventWriter(events_path) as events:
+        rc = run_body(spec, tmp_path / "run", 1, events)
+    assert rc == EXIT_USER_ERROR
+    (error,) = [e for e in read_events(events_path) if e["type"] == "error"]
     assert error["code"] == "unsupported"
     assert error["message"].startswith("load_in_8bit needs CUDA and bitsandbytes — remove it or run on a GPU")
-    assert "Traceback" not in result.stderr
+    assert capsys.readouterr().err == f"gpuwarden: {error['message']}\n"
 
 
 @pytest.mark.slow
