@@ -5,14 +5,17 @@ the eight samples rank 1 trains on in step 4, which fill `max_length` (a 32000-w
 makes their logits cost ~0.6 GB more). Under an address-space limit on every process that only
 rank 1 exceeds, and only at micro-batch 8, rank 1 runs out of memory for real.
 
-(a) an uninterrupted run is the reference. A second run lives through three attempts, as a run
-the daemon stops, restarts and retunes would: (b) SIGTERM to torchrun's process group stops every
-rank after the same step; (c) the next attempt, under the limit, resumes from that checkpoint and
-rank 1 runs out of memory: its `oom` event, exit 3, the gang torn down; (d) the third resumes at
-a quarter of the micro-batch and four times the accumulation (same effective batch) and ends on
-the reference's weights, which it can only do if both checkpoints it went through were exact.
-(e) the stall hook stops rank 1 while rank 0 waits in its collective, and SIGKILL to torchrun
-takes both ranks with it.
+One run lives through three attempts, as a run the daemon stops, restarts and retunes would:
+(a) SIGTERM to torchrun's process group stops every rank after the same step; (b) the next
+attempt, under the limit, resumes from that checkpoint on every rank, and rank 1 runs out of
+memory: its `oom` event, exit 3, the gang torn down; (c) the third resumes at a quarter of the
+micro-batch and four times the accumulation (same effective batch) and finishes; (d) throughout,
+every rank reported its own events and only rank 0 wrote checkpoints and the report. The run
+trained every sample once, with both checkpoints on its way exact: it ends on the weights of one
+uninterrupted process that trained the same samples step by step (each rank divides its loss by
+the units of the gang's whole step, so one process over the step's samples is what the gang
+computes). (e) the stall hook stops rank 1 while rank 0 waits in its collective, and SIGKILL to
+torchrun takes both ranks with it.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from gpuwarden.daemon.process import process_alive
 from gpuwarden.runners.pause_hook import PAUSE_ENV
 from gpuwarden.runners.testing_models import build_tiny_causal_lm, write_shaped_texts
 from gpuwarden.runners.train.stall_hook import STALL_ENV
-from tests.runners.conftest import load_final_weights
+from tests.runners.conftest import load_final_weights, run_attempt
 from tests.runners.gang_support import Gang, start_gang, wait_for
 
 pytestmark = pytest.mark.slow
@@ -91,38 +94,13 @@ def assert_same_weights(run_dir: Path, reference: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def reference(data: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Gang:
-    gang = start_gang(section(data), tmp_path_factory.mktemp("reference") / "run", 1)
-    status = gang.wait(TIMEOUT)
-    assert status.code == EXIT_OK, gang.stderr()[-3000:]
-    return gang
-
-
-def test_uninterrupted_gang_trains_every_sample_once_and_reports_each_rank(reference: Gang) -> None:
-    events = reference.events()
-    assert sorted(events) == [0, 1]
-    for rank, rank_events in events.items():
-        assert all(e["rank"] == rank for e in rank_events)
-        progress = [e for e in rank_events if e["type"] == "progress"]
-        assert [p["step"] for p in progress] == list(range(1, STEPS + 1))
-        assert progress[-1]["samples_seen"] == STEPS * MICRO * WORLD  # the gang's samples
-        assert all(p["vm_peak"] for p in progress)  # every rank reports its own memory
-        started = next(e for e in rank_events if e["type"] == "started")
-        assert started["world_size"] == WORLD and started["pid"] > 0
-    # the ranks agree on the loss; only rank 1 met the long samples, and its memory says so
-    assert [p["loss"] for p in events[0] if p["type"] == "progress"] == [
-        p["loss"] for p in events[1] if p["type"] == "progress"
-    ]
-    peak = {r: max(e["vm_peak"] for e in ev if e["type"] == "progress") for r, ev in events.items()}
-    assert peak[1] > peak[0] + 200 * 2**20, peak
-    # rank 0 writes the run's checkpoints and report; rank 1 writes neither
-    assert [e["step"] for e in events[0] if e["type"] == "checkpoint"] == [CHECKPOINT_EVERY, STEPS]
-    assert not [e for e in events[1] if e["type"] in ("checkpoint", "finished")]
-    report = next(e for e in events[0] if e["type"] == "finished")["report"]
-    assert report["world_size"] == WORLD and report["effective_batch"] == MICRO * WORLD
-    outcome = read_gang_outcome(reference.attempt_dir, WORLD, reference.stderr())
-    assert outcome.first_failure is None
-    assert [r.last_event for r in outcome.ranks] == ["finished", "progress"]
+def reference(data: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One process trains what the gang trains, step by step: its micro-batches are the ranks'
+    blocks of each step's samples, in rank order. Returns its run directory."""
+    one = {**section(data, MICRO, WORLD), "world_size": 1}
+    result = run_attempt(one, tmp_path_factory.mktemp("reference") / "run")
+    assert result.rc == EXIT_OK, result.stderr
+    return result.run_dir
 
 
 @pytest.fixture(scope="module")
@@ -204,19 +182,64 @@ def test_one_rank_runs_out_of_memory_and_torchrun_ends_the_gang(oom_run: Gang) -
     print(f"OOM → gang ended: {ended - oom[0]['ts']:.2f} s")
 
 
-def test_resume_after_the_oom_with_a_quarter_micro_batch_matches_the_reference(
-    data: dict[str, Path], oom_run: Gang, reference: Gang
+@pytest.fixture(scope="module")
+def finished(data: dict[str, Path], oom_run: Gang) -> Gang:
+    """Attempt 3: a quarter of the micro-batch, four times the accumulation, under the limit."""
+    gang = start_gang(section(data, MICRO // 4, 4), oom_run.attempt_dir.parents[1], 3, limit=LIMIT)
+    gang.wait(TIMEOUT)
+    return gang
+
+
+def test_resume_after_the_oom_with_a_quarter_micro_batch_ends_on_one_processs_weights(
+    finished: Gang, reference: Path
 ) -> None:
-    run_dir = oom_run.attempt_dir.parents[1]
-    resumed = start_gang(section(data, MICRO // 4, 4), run_dir, 3, limit=LIMIT)
-    assert resumed.wait(TIMEOUT).code == EXIT_OK, resumed.stderr()[-3000:]
-    events = resumed.events()
+    status = finished.child.poll()
+    assert status is not None and status.code == EXIT_OK, finished.stderr()[-3000:]
+    events = finished.events()
     started = next(e for e in events[0] if e["type"] == "started")
     assert started["resumed_from"].endswith(f"{CHECKPOINT_EVERY:08d}")
     assert not [e for e in events[0] if e["type"] == "warning"], events[0]  # same effective batch
     report = next(e for e in events[0] if e["type"] == "finished")["report"]
     assert report["batch_size"] == MICRO // 4 and report["effective_batch"] == MICRO * WORLD
-    assert_same_weights(run_dir, reference.attempt_dir.parents[1])
+    assert report["world_size"] == WORLD and report["samples_seen"] == STEPS * MICRO * WORLD
+    outcome = read_gang_outcome(finished.attempt_dir, WORLD, finished.stderr())
+    assert outcome.first_failure is None
+    assert [r.last_event for r in outcome.ranks] == ["finished", "progress"]
+    assert_same_weights(finished.attempt_dir.parents[1], reference)
+
+
+def test_every_rank_reports_its_own_events_and_only_rank_0_writes(
+    stopped: Gang, oom_run: Gang, finished: Gang
+) -> None:
+    attempts = [stopped.events(), oom_run.events(), finished.events()]
+    # the steps each attempt completed: to the stop, to the OOM, to the end
+    assert [steps_of(events[0]) for events in attempts] == [[1, 2], [3], [4, 5, 6]]
+    for events in attempts:
+        assert sorted(events) == [0, 1]
+        for rank, rank_events in events.items():
+            assert all(e["rank"] == rank for e in rank_events)
+            started = next(e for e in rank_events if e["type"] == "started")
+            assert started["world_size"] == WORLD and started["pid"] > 0
+            progress = [e for e in rank_events if e["type"] == "progress"]
+            assert all(p["vm_peak"] for p in progress)  # every rank reports its own memory
+            assert all(p["samples_seen"] == p["step"] * MICRO * WORLD for p in progress)  # the gang's
+        # the ranks agree on the step and the loss
+        assert steps_of(events[1]) == steps_of(events[0])
+        assert losses_of(events[1]) == losses_of(events[0])
+        # rank 0 writes the run's checkpoints and report; rank 1 writes neither
+        assert not [e for e in events[1] if e["type"] in ("checkpoint", "finished")]
+    checkpoints = [
+        (e["step"], e["reason"]) for events in attempts for e in events[0] if e["type"] == "checkpoint"
+    ]
+    assert checkpoints == [(STOP_AT, "sigterm"), (CHECKPOINT_EVERY, "interval"), (STEPS, "final")]
+
+
+def steps_of(events: list[dict[str, Any]]) -> list[int]:
+    return [e["step"] for e in events if e["type"] == "progress"]
+
+
+def losses_of(events: list[dict[str, Any]]) -> list[float]:
+    return [e["loss"] for e in events if e["type"] == "progress"]
 
 
 def test_stall_hook_stops_one_rank_while_the_other_waits_in_its_collective(

@@ -6,9 +6,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
+from gpuwarden.core.config.spec import spec_from_mapping
 from gpuwarden.core.events import EXIT_OK, EXIT_USER_ERROR
-from tests.runners.conftest import RunResult, RunRunner
+from gpuwarden.runners.__main__ import run_body
+from gpuwarden.runners.device import resolve_precision
+from gpuwarden.runners.events import EventWriter
+from gpuwarden.runners.train.main import precision_warning
+from tests.runners.conftest import RunResult, RunRunner, read_events, write_spec
 from tests.runners.test_train_image import image_section
 
 
@@ -50,6 +56,18 @@ def test_unreadable_image_names_the_file(
     assert_user_error(result, "bad_data", "broken.png")
 
 
+def run_in_process(train: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> RunResult:
+    """One attempt through the runner's own `run_body`, in this process: for a request refused
+    before any model or data is touched, the same code makes the event, the message and the exit
+    status as in a runner process (the tests above start one), without the torch start-up."""
+    run_dir = tmp_path / "run"
+    events_path = run_dir / "attempts" / "1" / "events.jsonl"
+    with EventWriter(events_path) as events:
+        rc = run_body(write_spec(tmp_path / "spec.yaml", train), run_dir, 1, events)
+    captured = capsys.readouterr()
+    return RunResult(rc, captured.out, captured.err, run_dir, read_events(events_path))
+
+
 @pytest.mark.parametrize(
     ("spec", "code", "needle"),
     [
@@ -59,9 +77,11 @@ def test_unreadable_image_names_the_file(
     ],
 )
 def test_impossible_requests_are_user_errors(
-    run_runner: RunRunner, spec: dict[str, Any], code: str, needle: str
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], spec: dict[str, Any], code: str, needle: str
 ) -> None:
-    assert_user_error(run_runner(image_section(**spec)), code, needle)
+    result = run_in_process(image_section(**spec), tmp_path, capsys)
+    message = assert_user_error(result, code, needle)
+    assert result.stderr == f"gpuwarden: {message}\n"
 
 
 def test_bf16_on_cpu_warns_and_runs(run_runner: RunRunner) -> None:
@@ -72,8 +92,12 @@ def test_bf16_on_cpu_warns_and_runs(run_runner: RunRunner) -> None:
     assert result.one("started")["dtype"] == "bf16"
 
 
-def test_legacy_amp_switch_says_it_runs_fp32_on_cpu(run_runner: RunRunner) -> None:
-    result = run_runner(image_section(amp=True, max_steps=1))
-    assert result.rc == EXIT_OK, result.stderr
-    warning = result.one("warning")
-    assert warning["code"] == "precision_unavailable" and warning["used"] == "fp32"
+def test_legacy_amp_switch_says_it_runs_fp32_on_cpu() -> None:
+    # Which warning `amp: true` gets; the runner emits it by the same line as bf16's above, whose
+    # run shows it reaching the events without stopping the run.
+    spec = spec_from_mapping({"version": 1, "name": "amp", "kind": "train", "train": image_section(amp=True)})
+    assert spec.train is not None
+    precision = resolve_precision(spec.train.resolved_precision_request(), torch.device("cpu"))
+    warning = precision_warning(spec.train, precision)
+    assert precision.used == "fp32"
+    assert warning is not None and (warning.code, warning.used) == ("precision_unavailable", "fp32")

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 
 from gpuwarden.core.events import EXIT_OK, EXIT_OOM, EXIT_TERMINATED, EXIT_USER_ERROR
+from gpuwarden.runners.__main__ import run_body
+from gpuwarden.runners.events import EventWriter
 from gpuwarden.runners.infer.example_models import write_prompts
 from gpuwarden.runners.pause_hook import PAUSE_ENV
 
@@ -36,9 +38,12 @@ def assert_each_item_once(output: Path, prompts: Path) -> list[dict[str, Any]]:
 
 
 @pytest.mark.slow
-def test_generate_finishes_with_report(
+def test_generate_finishes_with_report_its_weights_offloaded(
     tmp_path: Path, lm_assets: dict[str, Path], run_runner: Runner
 ) -> None:
+    # A host budget far below the model's size: accelerate puts the weights on disk ("Some
+    # parameters are on the meta device because they were offloaded"); the run says so and works
+    # all the same. (The resume test's attempts load their model whole.)
     spec = write_spec(
         tmp_path / "spec.yaml",
         {
@@ -48,10 +53,13 @@ def test_generate_finishes_with_report(
             "batch_size": 8,
             "max_new_tokens": 8,
             "max_input_length": 48,
+            "max_memory": {"cpu": "100KB"},
         },
     )
     result = run_runner(spec, tmp_path / "run")
     assert result.rc == EXIT_OK, result.stderr
+    (warning,) = result.warnings("offloaded_to_cpu")
+    assert warning["used"].get("disk", 0) > 0 and warning["requested"] == {"cpu": "100KB"}
     started = result.one("started")
     assert (started["device"], started["dtype"], started["samples_seen"]) == ("cpu", "fp32", 0)
     assert started["parameters"] > 0
@@ -75,6 +83,7 @@ def test_generate_finishes_with_report(
     assert report["tokens_out"] == sum(r["tokens_out"] for r in rows)
     assert report["peak_memory_bytes"] > 0 and report["energy_j"] is None
     assert report["items_per_s"] > 0 and report["per_item_s"] > 0
+    assert report["device_map"] == warning["used"]
 
 
 def stop_at_step(proc: subprocess.Popen[str], run_dir: Path, attempt: int, step: int, signum: int) -> None:
@@ -168,43 +177,22 @@ def test_missing_model_is_an_error_event_without_traceback(
 
 
 def test_load_in_8bit_on_cpu_is_a_clear_error(
-    tmp_path: Path, lm_assets: dict[str, Path], run_runner: Runner
+    tmp_path: Path, lm_assets: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # Refused before the model loads: the runner's run_body in this process makes the same event,
+    # message and status as a runner process would (the missing-model test above starts one).
     spec = write_spec(
         tmp_path / "spec.yaml",
         {"task": "generate", "model": lm_assets["llm"], "input": lm_assets["prompts"], "load_in_8bit": True},
     )
-    result = run_runner(spec, tmp_path / "run")
-    assert result.rc == EXIT_USER_ERROR
-    error = result.one("error")
+    events_path = tmp_path / "run" / "attempts" / "1" / "events.jsonl"
+    with EventWriter(events_path) as events:
+        rc = run_body(spec, tmp_path / "run", 1, events)
+    assert rc == EXIT_USER_ERROR
+    (error,) = [e for e in read_events(events_path) if e["type"] == "error"]
     assert error["code"] == "unsupported"
     assert error["message"].startswith("load_in_8bit needs CUDA and bitsandbytes — remove it or run on a GPU")
-    assert "Traceback" not in result.stderr
-
-
-@pytest.mark.slow
-def test_offloaded_weights_are_reported(
-    tmp_path: Path, lm_assets: dict[str, Path], run_runner: Runner
-) -> None:
-    # A host budget far below the model's size: accelerate puts the weights on disk (
-    # "Some parameters are on the meta device because they were offloaded"); the run still works.
-    spec = write_spec(
-        tmp_path / "spec.yaml",
-        {
-            "task": "generate",
-            "model": lm_assets["llm"],
-            "input": lm_assets["prompts"],
-            "max_new_tokens": 2,
-            "batch_size": 12,
-            "max_memory": {"cpu": "100KB"},
-        },
-    )
-    result = run_runner(spec, tmp_path / "run")
-    assert result.rc == EXIT_OK, result.stderr
-    (warning,) = result.warnings("offloaded_to_cpu")
-    assert warning["used"].get("disk", 0) > 0 and warning["requested"] == {"cpu": "100KB"}
-    assert result.one("finished")["report"]["device_map"] == warning["used"]
-    assert_each_item_once(tmp_path / "run" / "outputs" / "generations.jsonl", lm_assets["prompts"])
+    assert capsys.readouterr().err == f"gpuwarden: {error['message']}\n"
 
 
 # Imports map ~0.8 GB and batch 1 of the wide model peaks near 1.15 GB of address space; batch 8
