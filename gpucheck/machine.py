@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import platform
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 
@@ -50,13 +52,7 @@ def describe() -> dict[str, Any]:
         "load": _load(),
         "nvidia_smi": shutil.which("nvidia-smi"),
     }
-    try:
-        import torch
-
-        out["torch"] = torch.__version__
-        out["cuda"] = torch.version.cuda
-    except ImportError:
-        out["torch"] = None
+    out.update(_torch_build())
     try:
         from gpuwarden.core.telemetry.nvml import open_gpu_reader
 
@@ -76,6 +72,25 @@ def describe() -> dict[str, Any]:
                 .splitlines()[:3]
             )
     return out
+
+
+def _torch_build() -> dict[str, Any]:
+    """torch's version and the CUDA it was built for, read from its generated `torch/version.py`
+    alone: importing torch costs seconds of CPU for two strings. `torch` is None when it is not
+    installed (or its version module will not load)."""
+    try:
+        spec = importlib.util.find_spec("torch")
+        if spec is None or not spec.submodule_search_locations:
+            return {"torch": None}
+        path = Path(next(iter(spec.submodule_search_locations))) / "version.py"
+        version = importlib.util.spec_from_file_location("_gpucheck_torch_version", path)
+        if version is None or version.loader is None:
+            return {"torch": None}
+        module = importlib.util.module_from_spec(version)
+        version.loader.exec_module(module)
+        return {"torch": str(module.__version__), "cuda": module.cuda}
+    except Exception:  # the header must not take the report down
+        return {"torch": None}
 
 
 def _load() -> list[float] | None:

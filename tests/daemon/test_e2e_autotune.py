@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import pytest
 
+from gpuwarden.core.errors import UserError
 from tests.daemon.conftest import DaemonHandle
 
 
@@ -22,7 +24,8 @@ def _detail(gw: DaemonHandle, ref: str) -> dict[str, Any]:
 
 
 def _stop(gw: DaemonHandle, run_id: str) -> None:
-    with gw.client() as client:
+    """Stop the run unless it has ended already (its program may be gone at once)."""
+    with gw.client() as client, contextlib.suppress(UserError):
         client.stop(run_id)
 
 

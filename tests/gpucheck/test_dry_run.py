@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,7 @@ def test_without_a_gpu_every_step_is_skipped_with_its_reason(tmp_path: Path) -> 
     assert {s["summary"] for s in report["steps"]} == {reason}
     assert all(Path(s["log"]).exists() and s["seconds"] is not None for s in report["steps"])
     assert report["machine"]["python"] and report["machine"]["gpu_status"]
+    assert report["machine"]["torch"] == version("torch")  # read without importing torch
     md = (tmp_path / "gpu-report.md").read_text()
     assert md.startswith("# gpuwarden GPU check")
     for step in STEPS:
