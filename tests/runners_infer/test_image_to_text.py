@@ -26,6 +26,7 @@ def image_folder(tmp_path: Path, source: Path) -> Path:
 
 
 @pytest.mark.slow
+# Long: the resume half starts from the first run's outputs; apart, the model would run once more.
 def test_image_to_text_finishes_and_resumes(
     tmp_path: Path, vlm_assets: dict[str, Path], run_runner: Runner
 ) -> None:
