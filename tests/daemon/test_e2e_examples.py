@@ -7,13 +7,13 @@ import json
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.daemon.conftest import DaemonHandle
+from tests.daemon.module_daemon import module_daemon
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "configs" / "examples"
@@ -49,17 +49,8 @@ def example_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonHandle]:
     """One daemon runs every example, as one user's daemon would (each has its own name). Its
     runners use one torch thread: two spin more than they compute on a shared 2-core machine."""
-    runtime = Path(tempfile.mkdtemp(prefix="gw", dir="/tmp"))  # a short socket path
-    handle = DaemonHandle(tmp_path_factory.mktemp("daemon"), runtime, {"OMP_NUM_THREADS": "1"})
-    handle.start()
-    try:
+    with module_daemon(tmp_path_factory.mktemp("daemon"), {"OMP_NUM_THREADS": "1"}) as handle:
         yield handle
-    finally:
-        try:
-            handle.stop()
-        finally:
-            handle.kill_runs()
-            shutil.rmtree(runtime, ignore_errors=True)
 
 
 def test_there_is_a_cpu_example_per_task() -> None:

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from tests.daemon.conftest import DaemonHandle
+from tests.daemon.module_daemon import module_daemon
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonHandle]:
+    with module_daemon(tmp_path_factory.mktemp("daemon")) as handle:
+        yield handle
 
 
 def _train(name: str, gpus: int) -> dict[str, object]:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,23 +15,13 @@ import pytest
 
 from gpuwarden.core.errors import UserError
 from tests.daemon.conftest import FINAL, DaemonHandle, command_spec, wait_for
+from tests.daemon.module_daemon import module_daemon
 
 
 @pytest.fixture(scope="module")
 def shared_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonHandle]:
-    """One daemon (two fake H100s) for the tests of this module: starting one costs about a
-    second of CPU, more than most of these tests."""
-    runtime = Path(tempfile.mkdtemp(prefix="gw", dir="/tmp"))  # a short socket path
-    handle = DaemonHandle(tmp_path_factory.mktemp("daemon"), runtime)
-    handle.start()
-    try:
+    with module_daemon(tmp_path_factory.mktemp("daemon")) as handle:
         yield handle
-    finally:
-        try:
-            handle.stop()
-        finally:
-            handle.kill_runs()
-            shutil.rmtree(runtime, ignore_errors=True)
 
 
 @pytest.fixture
