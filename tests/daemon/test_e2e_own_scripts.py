@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ import pytest
 import torch
 
 from tests.daemon.conftest import DaemonHandle
+from tests.daemon.module_daemon import module_daemon
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "configs" / "examples"
@@ -33,17 +32,8 @@ PLAIN_CONFIG = REPO / "examples" / "plain_pytorch" / "config.yaml"
 def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonHandle]:
     """One daemon for the module: every test's run has a name and a folder of its own, and a
     daemon start is one more Python process."""
-    runtime = Path(tempfile.mkdtemp(prefix="gw", dir="/tmp"))  # a socket path is short
-    handle = DaemonHandle(tmp_path_factory.mktemp("daemon"), runtime)
-    handle.start()
-    try:
+    with module_daemon(tmp_path_factory.mktemp("daemon")) as handle:
         yield handle
-    finally:
-        try:
-            handle.stop()
-        finally:
-            handle.kill_runs()
-            shutil.rmtree(runtime, ignore_errors=True)
 
 
 def _sha(path: Path) -> str:
