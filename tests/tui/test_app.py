@@ -395,6 +395,36 @@ def test_kill_only_own_stray_processes_after_confirm() -> None:
     run(body())
 
 
+def test_history_is_refetched_when_its_charts_narrow_without_the_pane_resizing() -> None:
+    # A scrollbar that comes (here: a gutter kept for it) narrows every chart, not the pane.
+    async def body() -> None:
+        fake = FakeBackend()
+        app = make_app(fake)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(pilot)
+            await pilot.press("3")
+            pane = app.query_one(HistoryPane)
+            chart = app.query(HistoryBlock).first().charts[0].chart
+
+            def fetched_at_width() -> bool:
+                return (
+                    pane._resize_timer is None
+                    and not pane._loading
+                    and bool(fake.history_calls)
+                    and fake.history_calls[-1][4] == 2 * chart.plot_width
+                )
+
+            await until(pilot, fetched_at_width, "the history at the charts' width")
+            before = fake.history_calls[-1][4]
+            size = pane.size
+            pane.styles.scrollbar_gutter = "stable"
+            await until(pilot, lambda: 2 * chart.plot_width < before, "the charts narrowed")
+            await until(pilot, fetched_at_width, "the history refetched at the narrower width")
+            assert pane.size == size and fake.history_calls[-1][4] < before
+
+    run(body())
+
+
 def test_history_windows_metric_and_cursor() -> None:
     async def body() -> None:
         fake = FakeBackend()
