@@ -6,8 +6,11 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
+
+from gpuwarden.core.events import EXIT_USER_ERROR
 
 HEAVY = ("torch", "transformers", "accelerate", "textual", "rich", "matplotlib")
 
@@ -95,3 +98,20 @@ def test_the_script_sdk_stays_light_even_when_it_classifies() -> None:
     assert not {
         m for m in mods if m.startswith(("gpuwarden.daemon", "gpuwarden.client", "gpuwarden.runners"))
     }
+
+
+def test_a_runner_refusing_its_spec_never_loads_torch(tmp_path: Path) -> None:
+    """The runner's entry point reports a spec error before anything heavy loads (a refused spec
+    costs a fraction of a second, not torch's import)."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("kind: train\nname: x\ntrain: {micro_batch: -3}\n")
+    code = (
+        "import sys, json, gpuwarden.runners.__main__ as entry;"
+        f"status = entry.main(['--spec', {str(spec)!r}, '--run-dir', {str(tmp_path / 'run')!r}]);"
+        "print(json.dumps([status, sorted(sys.modules)]))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    status, mods = json.loads(out.stdout.splitlines()[-1])
+    assert status == EXIT_USER_ERROR, out.stderr
+    assert "gpuwarden: " in out.stderr and "Traceback" not in out.stderr
+    assert not (_top(set(mods)) & set(HEAVY)), sorted(_top(set(mods)) & set(HEAVY))

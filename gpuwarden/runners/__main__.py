@@ -51,7 +51,7 @@ from gpuwarden.core.events import (
 from gpuwarden.core.gang.files import rank_events_path
 from gpuwarden.runners.error_file import write_error_file
 from gpuwarden.runners.events import EventWriter
-from gpuwarden.runners.gang import RankEnv, die_with_parent, rank_env
+from gpuwarden.runners.rank_env import RankEnv, die_with_parent, rank_env
 from gpuwarden.runners.stop import STOP
 
 RunnerBody = Callable[[RunSpec, Path, int, EventWriter], int]

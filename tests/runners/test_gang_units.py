@@ -15,8 +15,9 @@ from gpuwarden.core.events import EXIT_OOM, Oom, Progress
 from gpuwarden.runners.checkpoint import CheckpointPayload, RngState, load_checkpoint, save_checkpoint
 from gpuwarden.runners.error_file import ERROR_FILE_ENV, write_error_file
 from gpuwarden.runners.events import EventWriter
-from gpuwarden.runners.gang import Gang, RankEnv, check_world_size, is_peer_failure, rank_env
+from gpuwarden.runners.gang import Gang, is_peer_failure
 from gpuwarden.runners.pause_hook import PAUSE_ENV, pause_step, wait_for_stop
+from gpuwarden.runners.rank_env import RankEnv, check_world_size, rank_env
 from gpuwarden.runners.stop import StopRequest
 from gpuwarden.runners.train.sampling import PositionSampler, rank_positions
 from gpuwarden.runners.train.stall_hook import STALL_ENV, stall_step

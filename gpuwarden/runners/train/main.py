@@ -19,14 +19,8 @@ from gpuwarden.runners.device import (
     select_device,
 )
 from gpuwarden.runners.events import EventWriter
-from gpuwarden.runners.gang import (
-    check_world_size,
-    is_peer_failure,
-    open_gang,
-    rank_device,
-    rank_env,
-    report_peer_lost,
-)
+from gpuwarden.runners.gang import is_peer_failure, open_gang, rank_device, report_peer_lost
+from gpuwarden.runners.rank_env import check_world_size, rank_env
 from gpuwarden.runners.stop import STOP
 from gpuwarden.runners.train.loop import Trainer
 from gpuwarden.runners.train.task import PreparedTask
