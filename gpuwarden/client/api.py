@@ -43,6 +43,9 @@ from gpuwarden.core.errors import UserError
 API_MAJOR = 1
 NOT_RUNNING = "gpuwarden daemon is not running — start it with `gpuwarden up`"
 Model = TypeVar("Model", bound=BaseModel)
+IDEMPOTENT = frozenset({"GET", "HEAD"})
+# What a request sent on a connection the server had closed fails with (no answer came).
+STALE_CONNECTION = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 
 
 def default_socket() -> Path:
@@ -86,7 +89,7 @@ class ApiClient:
         if check and not self._checked:
             self.check_version()
         try:
-            response = self._client.request(method, path, **kwargs)
+            response = self._send(method, path, **kwargs)
         except (httpx.ConnectError, FileNotFoundError, ConnectionRefusedError):
             raise UserError(NOT_RUNNING, code="not_running") from None
         except httpx.TimeoutException:
@@ -96,6 +99,17 @@ class ApiClient:
         except httpx.TransportError as exc:
             raise UserError(f"lost the connection to the gpuwarden daemon: {exc}", code="transport") from None
         return _decode(response)
+
+    def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """One request. The daemon closes a keep-alive connection after a few idle seconds; a read
+        sent on a pooled connection just as it closed fails without an answer, so a GET (which
+        changes nothing) is sent once more, on a new connection."""
+        try:
+            return self._client.request(method, path, **kwargs)
+        except STALE_CONNECTION:
+            if method not in IDEMPOTENT:
+                raise
+        return self._client.request(method, path, **kwargs)
 
     def _call(self, model: type[Model], method: str, path: str, **kwargs: Any) -> Model:
         """The answer parsed into `model`."""
@@ -244,18 +258,23 @@ class ApiClient:
         params: dict[str, Any] = {"kinds": ",".join(kinds)}
         if run is not None:
             params["run"] = run
-        try:
-            with self._client.stream(
-                "GET", "/v1/stream", params=params, timeout=httpx.Timeout(10.0, read=None)
-            ) as response:
-                if response.status_code >= 400:
-                    response.read()
-                    _decode(response)
-                yield from parse_sse(response.iter_lines())
-        except (httpx.ConnectError, FileNotFoundError, ConnectionRefusedError):
-            raise UserError(NOT_RUNNING, code="not_running") from None
-        except httpx.RemoteProtocolError:
-            return  # the daemon closed the stream (shutdown)
+        for last_try in (False, True):
+            answered = False
+            try:
+                with self._client.stream(
+                    "GET", "/v1/stream", params=params, timeout=httpx.Timeout(10.0, read=None)
+                ) as response:
+                    answered = True
+                    if response.status_code >= 400:
+                        response.read()
+                        _decode(response)
+                    yield from parse_sse(response.iter_lines())
+                return
+            except (httpx.ConnectError, FileNotFoundError, ConnectionRefusedError):
+                raise UserError(NOT_RUNNING, code="not_running") from None
+            except STALE_CONNECTION:
+                if answered or last_try:
+                    return  # the daemon closed the stream (shutdown)
 
 
 def _q(ref: str) -> str:

@@ -48,6 +48,8 @@ from gpuwarden.tui.widgets.status_bar import StatusBar
 
 RUNS_POLL_S = 5.0  # progress and throughput come with the runs list; state changes come live
 RECONNECT_S = 2.0
+# Failures that mean the daemon is not there (or stopped answering) rather than a fault.
+UNREACHABLE = frozenset({"not_running", "transport", "timeout"})
 TICK_S = 1.0  # the history's "newest point" age and its slower refresh of long windows
 
 
@@ -266,13 +268,22 @@ class GpuwardenApp(App[None]):
             was_connected = self.connected
             self.set_connected(False)
             if was_connected or not self._had_connection:
-                # The first failure may say more (not running, a version the dashboard refuses).
-                first = text if isinstance(error, UserError) and not self._had_connection else OFFLINE
-                self.notify(first, title="connection", severity="warning", timeout=6)
+                why = self._stream_failure(error, text)
+                self.notify(why, title="connection", severity="warning", timeout=6)
             if not self._stop.is_set():
                 self.set_timer(self.reconnect_s, self.connect)
             return
         self.notify(text, title=worker.name or worker.group, severity="error", timeout=8)
+
+    def _stream_failure(self, error: BaseException | None, text: str) -> str:
+        """What the toast says when the live stream ends: the first failure may say more (not
+        running, a version the dashboard refuses); later, a daemon that went away is the usual
+        reason, and anything else is named so it is not mistaken for one."""
+        if isinstance(error, UserError) and not self._had_connection:
+            return text
+        if isinstance(error, ConnectionError) or (isinstance(error, UserError) and error.code in UNREACHABLE):
+            return OFFLINE
+        return f"live stream stopped: {text} — reconnecting"
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="snapshot", name="snapshot")
     def _refresh_snapshot(self) -> None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import socket
+import threading
 from pathlib import Path
+from typing import BinaryIO
 
 import httpx
 import pytest
@@ -86,3 +89,63 @@ def test_sse_parser_skips_comments_and_bad_data() -> None:
     frames = list(parse_sse(text))
     assert [(f.event, f.id) for f in frames] == [("sample", "1"), ("event", None)]
     assert frames[0].dropped == 3 and frames[1].data == {"type": "x"}
+
+
+class _ClosingServer:
+    """A Unix-socket HTTP server that answers the first request on every connection, keeps it
+    alive, then closes it when the next request arrives without answering — what a client sees
+    when the daemon's keep-alive timer closes a pooled connection as a request goes out."""
+
+    def __init__(self, path: Path) -> None:
+        self.answered: list[str] = []
+        self.unanswered: list[str] = []
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.bind(str(path))
+        self._sock.listen()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            with conn, conn.makefile("rb") as reader:
+                self.answered.append(self._answer(conn, reader))
+                following = reader.readline()
+                if following:  # not the client closing its connection
+                    self.unanswered.append(_request_line(following))
+
+    def _answer(self, conn: socket.socket, reader: BinaryIO) -> str:
+        request = _request_line(reader.readline())
+        while reader.readline() not in (b"\r\n", b""):
+            pass
+        body = b'{"api_version": "1.0"}' if request.endswith("/v1/health") else b'{"runs": []}'
+        head = f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+        conn.sendall(head.encode() + body)
+        return request
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+def _request_line(line: bytes) -> str:
+    method, target, *_ = line.decode().split()
+    return f"{method} {target.split('?')[0]}"
+
+
+def test_a_read_on_a_connection_the_daemon_just_closed_is_sent_again_but_a_change_is_not(
+    short_tmp: Path,
+) -> None:
+    server = _ClosingServer(short_tmp / "api.sock")
+    try:
+        with ApiClient(short_tmp / "api.sock") as client:
+            assert client.runs() == []  # health on one connection, the runs read on a second
+            with pytest.raises(UserError) as err:
+                client.stop("r1")  # a change is never sent twice
+    finally:
+        server.close()
+    assert err.value.code == "transport" and "\n" not in str(err.value)
+    assert server.answered == ["GET /v1/health", "GET /v1/runs"]
+    assert server.unanswered == ["GET /v1/runs", "POST /v1/runs/r1/stop"]

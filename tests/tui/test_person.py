@@ -226,6 +226,40 @@ def test_without_the_daemon_the_data_is_dimmed_and_controls_are_withdrawn() -> N
     run(body())
 
 
+class _Garbled(FakeBackend):
+    """A daemon that is there but whose live stream breaks on an answer this dashboard refuses."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.garbled = threading.Event()
+
+    def frames(self, stop: threading.Event) -> Iterator[Frame]:
+        for frame in super().frames(stop):
+            if self.garbled.is_set():
+                self.garbled.clear()
+                raise UserError("the daemon's answer to GET /v1/processes does not fit", code="api_mismatch")
+            yield frame
+
+
+def test_a_stream_that_fails_while_the_daemon_answers_says_why_and_reconnects() -> None:
+    async def body() -> None:
+        fake = _Garbled()
+        fake.interval = 0.05
+        app = make_app(fake)
+        app.reconnect_s = 0.05
+        async with app.run_test(size=(100, 30)) as pilot:
+            await settle(pilot)
+            fake.garbled.set()
+            wanted = (
+                "live stream stopped: the daemon's answer to GET /v1/processes does not fit — reconnecting"
+            )
+            await until(pilot, lambda: wanted in messages(app), "the reason named")
+            assert OFFLINE not in messages(app)
+            await until(pilot, lambda: app.connected and not fake.garbled.is_set(), "the reconnection")
+
+    run(body())
+
+
 def test_a_machine_without_gpu_shows_the_hosts_runs_and_offers_no_gpu_keys() -> None:
     async def body() -> None:
         fake = FakeBackend.no_gpu()
