@@ -19,7 +19,7 @@ from gpuwarden.runners.testing_models import build_tiny_causal_lm
 from tests.daemon.conftest import DaemonHandle
 
 REPO = Path(__file__).resolve().parents[2]
-PINNED = {"OMP_NUM_THREADS": "2", "MALLOC_ARENA_MAX": "2"}
+PINNED = {"OMP_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "2"}  # as the example pins them
 
 # The shipped example is what this test runs: micro-batch 32 under a 1.6 GiB address-space limit.
 TRAIN_SPEC = (REPO / "configs" / "examples" / "oom-recovery-cpu.yaml").read_text()
@@ -93,7 +93,7 @@ def test_inference_oom_is_retuned_with_no_item_lost_or_duplicated(gw: DaemonHand
         f"""
         name: oom-infer
         kind: infer
-        env: {{OMP_NUM_THREADS: "2", MALLOC_ARENA_MAX: "2"}}
+        env: {{OMP_NUM_THREADS: "1", MALLOC_ARENA_MAX: "2"}}
         resources: {{gpus: 0, memory_limit: 1.6GiB}}
         infer:
           task: generate
