@@ -107,12 +107,15 @@ def test_the_example_recovers_a_ranks_oom_with_the_same_effective_batch_and_weig
     shutil.copy(EXAMPLE, tree / "configs" / "examples")
     build_example_assets(tree / ".example-models")
     spec = tree / "configs" / "examples" / EXAMPLE.name
-    # The reference (an uninterrupted gang at the original micro-batch, no limit) runs alongside.
+    # The reference runs alongside, uninterrupted and without a limit: one process whose two
+    # accumulated micro-batches are the two ranks' (a gang trains what one process trains).
     reference = gw.write_spec(
         "reference",
         EXAMPLE.read_text()
         .replace("name: ddp-oom-recovery-cpu", "name: ddp-reference")
         .replace("memory_limit: 1.35GiB", "memory_limit: null")
+        .replace("grad_accum_steps: 1\n", "grad_accum_steps: 2\n")
+        .replace("world_size: 2 ", "world_size: 1 ")
         .replace("../../.example-models", str(tree / ".example-models")),
     )
     assert gw.cli("run", str(reference)).returncode == 0
@@ -141,6 +144,7 @@ def test_the_example_recovers_a_ranks_oom_with_the_same_effective_batch_and_weig
 
     ref = gw.wait_state(_detail(gw, "ddp-reference")["id"], timeout=600)
     assert ref["state"] == "succeeded", ref["message"]
+    assert [a["world_size"] for a in _detail(gw, "ddp-reference")["attempts"]] == [1]
     recovered = load_final_weights(Path(detail["run_dir"]))
     expected = load_final_weights(Path(ref["run_dir"]))
     assert recovered.keys() == expected.keys()
