@@ -104,8 +104,18 @@ def _ask(prompt: str, choices: list[str]) -> str:
     help="Browse this database read-only instead of connecting to the daemon.",
 )
 @click.option("--readonly", is_flag=True, help="Watch only: no control (stop, submit, …) is offered.")
-def tui(db_path: Path | None, readonly: bool) -> None:
+@click.option(
+    "--log",
+    "log_path",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    help="Append what the dashboard told you, its connections and why a live stream ended to this file.",
+)
+def tui(db_path: Path | None, readonly: bool, log_path: Path | None) -> None:
     """Open the dashboard: GPUs, runs and history, live from the daemon (works over SSH)."""
+    if log_path is not None:
+        from gpuwarden.tui.session_log import open_session_log
+
+        open_session_log(log_path)
     interactive = sys.stdin.isatty() and sys.stdout.isatty()
     fallback: Path | None = None
     if db_path is None:

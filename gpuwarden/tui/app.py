@@ -44,6 +44,7 @@ from gpuwarden.tui.screens.dialogs import ConfirmScreen, KnobScreen, SubmitScree
 from gpuwarden.tui.screens.help import HelpScreen
 from gpuwarden.tui.screens.main import MainScreen
 from gpuwarden.tui.screens.run_detail import RunDetailScreen
+from gpuwarden.tui.session_log import LOG
 from gpuwarden.tui.widgets.status_bar import StatusBar
 
 RUNS_POLL_S = 5.0  # progress and throughput come with the runs list; state changes come live
@@ -88,6 +89,10 @@ class GpuwardenApp(App[None]):
         self._on_done: dict[Worker[Any], Callable[[Any], None]] = {}
         self.reconnect_s = RECONNECT_S
         self.redraws = 0  # how many coalesced redraws happened (benchmarks and tests read it)
+
+    def notify(self, message: str, *, title: str = "", **kwargs: Any) -> None:
+        LOG.info("told the user: %s%s", f"[{title}] " if title else "", message)
+        super().notify(message, title=title, **kwargs)
 
     def get_default_screen(self) -> Screen[Any]:
         return MainScreen(self)
@@ -140,6 +145,7 @@ class GpuwardenApp(App[None]):
     async def on_connected(self, message: Connected) -> None:
         if not self.live_ui:
             return
+        LOG.info("connected: %s %s", message.status.source, message.status.location)
         reconnected = self._had_connection and not self.connected
         self.status = message.status
         if not message.status.controls and not self.readonly:
@@ -265,6 +271,7 @@ class GpuwardenApp(App[None]):
         error = worker.error
         text = str(error) if isinstance(error, UserError) else f"{type(error).__name__}: {error}"
         if worker.group == "stream":
+            LOG.warning("live stream ended: %s: %s", type(error).__name__, error)
             was_connected = self.connected
             self.set_connected(False)
             if was_connected or not self._had_connection:

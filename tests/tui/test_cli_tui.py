@@ -9,7 +9,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from gpuwarden.cli.main import cli
+from gpuwarden.cli.main import cli, main
 from gpuwarden.cli.tui import BROWSE, QUIT, START, choose_backend
 from gpuwarden.core.errors import UserError
 from tests.tui.fake_backend import FakeBackend
@@ -97,4 +97,15 @@ def test_bare_gpuwarden_without_a_terminal_prints_help() -> None:
 
 def test_tui_command_is_registered_with_its_flags() -> None:
     result = CliRunner().invoke(cli, ["tui", "--help"])
-    assert result.exit_code == 0 and "--db" in result.output and "--readonly" in result.output
+    assert result.exit_code == 0 and all(flag in result.output for flag in ("--db", "--readonly", "--log"))
+
+
+def test_a_log_file_that_cannot_be_written_is_one_line_before_anything_opens(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["tui", "--log", str(tmp_path / "missing" / "tui.log")])
+    assert exited.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("gpuwarden: --log ") and "No such file or directory" in line
+    assert "directory you can write" in line

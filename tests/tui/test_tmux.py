@@ -11,6 +11,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -31,15 +32,26 @@ def tmux(daemon_factory: Callable[[], DaemonHandle]) -> Iterator[tuple[str, Daem
     env = {k: v for k, v in daemon.env.items() if k not in ("COLORTERM", "COLUMNS", "LINES")}
     env["TERM"] = "screen-256color"
     env_args = [arg for k, v in env.items() for arg in ("-e", f"{k}={v}")]
+    LOGS[session] = daemon.root / "tui.log"
     subprocess.run(
         ["tmux", "-L", session, "new-session", "-d", "-s", session, "-x", "80", "-y", "24", *env_args,
-         sys.executable, "-m", "gpuwarden", "tui"],
+         sys.executable, "-m", "gpuwarden", "tui", "--log", str(LOGS[session])],
         check=True, timeout=20, env=env,
     )  # fmt: skip
     try:
         yield session, daemon
     finally:
         subprocess.run(["tmux", "-L", session, "kill-server"], capture_output=True, timeout=20)
+        LOGS.pop(session, None)
+
+
+# The dashboard's own log per tmux session (`gpuwarden tui --log`): what it saw, for failures.
+LOGS: dict[str, Path] = {}
+
+
+def _log(session: str) -> str:
+    path = LOGS.get(session)
+    return path.read_text() if path is not None and path.exists() else ""
 
 
 def _screen(session: str) -> str:
@@ -60,7 +72,9 @@ def _wait_for(session: str, ok: Callable[[str], bool], timeout: float = 30.0) ->
         if ok(screen):
             return screen
         time.sleep(0.3)
-    raise AssertionError(f"screen never matched; last screen:\n{screen}")
+    raise AssertionError(
+        f"screen never matched; last screen:\n{screen}\nthe dashboard's log:\n{_log(session)[-3000:]}"
+    )
 
 
 def _keys(session: str, *keys: str) -> None:
@@ -117,3 +131,8 @@ def test_dashboard_in_tmux_shows_host_and_run_and_stops_it(tmux: tuple[str, Daem
     _keys(session, "2")
     screen = _wait_for(session, lambda s: "not reachable" not in s and "tmux-sleeper" in s and "stopped" in s)
     assert "daemon" in screen.splitlines()[0]
+    # Its log (--log) tells the story: connected, the stream lost with the daemon, what the user
+    # was told, connected again.
+    log = _log(session)
+    assert log.count("connected: daemon") == 2, log
+    assert "live stream ended" in log and "told the user: [connection] daemon not reachable" in log, log
