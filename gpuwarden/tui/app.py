@@ -271,8 +271,9 @@ class GpuwardenApp(App[None]):
         error = worker.error
         text = str(error) if isinstance(error, UserError) else f"{type(error).__name__}: {error}"
         if worker.group == "stream":
-            LOG.warning("live stream ended: %s: %s", type(error).__name__, error)
             was_connected = self.connected
+            what = "live stream ended" if was_connected else "could not connect"
+            LOG.warning("%s: %s: %s", what, type(error).__name__, error)
             self.set_connected(False)
             if was_connected or not self._had_connection:
                 why = self._stream_failure(error, text)
