@@ -10,6 +10,10 @@ from pathlib import Path
 from gpuwarden.core.errors import UserError
 
 LOG = logging.getLogger("gpuwarden.tui")
+# Without --log the lines go nowhere: never to the root logger, whose fallback writes warnings to
+# stderr, under the dashboard.
+LOG.propagate = False
+LOG.addHandler(logging.NullHandler())
 
 
 def open_session_log(path: Path) -> None:
@@ -23,4 +27,3 @@ def open_session_log(path: Path) -> None:
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     LOG.addHandler(handler)
     LOG.setLevel(logging.INFO)
-    LOG.propagate = False  # the terminal belongs to the dashboard
