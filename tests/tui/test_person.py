@@ -3,13 +3,16 @@ daemon going away and coming back, machines without a GPU, the run screen and th
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+from textual.pilot import Pilot
 from textual.widgets import DataTable, Log, Static
 
 from gpuwarden.core.errors import UserError
+from gpuwarden.tui.app import GpuwardenApp
 from gpuwarden.tui.backend import Frame, SampleFrame
 from gpuwarden.tui.controls import OFFLINE
 from gpuwarden.tui.messages import FramesReady
@@ -199,14 +202,23 @@ class _Flaky(FakeBackend):
                 return
 
 
+@contextlib.asynccontextmanager
+async def reconnecting(
+    fake: FakeBackend, size: tuple[int, int]
+) -> AsyncIterator[tuple[GpuwardenApp, Pilot[None]]]:
+    """The dashboard on `fake`, whose frames come every 50 ms, reconnecting every 50 ms, settled."""
+    fake.interval = 0.05
+    app = make_app(fake)
+    app.reconnect_s = 0.05
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        yield app, pilot
+
+
 def test_without_the_daemon_the_data_is_dimmed_and_controls_are_withdrawn() -> None:
     async def body() -> None:
         fake = _Flaky()
-        fake.interval = 0.05
-        app = make_app(fake)
-        app.reconnect_s = 0.05
-        async with app.run_test(size=(80, 24)) as pilot:
-            await settle(pilot)
+        async with reconnecting(fake, (80, 24)) as (app, pilot):
             await pilot.press("2")
             await until(pilot, lambda: "stop_run" in footer_keys(app), "the controls")
             fake.down.set()
@@ -244,11 +256,7 @@ class _Garbled(FakeBackend):
 def test_a_stream_that_fails_while_the_daemon_answers_says_why_and_reconnects() -> None:
     async def body() -> None:
         fake = _Garbled()
-        fake.interval = 0.05
-        app = make_app(fake)
-        app.reconnect_s = 0.05
-        async with app.run_test(size=(100, 30)) as pilot:
-            await settle(pilot)
+        async with reconnecting(fake, (100, 30)) as (app, pilot):
             fake.garbled.set()
             wanted = (
                 "live stream stopped: the daemon's answer to GET /v1/processes does not fit — reconnecting"
