@@ -45,7 +45,8 @@ class DaemonHandle:
             "GPUWARDEN_FAKE_NVML": "h100x2",
             "GPUWARDEN_SAMPLE_INTERVAL": "0.25",
             "GPUWARDEN_STOP_GRACE_SECONDS": "5",
-            "PYTHONPATH": str(REPO),
+            # The repository first; what the caller's path adds (the GPU check's wheels) after it.
+            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
             **(extra_env or {}),
         }
         self.state_dir = root / "state" / "gpuwarden"

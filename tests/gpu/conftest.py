@@ -8,6 +8,9 @@ from typing import Any
 
 import pytest
 
+# The daemon fixtures live beside the daemon's tests; the GPU tests start real daemons too.
+from tests.daemon.conftest import daemon_factory, short_tmp  # noqa: F401
+
 GIB = 1 << 30
 REPO = Path(__file__).resolve().parents[2]
 MEMCAP = Path(__file__).resolve().parent / "memcap"
