@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import psutil
-import sqlite_utils
 
 from gpuwarden import __version__
 from gpuwarden.core.config.settings import Settings
@@ -25,6 +24,7 @@ from gpuwarden.core.errors import UserError
 from gpuwarden.core.oom.classify import read_oom_kill_count
 from gpuwarden.core.paths import Paths
 from gpuwarden.core.private import OwnerOf, file_owner
+from gpuwarden.core.store import sqlite_utils
 from gpuwarden.core.store.db import open_db
 from gpuwarden.core.store.runs import RunStore
 from gpuwarden.core.store.telemetry import TelemetryStore

@@ -15,8 +15,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import TypeVar
 
-import sqlite_utils
-
+from gpuwarden.core.store import sqlite_utils
 from gpuwarden.core.store.db import open_db
 
 T = TypeVar("T")

@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-import sqlite_utils
-
 from gpuwarden.core.api.runs import RunSummary
 from gpuwarden.core.config.settings import Settings
 from gpuwarden.core.config.spec import Resources, RunSpec
@@ -24,6 +22,7 @@ from gpuwarden.core.errors import UserError
 from gpuwarden.core.gang.watchdog import StepWatch
 from gpuwarden.core.paths import Paths
 from gpuwarden.core.run_state import RunState
+from gpuwarden.core.store import sqlite_utils
 from gpuwarden.core.store.runs import RunStore
 from gpuwarden.daemon.events_tail import EventsTail
 from gpuwarden.daemon.placement import Placement, place
