@@ -51,9 +51,13 @@ bench: $(STAMP)
 # package registry: first, where pip reaches PyPI, `make gpu-wheels`; carry .gpu-wheels/ along;
 # there, `make gpu-check` installs them into .gpu-site/ (offline) and runs every step, or those
 # named: `make gpu-check STEPS=nvml-truth,nvml-cost`. Without a GPU every step is skipped.
+# Modules are compiled first and cached, as an install would have them (a GPU image may set
+# PYTHONDONTWRITEBYTECODE): start-up figures then measure gpuwarden, not the bytecode compiler.
 GPU_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
+gpu-check: export PYTHONDONTWRITEBYTECODE :=
 gpu-check:
 	$(GPU_PYTHON) -m gpucheck.wheels install
+	$(GPU_PYTHON) -m compileall -q gpuwarden gpucheck bench tests
 	PYTHONPATH=$(CURDIR)/.gpu-site:$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} \
 		$(GPU_PYTHON) -m gpucheck $(if $(STEPS),--steps $(STEPS))
 

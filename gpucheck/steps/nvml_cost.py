@@ -3,11 +3,13 @@ other tools spend for a snapshot of the same GPUs: `nvidia-smi --query-gpu` (a p
 snapshot, so its CPU is the child's), and nvitop's and gpustat's Python APIs where importable.
 
 Our tick is the daemon's: every GPU reading, the host, and processes + PCIe every fifth tick (the
-default 5 s at 1 Hz). Target: ≤ 1 ms of CPU per tick.
+default 5 s at 1 Hz). Each NVML call is also timed alone, to say where a tick's CPU goes.
+Target: ≤ 1 ms of CPU per tick.
 """
 
 from __future__ import annotations
 
+import contextlib
 import resource
 import statistics
 import subprocess
@@ -51,11 +53,53 @@ def _ours() -> tuple[list[float], list[float], int]:
         for _ in range(10):
             tick()  # capability probing and psutil's first readings stay out of the figure
         ticks = [_cpu_us(tick, TICKS) for _ in range(REPEATS)]
+
         gpu_only = [_cpu_us(lambda: reader.sample(time.time()), TICKS) for _ in range(REPEATS)]
         count = len(reader.gpus())
     finally:
         reader.close()
     return ticks, gpu_only, count
+
+
+# The NVML calls of one tick (and of the slower every-fifth-tick readings), each timed alone on
+# GPU 0, to say where a tick's CPU goes.
+_CALLS: tuple[tuple[str, tuple[Any, ...]], ...] = (
+    ("nvmlDeviceGetUtilizationRates", ()),
+    ("nvmlDeviceGetSamples", (1, 0)),
+    ("nvmlDeviceGetMemoryInfo", ()),
+    ("nvmlDeviceGetPowerUsage", ()),
+    ("nvmlDeviceGetEnforcedPowerLimit", ()),
+    ("nvmlDeviceGetTotalEnergyConsumption", ()),
+    ("nvmlDeviceGetTemperature", (0,)),
+    ("nvmlDeviceGetClockInfo", (1,)),
+    ("nvmlDeviceGetCurrentClocksEventReasons", ()),
+    ("nvmlDeviceGetPerformanceState", ()),
+    ("nvmlDeviceGetComputeRunningProcesses", ()),
+    ("nvmlDeviceGetPcieThroughput", (0,)),
+)
+
+
+def _per_call() -> list[dict[str, Any]]:
+    """CPU µs of each NVML call alone (median of `REPEATS` rounds)."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        rows = []
+        for name, args in _CALLS:
+            fn = getattr(pynvml, name, None)
+            if fn is None:
+                continue
+
+            def call(fn: Callable[..., Any] = fn, args: tuple[Any, ...] = args) -> None:
+                with contextlib.suppress(pynvml.NVMLError):  # NotSupported costs a call too
+                    fn(handle, *args)
+
+            rows.append(figure_row(f"  {name}", [_cpu_us(call, 50) for _ in range(REPEATS)], "µs CPU"))
+        return rows
+    finally:
+        pynvml.nvmlShutdown()
 
 
 def _smi() -> tuple[list[float], list[float]]:
@@ -110,6 +154,7 @@ def run(name: str) -> StepResult:
             check=lambda v: v <= TARGET_US,
         ),
         figure_row(f"  its GPU reads alone ({gpus} GPU(s))", gpu_only, "µs CPU"),
+        *_per_call(),
         figure_row("nvidia-smi --query-gpu, one snapshot (the child's CPU)", smi_cpu, "µs CPU"),
         figure_row("  its wall time", smi_wall, "µs wall"),
     ]

@@ -10,6 +10,7 @@ the card answers NotSupported to, and whether nvidia-smi agrees (N/A there too).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import statistics
@@ -24,7 +25,10 @@ from gpucheck.result import StepResult, check_row
 
 MIB = 2**20
 READINGS = 5
-LOAD_WARMUP_S = 4.0
+LOAD_START_TIMEOUT_S = 120.0  # torch's import and CUDA's start before the first product
+LOAD_SETTLE_S = 3.0  # clocks and power settle once the card is busy
+LOAD_SECONDS = 300.0  # longer than the busy phase can take; the load is killed after it
+BUSY_UTIL = 90.0
 PASS_SHARE = 0.8
 _LOAD = (
     "import sys, time, torch\n"
@@ -306,6 +310,18 @@ def _load(seconds: float) -> list[subprocess.Popen[bytes]]:
     ]
 
 
+def _wait_busy(loads: list[subprocess.Popen[bytes]]) -> None:
+    """Until nvidia-smi says every GPU is busy twice in a row: a load process starts in seconds
+    on one machine and in tens of seconds on another (torch's import, CUDA's start)."""
+    deadline, streak = time.monotonic() + LOAD_START_TIMEOUT_S, 0
+    while streak < 2:
+        if time.monotonic() > deadline or any(p.poll() is not None for p in loads):
+            raise RuntimeError("the matrix-product load did not make the GPUs busy")
+        utils = [row.get("utilization.gpu") for row in query(["utilization.gpu"]).values()]
+        streak = streak + 1 if utils and all(u is not None and u >= BUSY_UTIL for u in utils) else 0
+        time.sleep(0.5)
+
+
 def run(name: str) -> StepResult:
     valid = valid_fields()
     metrics = _metrics()
@@ -315,15 +331,18 @@ def run(name: str) -> StepResult:
     missing = sorted(wanted - set(fields))
     if missing:
         notes.append(f"fields this nvidia-smi does not know: {', '.join(missing)}")
-    idle_rows, _ = _phase("idle", metrics, fields)
-    loads = _load(LOAD_WARMUP_S + 4 * READINGS + 15)
+    idle_rows, idle_raw = _phase("idle", metrics, fields)
+    loads = _load(LOAD_SECONDS)
     try:
-        time.sleep(LOAD_WARMUP_S)  # clocks and power settle under the steady load
-        busy_rows, _ = _phase("busy", metrics, fields)
+        _wait_busy(loads)
+        time.sleep(LOAD_SETTLE_S)
+        busy_rows, busy_raw = _phase("busy", metrics, fields)
     finally:
         for p in loads:
             p.kill()
             p.wait()
+    # The paired readings, for reading a disagreement in the step's log.
+    print(json.dumps({"idle": idle_raw, "busy": busy_raw}, default=str))
     caps, cap_notes = _capabilities(fields)
     rows = idle_rows + busy_rows + caps
     bad = [r["check"] for r in rows if r["ok"] is False]
