@@ -1,8 +1,11 @@
 """Training-loop throughput: gpuwarden's loop against a naive loop and a hand-tuned one.
 
 All three train the same residual CNN (the image task's model) on the same synthetic
-restoration data for the same number of optimizer steps, timed from the first batch to the last
-step (device-synchronised), model construction excluded:
+restoration data for the same number of optimizer steps. Each is timed from the end of its
+`WARMUP`th step to its last (device-synchronised), so compilation, cuDNN's algorithm search and
+the allocator's first growth count for none of them; samples/s is the steady rate. On a GPU the
+model and images are larger (`GPU_WORK`): the CPU's size takes a millisecond a step on an H100,
+where only launch and Python overhead would be measured.
 
 - naive: a typical starting point — fp32, no compile, `loss.item()` after every step (a host–
   device sync), AdamW without fused/foreach kernels, a DataLoader with default settings;
@@ -22,6 +25,7 @@ import json
 import os
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,24 +33,46 @@ import torch
 
 from bench.figures import REPEATS, figure_row, main_for, paired_ratios
 
-STEPS = 60
-BATCH = 16
-IMAGE = {
-    "mode": "restoration",
-    "base_channels": 24,
-    "num_blocks": 3,
-    "patch_size": 32,
-    "synthetic_samples": 512,
-}
+LOG_INTERVAL = 10
 
 
-def _spec_section(cuda: bool) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Work:
+    """How much each loop trains: optimizer steps, the first `warmup` of them untimed."""
+
+    steps: int
+    warmup: int
+    batch: int
+    image: dict[str, Any]
+
+
+CPU_WORK = Work(
+    steps=60,
+    warmup=10,
+    batch=16,
+    image={"mode": "restoration", "base_channels": 24, "num_blocks": 3, "patch_size": 32}
+    | {"synthetic_samples": 512},
+)
+GPU_WORK = Work(
+    steps=120,
+    warmup=20,
+    batch=64,
+    image={"mode": "restoration", "base_channels": 64, "num_blocks": 8, "patch_size": 128}
+    | {"synthetic_samples": 2048},
+)
+
+
+def _work(device: torch.device) -> Work:
+    return GPU_WORK if device.type == "cuda" else CPU_WORK
+
+
+def _spec_section(work: Work, cuda: bool) -> dict[str, Any]:
     return {
         "task": "image",
-        "image": IMAGE,
-        "batch_size": BATCH,
-        "max_steps": STEPS,
-        "log_interval": 10,
+        "image": work.image,
+        "batch_size": work.batch,
+        "max_steps": work.steps,
+        "log_interval": LOG_INTERVAL,
         "checkpoint_interval": 10_000,
         "compile": cuda,
         "grad_clip": None,
@@ -54,11 +80,11 @@ def _spec_section(cuda: bool) -> dict[str, Any]:
     }
 
 
-def _dataset_and_model() -> tuple[Any, torch.nn.Module]:
+def _dataset_and_model(work: Work) -> tuple[Any, torch.nn.Module]:
     from gpuwarden.core.config.spec_train import ImageModelSpec
     from gpuwarden.runners.train.image import ResidualCNN, SyntheticImages
 
-    cfg = ImageModelSpec.model_validate(IMAGE)
+    cfg = ImageModelSpec.model_validate(work.image)
     torch.manual_seed(0)
     return SyntheticImages(cfg, seed=0), ResidualCNN(cfg)
 
@@ -84,14 +110,15 @@ def _sync(device: torch.device) -> None:
 
 def naive_loop(device: torch.device) -> float:
     """Samples/s of the naive starting loop."""
-    data, model = _dataset_and_model()
+    work = _work(device)
+    data, model = _dataset_and_model(work)
     model.to(device).train()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, foreach=False, fused=False)
-    loader = torch.utils.data.DataLoader(_Flat(data), batch_size=BATCH, shuffle=True)
+    loader = torch.utils.data.DataLoader(_Flat(data), batch_size=work.batch, shuffle=True)
     losses = []
     start = time.perf_counter()
     steps = 0
-    while steps < STEPS:
+    while steps < work.steps:
         for noisy, clean in loader:
             noisy, clean = noisy.to(device), clean.to(device)
             loss = (model(noisy) - clean).abs().mean()
@@ -100,15 +127,18 @@ def naive_loop(device: torch.device) -> float:
             opt.step()
             losses.append(loss.item())  # the per-step sync that slows naive loops
             steps += 1
-            if steps == STEPS:
+            if steps == work.warmup:
+                start = time.perf_counter()
+            if steps == work.steps:
                 break
     _sync(device)
-    return STEPS * BATCH / (time.perf_counter() - start)
+    return (work.steps - work.warmup) * work.batch / (time.perf_counter() - start)
 
 
 def hand_tuned_loop(device: torch.device) -> float:
     """Samples/s of a carefully written loop for the same model and data."""
-    data, model = _dataset_and_model()
+    work = _work(device)
+    data, model = _dataset_and_model(work)
     cuda = device.type == "cuda"
     model.to(device).train()
     model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
@@ -120,12 +150,12 @@ def hand_tuned_loop(device: torch.device) -> float:
     use_bf16 = cuda and torch.cuda.is_bf16_supported()
     workers = min(4, (os.cpu_count() or 1) - 1) if cuda else 0
     loader = torch.utils.data.DataLoader(
-        _Flat(data), batch_size=BATCH, shuffle=True, pin_memory=cuda, num_workers=workers, drop_last=True
+        _Flat(data), batch_size=work.batch, shuffle=True, pin_memory=cuda, num_workers=workers, drop_last=True
     )
     running = torch.zeros((), device=device)
     start = time.perf_counter()
     steps = 0
-    while steps < STEPS:
+    while steps < work.steps:
         for noisy, clean in loader:
             noisy = noisy.to(device, non_blocking=True).contiguous(memory_format=torch.channels_last)
             clean = clean.to(device, non_blocking=True).contiguous(memory_format=torch.channels_last)
@@ -136,26 +166,31 @@ def hand_tuned_loop(device: torch.device) -> float:
             opt.zero_grad(set_to_none=True)
             running += loss.detach()
             steps += 1
-            if steps == STEPS:
+            if steps == work.warmup:
+                _sync(device)  # the one sync before the last step: where the timing starts
+                start = time.perf_counter()
+            if steps == work.steps:
                 break
     running.item()
     _sync(device)
-    return STEPS * BATCH / (time.perf_counter() - start)
+    return (work.steps - work.warmup) * work.batch / (time.perf_counter() - start)
 
 
 def gpuwarden_loop(device: torch.device, root: Path) -> float:
-    """Samples/s that the gpuwarden runner reports for the same work."""
+    """Samples/s of the gpuwarden runner between its progress reports at the end of the warm-up
+    and at the last step (each is written after a device sync)."""
     from gpuwarden.core.config.spec import spec_from_mapping
     from gpuwarden.runners.events import EventWriter
     from gpuwarden.runners.train.main import run as run_train
 
     cuda = device.type == "cuda"
+    work = _work(device)
     spec = spec_from_mapping(
         {
             "name": "bench-train",
             "kind": "train",
             "resources": {"gpus": 1 if cuda else 0},
-            "train": _spec_section(cuda),
+            "train": _spec_section(work, cuda),
         }
     )
     run_dir = root / "gpuwarden"
@@ -163,8 +198,11 @@ def gpuwarden_loop(device: torch.device, root: Path) -> float:
         rc = run_train(spec, run_dir, 1, events)
     if rc != 0:
         raise RuntimeError(f"the training runner exited {rc}: see {run_dir}")
-    report = json.loads((run_dir / "report.json").read_text(encoding="utf-8"))
-    return float(report["samples_per_s"])
+    lines = (run_dir / "events.jsonl").read_text(encoding="utf-8").splitlines()
+    progress = [e for e in map(json.loads, lines) if e.get("type") == "progress"]
+    warm = next(e for e in progress if e["step"] >= work.warmup)
+    last = progress[-1]
+    return float((last["samples_seen"] - warm["samples_seen"]) / (last["ts"] - warm["ts"]))
 
 
 def run() -> list[dict[str, Any]]:
