@@ -2,8 +2,9 @@
 locally from a config with random weights, on a 12 GB card emulated on a bigger one (memcap/).
 
 - training: micro-batch 16 does not fit in 12 GB; the recovered run keeps the effective batch and
-  ends with the weights of an uninterrupted run at micro-batch 16 on the full card (up to the
-  rounding that another micro-batch split brings);
+  ends with the weights of an uninterrupted run at micro-batch 16 on the full card, up to what
+  another micro-batch split changes by itself (measured: an uninterrupted run at the recovered
+  split, on the full card);
 - generation: a batch whose KV cache does not fit; every prompt is answered exactly once;
 - fragmentation: a program that leaves its cached memory in pieces; the allocator rung
   (`expandable_segments`) alone makes it fit.
@@ -79,6 +80,22 @@ def _train_spec(name: str, llm: Path, data: Path, batch: int, env: dict[str, str
         """
 
 
+def _uninterrupted(root: Path, llm: Path, data: Path, batch: int) -> dict[str, Any]:
+    """Final weights of the training spec run by the runner alone on the whole card."""
+    spec = root.with_suffix(".yaml")
+    spec.write_text(
+        _train_spec(root.name, llm, data, batch, {"PYTHONPATH": os.environ.get("PYTHONPATH", "")})
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuwarden.runners", "--spec", str(spec), "--run-dir", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return _weights(root / "outputs" / "model")
+
+
 def test_llm_training_oom_keeps_the_effective_batch_and_reaches_the_full_card_weights(
     daemon_factory: Any, llm: Path, tmp_path: Path, record_property: Any
 ) -> None:
@@ -100,33 +117,30 @@ def test_llm_training_oom_keeps_the_effective_batch_and_reaches_the_full_card_we
     assert micro < 16 and micro * accum == 16
     record_property("recovered at", f"{micro} × {accum} after {len(retunes)} retune(s)")
 
-    # The same run, uninterrupted, at micro-batch 16 on the whole card.
-    ref_spec = tmp_path / "reference.yaml"
-    ref_env = {"PYTHONPATH": os.environ.get("PYTHONPATH", "")}
-    ref_spec.write_text(_train_spec("reference", llm, data, 16, ref_env))
-    ref_dir = tmp_path / "reference-run"
-    done = subprocess.run(
-        [sys.executable, "-m", "gpuwarden.runners", "--spec", str(ref_spec), "--run-dir", str(ref_dir)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    start, ref = _weights(llm), _weights(ref_dir / "outputs" / "model")
+    # The same run, uninterrupted on the whole card: at micro-batch 16, and at the recovered split.
+    start = _weights(llm)
+    ref = _uninterrupted(tmp_path / "reference", llm, data, 16)
+    split = _uninterrupted(tmp_path / "same-split", llm, data, micro)
     got = _weights(Path(detail["run_dir"]) / "outputs" / "model")
-    assert got.keys() == ref.keys()
-    worst, worst_name = 0.0, ""
+    assert got.keys() == ref.keys() == split.keys()
+    # AdamW normalises each gradient element, so the rounding of another micro-batch split can
+    # flip the update of elements whose gradient is near zero (on an H100 the run recovered at
+    # 2 × 8 ended 5.9 % of one tensor's update away from the micro-batch-16 run). The recovery
+    # may cost no more than twice what the split costs by itself, tensor by tensor (twice: CUDA's
+    # atomic adds make two identical runs differ too), and 5 % where the split costs nothing.
+    rows = []  # (off, the split alone, name)
     for name, tensor in ref.items():
         update = (tensor.float() - start[name].float()).norm().item()
-        if update == 0:
-            continue
-        off = (got[name].float() - tensor.float()).norm().item() / update
-        if off > worst:
-            worst, worst_name = off, name
-    record_property("worst tensor: |recovered − uninterrupted| / |update|", f"{worst:.2e} ({worst_name})")
-    # Three optimizer steps of the same samples: a different micro-batch split changes the sums'
-    # rounding only, far below what the steps themselves moved.
-    assert worst <= 0.05, (worst, worst_name)
+        if update:
+            off = (got[name].float() - tensor.float()).norm().item() / update
+            rows.append((off, (split[name].float() - tensor.float()).norm().item() / update, name))
+    worst = max(rows)
+    record_property(
+        "worst tensor: |recovered − uninterrupted| / |update|",
+        f"{worst[0]:.2e} ({worst[2]}); the split alone: {worst[1]:.2e}",
+    )
+    beyond = [row for row in rows if row[0] > max(0.05, 2 * row[1])]
+    assert not beyond, beyond[:5]
     torch.cuda.empty_cache()
 
 
