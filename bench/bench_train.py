@@ -2,8 +2,9 @@
 
 All three train the same residual CNN (the image task's model) on the same synthetic
 restoration data for the same number of optimizer steps. Each is timed from the end of its
-`WARMUP`th step to its last (device-synchronised), so compilation, cuDNN's algorithm search and
-the allocator's first growth count for none of them; samples/s is the steady rate. On a GPU the
+warm-up steps (`Work.warmup`) to its last step (device-synchronised), so compilation, cuDNN's
+algorithm search and the allocator's first growth count for none of them; samples/s is the
+steady rate. On a GPU the
 model and images are larger (`GPU_WORK`): the CPU's size takes a millisecond a step on an H100,
 where only launch and Python overhead would be measured.
 

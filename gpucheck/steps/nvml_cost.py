@@ -53,7 +53,6 @@ def _ours() -> tuple[list[float], list[float], int]:
         for _ in range(10):
             tick()  # capability probing and psutil's first readings stay out of the figure
         ticks = [_cpu_us(tick, TICKS) for _ in range(REPEATS)]
-
         gpu_only = [_cpu_us(lambda: reader.sample(time.time()), TICKS) for _ in range(REPEATS)]
         count = len(reader.gpus())
     finally:
