@@ -33,7 +33,6 @@ def test_every_gpu_test_finds_its_fixtures() -> None:
         timeout=300,
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    assert "error" not in done.stdout.splitlines()[-1], done.stdout[-4000:]
 
 
 def test_the_gpu_marked_tests_all_live_in_tests_gpu() -> None:
