@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from tests.doctor.test_run_checks import record_seed_001, record_seed_003
+from tests.doctor.test_run_checks import record_fp32_captcha_run, record_restoration_with_idle_gaps
 from tests.report.builders import T0, Recorder
-from tests.report.test_report import record_003
+from tests.report.test_report import record_captcha_run
 
 REPO = Path(__file__).resolve().parents[2]
 NAIVE = REPO / "configs" / "examples" / "naive-image-train.yaml"
@@ -44,10 +44,10 @@ def ok_json(*args: str, env: dict[str, str] | None = None) -> Any:
 def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("db") / "g.db"
     rec = Recorder(path)
-    record_seed_003(rec)
-    record_seed_001(rec)
-    record_003(rec, "before", T0 + 7200, 300.0, 256)
-    record_003(rec, "after", T0 + 14400, 450.0, 512)
+    record_fp32_captcha_run(rec)
+    record_restoration_with_idle_gaps(rec)
+    record_captcha_run(rec, "before", T0 + 7200, 300.0, 256)
+    record_captcha_run(rec, "after", T0 + 14400, 450.0, 512)
     return path
 
 
@@ -89,17 +89,17 @@ def test_doctor_detects_a_fake_gpu() -> None:
 
 
 def test_doctor_on_recorded_runs(db: Path) -> None:
-    body = ok_json("doctor", "r003", "--db", str(db), "--json")
+    body = ok_json("doctor", "captcha", "--db", str(db), "--json")
     under = next(f for f in body["findings"] if f["id"] == "gpu-underused")
     assert under["evidence"]["power_pct"] == 52.2 and under["severity"] == "warning"
-    body = ok_json("doctor", "r001", "--db", str(db), "--json")
+    body = ok_json("doctor", "restore", "--db", str(db), "--json")
     gaps = next(f for f in body["findings"] if f["id"] == "data-loading-bound")
     assert gaps["evidence"]["gap_share_pct"] == 80.0 and gaps["fix"] == {"train.num_workers": "auto"}
 
 
 def test_doctor_fix_from_a_run_writes_its_spec(db: Path, tmp_path: Path) -> None:
-    out = tmp_path / "r003-fixed.yaml"
-    body = ok_json("doctor", "r003", "--db", str(db), "--fix", str(out), "--json")
+    out = tmp_path / "captcha-fixed.yaml"
+    body = ok_json("doctor", "captcha", "--db", str(db), "--fix", str(out), "--json")
     assert body["fixed"]["changes"]["train.precision"] == "auto"
     assert body["fixed"]["changes"]["train.batch_size"] == 1024
     from gpuwarden.core.config.spec import load_spec

@@ -12,7 +12,16 @@ from gpuwarden.core.doctor.diagnose import Diagnosis, diagnose_run
 from gpuwarden.core.doctor.finding import Finding
 from gpuwarden.core.report.db_data import DbRunData
 from gpuwarden.core.telemetry.types import GpuProcess
-from tests.report.builders import GIB, RTX3060, RTX5090, T0, Recorder, spec_001, spec_003, training_events
+from tests.report.builders import (
+    GIB,
+    RTX3060,
+    RTX5090,
+    T0,
+    Recorder,
+    captcha_spec,
+    restoration_spec,
+    training_events,
+)
 
 GAPS = (0, 0, 0, 0, 0, 0, 100, 100, 0, 0)  # image restoration: 20 % mean utilisation, idle 80 % of seconds
 
@@ -29,7 +38,7 @@ def _by_id(d: Diagnosis) -> dict[str, Finding]:
     return {f.id: f for f in d.findings}
 
 
-def record_seed_003(rec: Recorder) -> None:
+def record_fp32_captcha_run(rec: Recorder) -> None:
     rec.samples(
         RTX5090,
         T0,
@@ -46,14 +55,17 @@ def record_seed_003(rec: Recorder) -> None:
         host_cpu=lambda i: 35.0,
     )
     rec.run(
-        "r003", spec_003(), [(T0, T0 + 120, [RTX5090.uuid], 1000)], {1: training_events(T0, 120, 256, 256)}
+        "captcha",
+        captcha_spec(),
+        [(T0, T0 + 120, [RTX5090.uuid], 1000)],
+        {1: training_events(T0, 120, 256, 256)},
     )
 
 
-def test_seed_003_power_at_52_percent_and_fp32_are_found(tmp_path: Path) -> None:
+def test_fp32_captcha_run_at_52_percent_power_is_found(tmp_path: Path) -> None:
     rec = Recorder(tmp_path / "g.db")
-    record_seed_003(rec)
-    d = _diagnose(tmp_path / "g.db", "r003")
+    record_fp32_captcha_run(rec)
+    d = _diagnose(tmp_path / "g.db", "captcha")
     found = _by_id(d)
     under = found["gpu-underused"]
     assert under.severity == "warning"
@@ -87,7 +99,7 @@ def test_seed_003_power_at_52_percent_and_fp32_are_found(tmp_path: Path) -> None
     assert severities == sorted(severities, key=["error", "warning", "info"].index)
 
 
-def record_seed_001(rec: Recorder, other: bool = False) -> None:
+def record_restoration_with_idle_gaps(rec: Recorder, other: bool = False) -> None:
     def procs(i: int) -> list[GpuProcess]:
         rows = [GpuProcess(ts=0, uuid="", pid=2000, used_memory=3 * GIB, name="python", cpu_percent=99.0)]
         if other:
@@ -107,13 +119,18 @@ def record_seed_001(rec: Recorder, other: bool = False) -> None:
         host_cpu=lambda i: 95.0,
         processes=procs,
     )
-    rec.run("r001", spec_001(), [(T0, T0 + 100, [RTX3060.uuid], 2000)], {1: training_events(T0, 100, 16, 16)})
+    rec.run(
+        "restore",
+        restoration_spec(),
+        [(T0, T0 + 100, [RTX3060.uuid], 2000)],
+        {1: training_events(T0, 100, 16, 16)},
+    )
 
 
-def test_seed_001_idle_gaps_while_the_cpu_is_busy_point_at_num_workers(tmp_path: Path) -> None:
+def test_idle_gaps_while_the_cpu_is_busy_point_at_num_workers(tmp_path: Path) -> None:
     rec = Recorder(tmp_path / "g.db")
-    record_seed_001(rec)
-    found = _by_id(_diagnose(tmp_path / "g.db", "r001"))
+    record_restoration_with_idle_gaps(rec)
+    found = _by_id(_diagnose(tmp_path / "g.db", "restore"))
     gaps = found["data-loading-bound"]
     assert gaps.severity == "warning"
     # 90 samples from +10 s: 72 of them at 0 %
@@ -138,7 +155,12 @@ def test_seed_001_idle_gaps_while_the_cpu_is_busy_point_at_num_workers(tmp_path:
 def test_idle_gaps_with_an_idle_cpu_are_not_blamed_on_data_loading(tmp_path: Path) -> None:
     rec = Recorder(tmp_path / "g.db")
     rec.samples(RTX3060, T0, 100, lambda i: {"util_gpu": float(GAPS[i % 10])}, host_cpu=lambda i: 10.0)
-    rec.run("quiet", spec_001(), [(T0, T0 + 100, [RTX3060.uuid], 3)], {1: training_events(T0, 100, 16, 16)})
+    rec.run(
+        "quiet",
+        restoration_spec(),
+        [(T0, T0 + 100, [RTX3060.uuid], 3)],
+        {1: training_events(T0, 100, 16, 16)},
+    )
     found = _by_id(_diagnose(tmp_path / "g.db", "quiet"))
     assert "data-loading-bound" not in found
     assert found["gpu-underused"].evidence == {"util_mean_pct": 20.0, "util_metric": "util_gpu"}
@@ -146,8 +168,8 @@ def test_idle_gaps_with_an_idle_cpu_are_not_blamed_on_data_loading(tmp_path: Pat
 
 def test_other_processes_on_the_run_gpu_are_named(tmp_path: Path) -> None:
     rec = Recorder(tmp_path / "g.db")
-    record_seed_001(rec, other=True)
-    other = _by_id(_diagnose(tmp_path / "g.db", "r001"))["other-processes"]
+    record_restoration_with_idle_gaps(rec, other=True)
+    other = _by_id(_diagnose(tmp_path / "g.db", "restore"))["other-processes"]
     assert other.evidence["processes"] == [
         {"pid": 4242, "name": "blender", "gpus": [RTX3060.uuid], "used_memory_max": 2 * GIB}
     ]
@@ -175,7 +197,7 @@ def test_throttling_share_and_reasons(
         "throttle_reasons": mask if i % 10 < 3 else 0,
     }
     rec.samples(RTX5090, T0, 100, fields)
-    rec.run("hot", spec_003(), [(T0, T0 + 100, [RTX5090.uuid], 5)], {1: training_events(T0, 100, 8, 8)})
+    rec.run("hot", captcha_spec(), [(T0, T0 + 100, [RTX5090.uuid], 5)], {1: training_events(T0, 100, 8, 8)})
     found = _by_id(_diagnose(tmp_path / "g.db", "hot"))
     f = found[finding]
     assert f.severity == severity
@@ -186,7 +208,7 @@ def test_throttling_share_and_reasons(
 
 def test_cpu_run_skips_telemetry_checks_with_a_note(tmp_path: Path) -> None:
     rec = Recorder(tmp_path / "g.db")
-    rec.run("cpu", spec_003(4), [(T0, T0 + 30, [], 9)], {1: training_events(T0, 30, 4, 4)})
+    rec.run("cpu", captcha_spec(4), [(T0, T0 + 30, [], 9)], {1: training_events(T0, 30, 4, 4)})
     d = _diagnose(tmp_path / "g.db", "cpu")
     assert d.device.device == "cpu"
     assert any("used no GPU" in n for n in d.notes)

@@ -58,7 +58,7 @@ def test_naive_example_on_the_cpu_is_info_only_with_cpu_fixes() -> None:
     assert any("--gpu-memory" in n for n in d.notes)
 
 
-def test_naive_example_for_a_24gib_gpu_gets_seed_003s_list_as_warnings() -> None:
+def test_naive_example_for_a_24gib_gpu_gets_the_fp32_captcha_findings_as_warnings() -> None:
     d = diagnose_spec_file(NAIVE, gpu_memory=parse_gpu_memory("24GiB"))
     found = {f.id: f for f in d.findings}
     assert {f.severity for f in d.findings} == {"warning"}

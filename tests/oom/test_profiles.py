@@ -41,7 +41,7 @@ def test_tier_choice(memory: int, tier: str) -> None:
     assert profile_for(memory, "infer", "image_to_text")["tier"] == tier
 
 
-def test_seed_000_inference_table() -> None:
+def test_image_to_text_inference_preset_by_card_memory() -> None:
     rows = {
         8: ({"0": "7GiB"}, "fp16", 512, 262144),
         12: ({"0": "11GiB"}, "fp16", 1024, 524288),
@@ -58,13 +58,13 @@ def test_seed_000_inference_table() -> None:
         )
 
 
-def test_seed_001_training_presets() -> None:
+def test_image_restoration_presets_by_card_memory() -> None:
     for gb, batch, channels in ((8, 16, 64), (12, 32, 96), (16, 48, 96), (24, 64, 128)):
         p = profile_for(gb * GiB, "train", "image")
         assert (p["batch_size"], p["image"]["base_channels"]) == (batch, channels)
 
 
-def test_seed_004_keeps_effective_batch_across_tiers() -> None:
+def test_causal_lm_presets_keep_the_effective_batch_across_tiers() -> None:
     tiers = [8, 12, 16, 24, 40, 80, 141]
     effective = {
         profile_for(gb * GiB, "train", "causal_lm")["batch_size"]

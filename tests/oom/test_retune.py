@@ -392,7 +392,7 @@ def test_offload_first_sets_budget_then_lowers_it() -> None:
     assert second.changes == {"max_memory": (budget, {"0": "11140MiB"})}
 
 
-def test_seed_000_budget_is_lowered() -> None:
+def test_an_inference_oom_lowers_the_gpu_memory_budget() -> None:
     knobs = infer_knobs(batch_size=1, max_memory={"0": "15GiB", "cpu": "30GiB"}, device_map="auto")
     d = run(pol=policy("inference"), kind="infer", knobs=knobs)
     assert d.changes == {"max_memory": (knobs["max_memory"], {"0": "12GiB", "cpu": "30GiB"})}
@@ -491,7 +491,7 @@ def test_unknown_kind_is_a_programming_error() -> None:
         run(kind="serve")
 
 
-def test_seed_004_twelve_gb_card_end_to_end() -> None:
+def test_llm_fine_tuning_on_a_twelve_gb_card_end_to_end() -> None:
     """LLM fine-tuning on a 12 GB RTX 3060, batch 4 × accumulation 4."""
     message = (
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB. GPU 0 has a total "

@@ -37,7 +37,7 @@ RTX3060 = GpuStatic(
 )
 
 
-def spec_003(batch: int = 256) -> dict[str, Any]:
+def captcha_spec(batch: int = 256) -> dict[str, Any]:
     """A CAPTCHA-training spec: fp32 where mixed precision was meant."""
     return {
         "version": 1,
@@ -47,7 +47,7 @@ def spec_003(batch: int = 256) -> dict[str, Any]:
     }
 
 
-def spec_001() -> dict[str, Any]:
+def restoration_spec() -> dict[str, Any]:
     """An image-restoration spec: data loading on the training process."""
     return {
         "version": 1,
