@@ -21,8 +21,7 @@ def _bytes(value: Any) -> str:
 
 def report_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
     """(label, value) rows of the report, in reading order."""
-    run, tp, mem = report["run"], report["throughput"], report["memory"]
-    en, pw, ut = report["energy"], report["power"], report["utilisation"]
+    run, tp = report["run"], report["throughput"]
     unit = tp["unit"]
     rows = [
         ("run", f"{run['name']} ({run['id']}) — {run['kind']} {run.get('task') or ''}, {run['state']}"),
@@ -31,32 +30,59 @@ def report_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
         (f"{unit}", _n(tp["samples"], "d")),
         (f"{unit}/s", f"{_n(tp['samples_per_s'])} (loop); {_n(tp['samples_per_s_wall'])} over wall time"),
         ("tokens/s", _n(tp["tokens_per_s"], ".1f")),
-        (
-            "peak memory",
-            f"{_bytes(mem['gpu_used_peak_bytes'] or mem['runner_peak_bytes'])} of "
-            f"{_bytes(mem['capacity_bytes'])} ({_n(mem['peak_pct'], '.0f', ' %')}); runner's "
-            f"{mem['runner_peak_kind']} peak {_bytes(mem['runner_peak_bytes'])}",
-        ),
-        (
-            "energy",
-            f"{_n(en['joules'], '.1f', ' J')}; per {unit[:-1]} {_n(en['per_sample_j'], '.4f', ' J')}"
-            f" ({_n(en['samples_per_kwh'], ',.0f')} {unit}/kWh);"
-            f" per token {_n(en['per_token_j'], '.6f', ' J')}",
-        ),
-        (
-            "power",
-            f"mean {_n(pw['mean_w'], '.0f', ' W')} ({_n(pw['mean_pct'], '.0f', ' %')} of "
-            f"{_n(pw['limit_w'], '.0f', ' W')}), p50 {_n(pw['p50_w'], '.0f')}, p90 {_n(pw['p90_w'], '.0f')},"
-            f" max {_n(pw['max_w'], '.0f')}",
-        ),
-        (
-            f"utilisation ({ut['metric']})",
-            f"mean {_n(ut['mean'], '.0f', ' %')}, p50 {_n(ut['p50'], '.0f')}, p90 {_n(ut['p90'], '.0f')},"
-            f" max {_n(ut['max'], '.0f')}",
-        ),
+        ("peak memory", _memory_text(report["memory"])),
+        ("energy", _energy_text(report["energy"], unit)),
+        ("power", _power_text(report["power"])),
+        (f"utilisation ({report['utilisation']['metric']})", _utilisation_text(report["utilisation"])),
         ("loss", f"{_n(report['loss']['first'], '.4f')} → {_n(report['loss']['last'], '.4f')}"),
     ]
     return rows
+
+
+# A run without GPU readings (on the CPU, or on a card that does not report the value) gets one
+# "n/a" for the row, not one for each of its parts.
+def _memory_text(mem: dict[str, Any]) -> str:
+    runner = mem["runner_peak_bytes"]
+    runner_text = f"runner's {mem['runner_peak_kind']} peak {_bytes(runner)}" if runner is not None else ""
+    if mem["gpu_used_peak_bytes"] is None:
+        return runner_text or "n/a"
+    text = _bytes(mem["gpu_used_peak_bytes"])
+    if mem["capacity_bytes"] is not None:
+        text += f" of {_bytes(mem['capacity_bytes'])} ({_n(mem['peak_pct'], '.0f', ' %')})"
+    return text + (f"; {runner_text}" if runner_text else "")
+
+
+def _energy_text(en: dict[str, Any], unit: str) -> str:
+    if en["joules"] is None:
+        return "n/a"
+    text = (
+        f"{_n(en['joules'], '.1f', ' J')}; per {unit[:-1]} {_n(en['per_sample_j'], '.4f', ' J')}"
+        f" ({_n(en['samples_per_kwh'], ',.0f')} {unit}/kWh)"
+    )
+    return text + (
+        f"; per token {_n(en['per_token_j'], '.6f', ' J')}" if en["per_token_j"] is not None else ""
+    )
+
+
+def _power_text(pw: dict[str, Any]) -> str:
+    if pw["mean_w"] is None:
+        return "n/a"
+    limit = (
+        f" ({_n(pw['mean_pct'], '.0f', ' %')} of {_n(pw['limit_w'], '.0f', ' W')})" if pw["limit_w"] else ""
+    )
+    return (
+        f"mean {_n(pw['mean_w'], '.0f', ' W')}{limit}, p50 {_n(pw['p50_w'], '.0f')},"
+        f" p90 {_n(pw['p90_w'], '.0f')}, max {_n(pw['max_w'], '.0f')}"
+    )
+
+
+def _utilisation_text(ut: dict[str, Any]) -> str:
+    if ut["mean"] is None:
+        return "n/a"
+    return (
+        f"mean {_n(ut['mean'], '.0f', ' %')}, p50 {_n(ut['p50'], '.0f')}, p90 {_n(ut['p90'], '.0f')},"
+        f" max {_n(ut['max'], '.0f')}"
+    )
 
 
 def _batch_rows(report: dict[str, Any]) -> list[list[str]]:
@@ -89,12 +115,17 @@ def _retune_rows(report: dict[str, Any]) -> list[list[str]]:
         [
             str(r["attempt"]),
             str(r.get("verdict") or ""),
-            str(r.get("from")),
-            str(r.get("to")),
+            change_text(r.get("from") or {}, r.get("to") or {}),
             str(r.get("outcome") or ""),
         ]
         for r in report["retunes"]
     ]
+
+
+def change_text(before: dict[str, Any], after: dict[str, Any]) -> str:
+    """`train.batch_size 32 → 8, train.grad_accum_steps 1 → 4` from a retune's two settings."""
+    keys = list(dict.fromkeys([*before, *after]))
+    return ", ".join(f"{key} {before.get(key, '–')} → {after.get(key, '–')}" for key in keys)
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -118,8 +149,7 @@ def render_text(report: dict[str, Any]) -> str:
     if report["retunes"]:
         lines += ["", "retunes:"]
         lines += [
-            "  " + line
-            for line in _table(["after", "verdict", "from", "to", "outcome"], _retune_rows(report))
+            "  " + line for line in _table(["after", "verdict", "change", "outcome"], _retune_rows(report))
         ]
     return "\n".join(lines)
 
@@ -141,7 +171,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines += _md_table(ATTEMPT_HEADER, _attempt_rows(report))
     if report["retunes"]:
         lines += ["", "## Retunes", ""]
-        lines += _md_table(["after attempt", "verdict", "from", "to", "outcome"], _retune_rows(report))
+        lines += _md_table(["after attempt", "verdict", "change", "outcome"], _retune_rows(report))
     if report.get("plots"):
         lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in report["plots"]]
     return "\n".join(lines) + "\n"

@@ -7,11 +7,12 @@ from typing import Any
 
 import pytest
 
+from gpuwarden.cli.report_format import render_markdown, render_text
 from gpuwarden.core.report.compare import compare_reports
 from gpuwarden.core.report.db_data import DbRunData
 from gpuwarden.core.report.performance import build_report
 from gpuwarden.core.report.snapshot import collect_run
-from tests.report.builders import GIB, RTX5090, T0, Recorder, spec_003, training_events
+from tests.report.builders import GIB, RTX5090, T0, Recorder, captcha_spec, training_events
 
 
 def _steady(power: float) -> Any:
@@ -27,13 +28,13 @@ def _steady(power: float) -> Any:
     }
 
 
-def record_003(rec: Recorder, run_id: str, start: float, power: float, per_s: int) -> None:
+def record_captcha_run(rec: Recorder, run_id: str, start: float, power: float, per_s: int) -> None:
     """120 s of CAPTCHA training on the 575 W card; one sample before the window seeds the
     energy counter, so the window holds exactly 120 one-second energy deltas."""
     rec.samples(RTX5090, start - 1, 121, _steady(power), host_cpu=lambda i: 40.0)
     rec.run(
         run_id,
-        {**spec_003(per_s), "name": run_id},
+        {**captcha_spec(per_s), "name": run_id},
         [(start, start + 120, [RTX5090.uuid], 1000)],
         {1: training_events(start, 120, per_s, per_s)},
     )
@@ -47,9 +48,9 @@ def _report(path: Path, ref: str) -> dict[str, Any]:
         data.close()
 
 
-def test_seed_003_report_has_exact_throughput_energy_power_and_memory(tmp_path: Path) -> None:
+def test_captcha_report_has_exact_throughput_energy_power_and_memory(tmp_path: Path) -> None:
     rec = Recorder(tmp_path / "g.db")
-    record_003(rec, "before", T0, 300.0, 256)
+    record_captcha_run(rec, "before", T0, 300.0, 256)
     r = _report(tmp_path / "g.db", "before")
     tp = r["throughput"]
     # progress every 10 s from +10 to +110: 11 events, 2560 samples apart
@@ -94,7 +95,7 @@ def test_distributions_are_mean_p50_p90_max_of_the_window(tmp_path: Path) -> Non
         100,
         lambda i: {"power_w": 100.0 + i, "power_limit_w": 400.0, "util_gpu": float(i % 10 * 10)},
     )
-    rec.run("d", spec_003(), [(T0, T0 + 100, [RTX5090.uuid], 1)], {1: training_events(T0, 100, 8, 8)})
+    rec.run("d", captcha_spec(), [(T0, T0 + 100, [RTX5090.uuid], 1)], {1: training_events(T0, 100, 8, 8)})
     r = _report(tmp_path / "g.db", "d")
     assert r["power"] == pytest.approx(
         {
@@ -121,7 +122,7 @@ def test_attempts_retunes_and_per_batch_size_across_a_retune(tmp_path: Path) -> 
     second = training_events(T0 + 70, 60, 128, 128)
     rec.run(
         "r",
-        spec_003(),
+        captcha_spec(),
         [(T0, T0 + 60, [RTX5090.uuid], 1), (T0 + 70, T0 + 130, [RTX5090.uuid], 2)],
         {1: first, 2: second},
     )
@@ -153,12 +154,20 @@ def test_attempts_retunes_and_per_batch_size_across_a_retune(tmp_path: Path) -> 
     assert sum(a["joules"] for a in per_attempt) == pytest.approx(400.0 * 119)
     # the same power for half the samples: the retuned attempt's samples cost about twice as much
     assert per_attempt[1]["per_sample_j"] / per_attempt[0]["per_sample_j"] == pytest.approx(2.0, rel=0.02)
+    # as `gpuwarden report` prints it: the retune as one change, not two dictionaries
+    text = render_text(r)
+    assert "after  verdict       change  " in text
+    assert "1      gpu_capacity  batch_size 256 → 128, grad_accum_steps – → 2  succeeded" in text
+    assert (
+        "| 1 | gpu_capacity | batch_size 256 → 128, grad_accum_steps – → 2 | succeeded |"
+        in render_markdown(r)
+    )
 
 
 def test_compare_gives_b_over_a_ratios(tmp_path: Path) -> None:
     rec = Recorder(tmp_path / "g.db")
-    record_003(rec, "before", T0, 300.0, 256)
-    record_003(rec, "after", T0 + 7200, 450.0, 512)
+    record_captcha_run(rec, "before", T0, 300.0, 256)
+    record_captcha_run(rec, "after", T0 + 7200, 450.0, 512)
     result = compare_reports(_report(tmp_path / "g.db", "before"), _report(tmp_path / "g.db", "after"))
     rows = {row["metric"]: row for row in result["rows"]}
     assert rows["samples_per_s"]["ratio"] == pytest.approx(2.0)
@@ -179,7 +188,7 @@ def test_cpu_run_has_no_energy_or_power(tmp_path: Path) -> None:
     rec = Recorder(tmp_path / "g.db")
     events = training_events(T0, 60, 4, 4)
     events[0]["device"] = "cpu"
-    rec.run("cpu", {**spec_003(4), "name": "cpu"}, [(T0, T0 + 60, [], 7)], {1: events})
+    rec.run("cpu", {**captcha_spec(4), "name": "cpu"}, [(T0, T0 + 60, [], 7)], {1: events})
     r = _report(tmp_path / "g.db", "cpu")
     assert r["energy"] == {
         "joules": None,
@@ -194,3 +203,10 @@ def test_cpu_run_has_no_energy_or_power(tmp_path: Path) -> None:
     assert r["energy"]["per_attempt"][0]["samples"] == r["throughput"]["samples"]
     assert r["power"]["mean_w"] is None and r["memory"]["runner_peak_kind"] == "host_rss"
     assert r["memory"]["peak_pct"] is None and r["throughput"]["samples_per_s"] == pytest.approx(4.0)
+    # as `gpuwarden report` prints it: one "n/a" for each reading a CPU run cannot have
+    lines = dict(line.split("  ", 1) for line in render_text(r).splitlines()[:11])
+    assert {k.strip(): v.strip() for k, v in lines.items() if k.strip() in {"energy", "power"}} == {
+        "energy": "n/a",
+        "power": "n/a",
+    }
+    assert "n/a" not in render_text(r).split("peak memory", 1)[1].splitlines()[0]
