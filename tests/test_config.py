@@ -169,6 +169,31 @@ def test_command_spec_ok(tmp_path: Path) -> None:
             "name: a\nkind: command\ncommand: {argv: [x]}\nresources: {gpus: 1.5}\n",
             "s.yaml:4: resources.gpus: must be one of: an integer, a list (got 1.5)",
         ),
+        # sizes a typo made huge, or that no process can start under: refused at submission
+        (
+            "name: a\nkind: train\ntrain: {task: image, batch_size: 99999999999999999999999}\n",
+            "s.yaml:3: train.batch_size: must be less than or equal to 1048576 (got 99999999999999999999999)",
+        ),
+        (
+            "name: a\nkind: command\ncommand: {argv: [x]}\nresources: {memory_limit: '0'}\n",
+            "s.yaml:4: resources.memory_limit: 0 B leaves no room to start a process — give at least 64 MiB",
+        ),
+        (
+            "name: a\nkind: command\ncommand: {argv: [x]}\nresources: {memory_limit: 99999999PiB}\n",
+            "resources.memory_limit: 102399998976 TiB is more than any machine has — leave it out",
+        ),
+        (
+            "name: a\nkind: command\ncommand: {argv: [x]}\nresources: {memory_limit: -3GiB}\n",
+            "resources.memory_limit: must be a positive size such as 6GiB (got '-3GiB')",
+        ),
+        (
+            "name: a\nkind: command\ncommand: {argv: [x]}\nresources: {gpus: [abc]}\n",
+            "resources.gpus: 'abc' names no GPU — give indices (0, 1) or UUIDs (GPU-…)",
+        ),
+        (
+            "name: a\nkind: command\ncommand: {argv: [x]}\nresources: {gpus: [0, 0]}\n",
+            "resources.gpus: '0' is listed twice — name each GPU once",
+        ),
         (
             "name: a\nkind: command\ncommand: {argv: [x]}\nknobs: {a: [1]}\n",
             "s.yaml:4: knobs.a: must be one of: an integer, a number, a string, true/false (got [1])",

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import ByteSize, Field, field_validator, model_validator
+from pydantic import ByteSize, Field, ValidationInfo, field_validator, model_validator
 
 from gpuwarden.core.config.spec_command import CommandSpec, KnobValue, check_env_names
 from gpuwarden.core.config.spec_infer import InferSpec
@@ -23,8 +23,17 @@ from gpuwarden.core.config.yamlsource import YamlDocument, load_yaml_file, parse
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.oom.policy import PolicyRef, resolve_policy
 from gpuwarden.core.safeload import check_structure
+from gpuwarden.core.units import size
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+# Below this an address-space limit leaves no room to start an interpreter: the process dies
+# before it can report anything (a limit of 0 killed it with SIGSEGV).
+MIN_MEMORY_LIMIT = 64 << 20
+# The kernel takes a limit as a signed 64-bit count; far above any machine's memory.
+MAX_BYTES = 1 << 60
+# What names one GPU in `gpus: [...]`: an index as nvidia-smi numbers them, or a UUID as NVML
+# gives it (a MIG instance's included).
+GPU_NAME_RE = re.compile(r"^(\d{1,4}|(GPU|MIG)-[A-Za-z0-9-]{1,120})$")
 
 
 class Resources(StrictModel):
@@ -36,7 +45,7 @@ class Resources(StrictModel):
     allow_cpu: bool = Field(True, description="with no GPU on the machine, run on the CPU instead")
     min_free_memory: ByteSize | None = Field(None, description="per GPU, e.g. 10GiB")
     memory_limit: ByteSize | None = Field(
-        None, description="address-space limit (RLIMIT_AS) of the run's process, e.g. 6GiB"
+        None, description="address-space limit (RLIMIT_AS) of the run's process, e.g. 6GiB (at least 64MiB)"
     )
 
     @field_validator("gpus", mode="before")
@@ -47,13 +56,45 @@ class Resources(StrictModel):
             return [str(g) if isinstance(g, int) and not isinstance(g, bool) else g for g in v]
         return v
 
+    @field_validator("min_free_memory", "memory_limit", mode="before")
+    @classmethod
+    def _no_negative_size(cls, v: Any) -> Any:
+        if (isinstance(v, str) and v.strip().startswith("-")) or (isinstance(v, int | float) and v < 0):
+            raise ValueError(f"must be a positive size such as 6GiB (got {v!r})")
+        return v
+
+    @field_validator("min_free_memory", "memory_limit")
+    @classmethod
+    def _sizes_in_range(cls, v: ByteSize | None, info: ValidationInfo) -> ByteSize | None:
+        if v is None:
+            return v
+        if v > MAX_BYTES:
+            raise ValueError(f"{size(v)} is more than any machine has — leave it out for no limit")
+        if info.field_name == "memory_limit" and v < MIN_MEMORY_LIMIT:
+            raise ValueError(
+                f"{size(v)} leaves no room to start a process — give at least {size(MIN_MEMORY_LIMIT)}"
+            )
+        return v
+
     @field_validator("gpus")
     @classmethod
     def _gpus(cls, v: int | list[str]) -> int | list[str]:
         if isinstance(v, int) and v < 0:
             raise ValueError("must be ≥ 0 (0 = CPU only)")
-        if isinstance(v, list) and not v:
-            raise ValueError("an empty list names no GPU — give a count or GPU UUIDs/indices")
+        if isinstance(v, int) and v > 4096:
+            raise ValueError(f"{v} GPUs is more than any machine has — give a count or GPU UUIDs/indices")
+        if isinstance(v, list):
+            if not v:
+                raise ValueError("an empty list names no GPU — give a count or GPU UUIDs/indices")
+            bad = [g for g in v if not GPU_NAME_RE.match(g)]
+            if bad:
+                raise ValueError(
+                    f"{bad[0]!r} names no GPU — give indices (0, 1) or UUIDs (GPU-…) as `nvidia-smi -L` lists"
+                )
+            if len(set(v)) != len(v):
+                raise ValueError(
+                    f"{next(g for g in v if v.count(g) > 1)!r} is listed twice — name each GPU once"
+                )
         return v
 
 

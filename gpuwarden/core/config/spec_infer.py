@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from gpuwarden.core.config.spec_train import Precision
+from gpuwarden.core.config.spec_train import MAX_BATCH, MAX_COUNT, Precision
 from gpuwarden.core.config.validation import StrictModel
 
 
@@ -23,9 +23,9 @@ class InferSpec(StrictModel):
     prompt: str | None = Field(None, description="image_to_text: the instruction sent with each image")
     output_format: Literal["markdown", "json"] = "markdown"
 
-    batch_size: int = Field(8, gt=0)
+    batch_size: int = Field(8, gt=0, le=MAX_BATCH)
     max_new_tokens: int = Field(256, gt=0, le=1_048_576)
-    max_input_length: int | None = Field(None, gt=0)
+    max_input_length: int | None = Field(None, gt=0, le=1 << 24)
     do_sample: bool = False
     temperature: float = Field(1.0, gt=0)
     precision: Precision = "auto"
@@ -37,9 +37,9 @@ class InferSpec(StrictModel):
     )
     device_map: Literal["auto", "none"] | None = None
     load_in_8bit: bool = Field(False, description="bitsandbytes 8-bit weights (CUDA only)")
-    max_pixels: int | None = Field(None, gt=0)
-    min_pixels: int | None = Field(None, gt=0)
-    seed: int = 0
+    max_pixels: int | None = Field(None, gt=0, le=MAX_COUNT)
+    min_pixels: int | None = Field(None, gt=0, le=MAX_COUNT)
+    seed: int = Field(0, ge=-(2**63), le=2**64 - 1)
 
     @model_validator(mode="after")
     def _consistent(self) -> InferSpec:

@@ -10,6 +10,10 @@ from pydantic import Field, model_validator
 from gpuwarden.core.config.validation import StrictModel
 
 Precision = Literal["auto", "bf16", "fp16", "fp32"]
+# Upper bounds far past any real run, so a typo'd huge number is refused at submission rather than
+# crashing the run (sizes past a machine word do not fit the loader's and the kernel's integers).
+MAX_BATCH = 1 << 20
+MAX_COUNT = 1 << 40
 
 
 class ImageModelSpec(StrictModel):
@@ -22,7 +26,7 @@ class ImageModelSpec(StrictModel):
     in_channels: int = Field(3, gt=0, le=64)
     num_keypoints: int = Field(8, gt=0, le=1024, description="keypoints mode: points to regress")
     synthetic_samples: int = Field(
-        2048, gt=0, description="with no data folder: size of the synthetic generator's epoch"
+        2048, gt=0, le=MAX_COUNT, description="with no data folder: size of the synthetic generator's epoch"
     )
     noise_std: float = Field(0.1, ge=0, le=10, description="restoration: noise added to inputs")
 
@@ -40,7 +44,7 @@ class OptimizerSpec(StrictModel):
 
 class SchedulerSpec(StrictModel):
     schedule: Literal["cosine", "linear", "constant"] = "cosine"
-    warmup_steps: int = Field(0, ge=0)
+    warmup_steps: int = Field(0, ge=0, le=MAX_COUNT)
     min_lr_ratio: float = Field(0.1, ge=0, le=1)
 
 
@@ -58,16 +62,22 @@ class TrainSpec(StrictModel):
     packing: bool = Field(False, description="causal_lm: concatenate texts into full-length blocks")
     image: ImageModelSpec = Field(default_factory=ImageModelSpec)
 
-    batch_size: int = Field(8, gt=0, description="micro-batch per device")
-    grad_accum_steps: int = Field(1, ge=1)
+    batch_size: int = Field(8, gt=0, le=MAX_BATCH, description="micro-batch per device")
+    grad_accum_steps: int = Field(1, ge=1, le=MAX_BATCH)
     world_size: int = Field(
-        1, ge=1, description="processes (one per GPU, or CPU ranks) in data-parallel training, via torchrun"
+        1,
+        ge=1,
+        le=4096,
+        description="processes (one per GPU, or CPU ranks) in data-parallel training, via torchrun",
     )
     collective_timeout: int = Field(
-        600, ge=1, description="seconds a rank waits for the others in a collective before failing"
+        600,
+        ge=1,
+        le=7 * 86_400,
+        description="seconds a rank waits for the others in a collective before failing",
     )
-    max_steps: int | None = Field(None, gt=0, description="optimizer steps; default: epochs")
-    epochs: float = Field(1.0, gt=0)
+    max_steps: int | None = Field(None, gt=0, le=MAX_COUNT, description="optimizer steps; default: epochs")
+    epochs: float = Field(1.0, gt=0, le=1_000_000)
 
     precision: Precision = "auto"
     amp: bool | None = Field(
@@ -88,10 +98,14 @@ class TrainSpec(StrictModel):
     persistent_workers: bool = True
     prefetch_factor: int = Field(2, ge=1, le=64)
 
-    log_interval: int = Field(10, ge=1, description="steps between progress events (each one syncs)")
-    checkpoint_interval: int = Field(100, ge=1, description="optimizer steps between checkpoints")
+    log_interval: int = Field(
+        10, ge=1, le=MAX_COUNT, description="steps between progress events (each one syncs)"
+    )
+    checkpoint_interval: int = Field(
+        100, ge=1, le=MAX_COUNT, description="optimizer steps between checkpoints"
+    )
     keep_checkpoints: int = Field(2, ge=1, le=100)
-    seed: int = 0
+    seed: int = Field(0, ge=-(2**63), le=2**64 - 1)
 
     @property
     def effective_batch(self) -> int:
