@@ -27,6 +27,7 @@ from gpuwarden.core.telemetry.types import GPU_METRICS, HOST_METRICS
 from gpuwarden.core.units import named
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON (and nothing else) on stdout.")
+SPEC_SUFFIXES = (".yaml", ".yml", ".json")
 
 
 def _when(ts: float | None) -> str:
@@ -79,7 +80,7 @@ def run_cmd(words: tuple[str, ...], follow: bool, no_check_inputs: bool, as_json
         raise UserError(
             "give a spec file (gpuwarden run SPEC.yaml) or a command (gpuwarden run -- CMD ARGS…)"
         )
-    is_spec = len(words) == 1 and not flags_given(flags) and _names_a_spec(words[0])
+    is_spec = _spec_given(words, flags)
     with contextlib.ExitStack() as stack:
         if is_spec:
             spec_file = Path(words[0])
@@ -91,7 +92,10 @@ def run_cmd(words: tuple[str, ...], follow: bool, no_check_inputs: bool, as_json
         else:
             document = command_document(list(words), Path.cwd(), **flags)
             if flags["print_spec"]:
-                click.echo(printable_spec(document), nl=False)
+                if as_json:
+                    print_json(document)
+                else:
+                    click.echo(printable_spec(document), nl=False)
                 return
             client = stack.enter_context(ApiClient())
             run = client.submit(document)
@@ -109,11 +113,31 @@ def run_cmd(words: tuple[str, ...], follow: bool, no_check_inputs: bool, as_json
     sys.exit(0 if final.state == "succeeded" else 1)
 
 
+def _spec_given(words: tuple[str, ...], flags: dict[str, Any]) -> bool:
+    """Whether the words name one spec file (else they are a command). A spec file's name first
+    with more words or command options is a mistake, not a program called `spec.yaml`: a shell
+    glob that matched several specs, or options that only build a command run's spec."""
+    if not words[0].endswith(SPEC_SUFFIXES) or shutil.which(words[0]) is not None:
+        return len(words) == 1 and not flags_given(flags) and _names_a_spec(words[0])
+    if len(words) > 1:
+        raise UserError(
+            f"one spec file at a time: gpuwarden run {words[0]} (got {len(words)} arguments; "
+            "a command goes after `--`: gpuwarden run -- CMD ARGS…)"
+        )
+    if flags_given(flags):
+        given = ", ".join("--" + k.replace("_", "-") for k, v in flags.items() if v not in (None, (), False))
+        raise UserError(
+            f"{given}: only for your own program (gpuwarden run [OPTIONS] -- CMD ARGS…); "
+            f"{words[0]} carries its own settings — edit the file instead"
+        )
+    return True
+
+
 def _names_a_spec(word: str) -> bool:
     """Whether a lone argument is a spec file rather than a program to run (click drops the `--`
     that would tell them apart). A path that is no program is read as a spec, so the reader says
     in one line what is wrong with it (a folder, a device, too large, …)."""
-    if word.endswith((".yaml", ".yml", ".json")):
+    if word.endswith(SPEC_SUFFIXES):
         return True
     if shutil.which(word) is not None:
         return False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -43,3 +44,36 @@ def test_a_program_on_the_path_is_a_command(tmp_path: Path) -> None:
     assert "kind: command" in printed.stdout and "- 'true'" in printed.stdout
     alone = _run("true", cwd=tmp_path)  # submitted as a command: only the missing daemon stops it
     assert alone.stderr.strip() == f"gpuwarden: {NOT_RUNNING}"
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["a.yaml", "b.yaml"], "one spec file at a time: gpuwarden run a.yaml (got 2 arguments;"),
+        (["a.yaml", "--print-spec"], "--print-spec: only for your own program"),
+        (["--memory-limit", "1GiB", "a.yaml"], "--memory-limit: only for your own program"),
+        (["--gpus", "-1", "--print-spec", "--", "true"], "the flags: resources.gpus: '-1' names no GPU"),
+        (["--gpus", "0,0", "--print-spec", "--", "true"], "the flags: resources.gpus: '0' is listed twice"),
+        (
+            ["--memory-limit", "0", "--print-spec", "--", "true"],
+            "the flags: resources.memory_limit: 0 B leaves no room to start a process",
+        ),
+    ],
+)
+def test_a_spec_file_with_more_words_or_command_options_is_one_line(
+    tmp_path: Path, args: list[str], says: str
+) -> None:
+    # A shell glob that matched two specs, or command options given to a spec: never a run
+    # whose program is the YAML file.
+    for name in ("a.yaml", "b.yaml"):
+        (tmp_path / name).write_text("name: a\nkind: command\ncommand: {argv: ['true']}\n")
+    done = _run(*args, cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith(f"gpuwarden: {says}") and done.stderr.count("\n") == 1, done.stderr
+
+
+def test_print_spec_with_json_prints_the_spec_as_json(tmp_path: Path) -> None:
+    done = _run("--json", "--print-spec", "--name", "hello", "--", "true", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert document["name"] == "hello" and document["command"]["argv"] == ["true"]
