@@ -44,6 +44,8 @@ API_MAJOR = 1
 NOT_RUNNING = "gpuwarden daemon is not running — start it with `gpuwarden up`"
 Model = TypeVar("Model", bound=BaseModel)
 IDEMPOTENT = frozenset({"GET", "HEAD"})
+# Run names are at most 64 characters and ids shorter: a longer reference names no run.
+MAX_REF_CHARS = 128
 # What a request sent on a connection the server had closed fails with (no answer came).
 STALE_CONNECTION = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 
@@ -278,8 +280,14 @@ class ApiClient:
 
 
 def _q(ref: str) -> str:
+    """A run reference as one path segment. An empty one, or one holding a `/` (the server
+    decodes %2F before it routes), would reach another route: said here as the user meant it."""
     from urllib.parse import quote
 
+    if not ref.strip():
+        raise UserError("give a run: its id, its name or a unique prefix (`gpuwarden ps` lists them)")
+    if "/" in ref or len(ref) > MAX_REF_CHARS:
+        raise UserError(f"no run matches '{ref[:80]}' — see `gpuwarden ps`", code="not_found")
     return quote(ref, safe="")
 
 

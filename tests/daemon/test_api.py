@@ -165,6 +165,8 @@ def test_long_polls_wait_without_holding_a_worker(gw: DaemonHandle) -> None:
 
 ERROR_CASES = [
     ("GET", "/v1/runs/nope", None, 404, "not_found"),
+    # longer than any run's name (SQLite's LIKE refuses a pattern of ~50 000 characters)
+    ("GET", "/v1/runs/" + "a" * 50_001, None, 404, "not_found"),
     ("GET", "/v1/nothing", None, 404, "not_found"),
     ("DELETE", "/v1/health", None, 405, "method_not_allowed"),
     ("GET", "/v1/history?points=0", None, 422, "invalid_request"),

@@ -38,6 +38,7 @@ _METRIC_FIELDS = (
 _JSON_RUN_COLUMNS = ("spec", "submitted_spec")
 # What a `restart` daemon event says, as an attempt's `restart` carries it.
 RESTART_FIELDS = ("cause", "restart", "max", "backoff_s")
+MAX_REF_CHARS = 128  # run names are at most 64 characters, ids shorter
 # Not "state": a state moves only through set_state, which checks the move.
 _RUN_UPDATABLE = {
     "spec",
@@ -132,6 +133,10 @@ class RunStore:
 
         Raises UserError code `not_found` or `ambiguous`.
         """
+        if not ref or len(ref) > MAX_REF_CHARS:
+            # Names are at most 64 characters; a longer reference (which SQLite's LIKE refuses
+            # past ~50 000 characters) names no run.
+            raise UserError(f"no run matches '{ref[:80]}' — see `gpuwarden ps`", code="not_found")
         run = self.get_run(ref)
         if run is not None:
             return run
