@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from gpuwarden.cli.format import note, print_json
+from gpuwarden.cli.output_file import check_writable, writing
 from gpuwarden.core.units import size
 
 if TYPE_CHECKING:
@@ -56,6 +57,7 @@ def tune(  # Long: eleven options passed to tune_spec by name; the body is one s
     from gpuwarden.core.config.resolve import resolve_relative_paths
     from gpuwarden.core.config.settings import load_settings
     from gpuwarden.core.config.spec import load_spec
+    from gpuwarden.core.doctor.diagnose import relative_paths
     from gpuwarden.core.telemetry.nvml import open_gpu_reader
     from gpuwarden.core.tune.cache import TuneCache
     from gpuwarden.core.tune.devices import tune_devices
@@ -67,6 +69,7 @@ def tune(  # Long: eleven options passed to tune_spec by name; the body is one s
     settings = load_settings()
     paths = settings.resolve_paths()
     out_path = output or spec_path.with_name(spec_path.stem + ".tuned.yaml")
+    check_writable(out_path)
 
     def report(n: int, r: ProbeResult) -> None:
         if not as_json:
@@ -108,7 +111,11 @@ def tune(  # Long: eleven options passed to tune_spec by name; the body is one s
     if outcome.cached and not as_json:
         note(f"this setup was tuned before (fingerprint {outcome.fingerprint}); --force probes again")
     section = tuned_section(spec)
-    write_tuned_spec(spec_path, out_path, section, outcome.knobs, "best: " + outcome.summary)
+    with writing(out_path):
+        write_tuned_spec(spec_path, out_path, section, outcome.knobs, "best: " + outcome.summary)
+    moved = (
+        relative_paths(load_spec(out_path)) if out_path.resolve().parent != spec_path.resolve().parent else []
+    )
     if as_json:
         print_json(
             {
@@ -116,12 +123,22 @@ def tune(  # Long: eleven options passed to tune_spec by name; the body is one s
                 "cached": outcome.cached,
                 "output": str(out_path),
                 "knobs": outcome.knobs,
+                "notes": [_moved_note(moved, spec_path, out_path)] if moved else [],
                 **outcome.result,
             }
         )
         return
     click.echo("best: " + outcome.summary)
     click.echo(f"wrote {out_path}")
+    if moved:
+        note(_moved_note(moved, spec_path, out_path))
+
+
+def _moved_note(moved: list[str], source: Path, out: Path) -> str:
+    return (
+        f"{', '.join(moved)} are relative paths: they start from {out.parent.resolve()}, not from "
+        f"{source.resolve().parent} — write the tuned spec next to the original or make them absolute"
+    )
 
 
 def probe_line(n: int, r: ProbeResult) -> str:

@@ -135,3 +135,26 @@ def test_tune_of_an_own_script_spec_writes_a_tuned_spec_with_the_effective_batch
     assert record.config.changes["training.gradient_accumulation_steps"] == (1, 2)
     assert config.read_bytes() == before  # the user's file is only read
     assert not (REPO / "outputs").exists()  # probes wrote into their own folders
+
+
+@pytest.mark.parametrize(
+    ("output", "says"),
+    [
+        (
+            "missing/dir/out.yaml",
+            "the folder {tmp}/missing/dir does not exist — create it or choose another path",
+        ),
+        (".", "{tmp} is a folder — give a file name, e.g. {tmp}/tuned.yaml"),
+    ],
+)
+def test_an_output_that_cannot_be_written_is_refused_before_any_probe(
+    tmp_path: Path, output: str, says: str
+) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC)
+    done = _tune(tmp_path, str(spec), "-o", str(tmp_path / output))
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    assert done.stderr.count("\n") == 1 and says.format(tmp=tmp_path) in done.stderr, done.stderr
+    assert not (tmp_path / "state").exists() or not any(
+        (tmp_path / "state").rglob("probe*")
+    )  # nothing probed
