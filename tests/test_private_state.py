@@ -147,5 +147,6 @@ def test_close_keeps_the_instance_lock_until_the_process_exits(tmp_path: Path) -
     # the process, not with close().
     assert lock_holder_alive(paths.lock_file)
     daemon.lock.release()
+    daemon.db_lock.release()
     assert not lock_holder_alive(paths.lock_file)
     assert mode(paths.state_dir) == 0o700 and mode(paths.runs_dir) == 0o700 and mode(paths.db) == 0o600

@@ -111,8 +111,11 @@ def _health(paths: Paths) -> Health | None:
 
 
 def _log_tail(path: Path, lines: int = 15) -> str:
+    # The log of every daemon this user ran: only its end is read.
     try:
-        text = path.read_text(errors="replace")
+        with path.open("rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 64 * 1024))
+            text = f.read().decode("utf-8", "replace")
     except OSError:
         return "(no log)"
     return "\n".join(text.splitlines()[-lines:])
@@ -143,23 +146,26 @@ def up(as_json: bool) -> None:
     deadline = time.monotonic() + UP_TIMEOUT_S
     while time.monotonic() < deadline:
         code = proc.poll()
-        if code is not None:
-            tail = _log_tail(paths.daemon_log)
-            if code == 1 and "already running" in tail:
-                # another `up` won the race: that daemon is the one we wanted
-                health = _health(paths)
-                if health is not None:
-                    _report_up(health, paths, as_json, started=False)
-                    return
-            raise UserError(
-                f"the daemon exited with status {code}; last lines of {paths.daemon_log}:\n{tail}"
-            )
+        if code is not None and not (code == 1 and "already running" in _log_tail(paths.daemon_log)):
+            raise UserError(_why_it_exited(code, paths.daemon_log))
+        # Still starting, or another `up` won the race and its daemon (the one we wanted) is
+        # still binding its socket: either way, wait for an answer.
         health = _health(paths)
         if health is not None:
             _report_up(health, paths, as_json, started=True)
             return
         time.sleep(0.05)
     raise UserError(f"the daemon did not answer within {UP_TIMEOUT_S:.0f} s — see {paths.daemon_log}")
+
+
+def _why_it_exited(code: int, log: Path) -> str:
+    """The daemon's own one-line refusal when it gave one (`gpuwarden: …` as its last line), else
+    its exit status and the end of its log."""
+    tail = _log_tail(log)
+    last = tail.splitlines()[-1] if tail.strip() else ""
+    if last.startswith("gpuwarden: "):
+        return last.removeprefix("gpuwarden: ")
+    return f"the daemon exited with status {code}; last lines of {log}:\n{tail}"
 
 
 def _report_up(health: Health, paths: Paths, as_json: bool, started: bool) -> None:

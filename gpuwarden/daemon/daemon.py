@@ -30,7 +30,7 @@ from gpuwarden.core.store.runs import RunStore
 from gpuwarden.core.store.telemetry import TelemetryStore
 from gpuwarden.core.telemetry.topology import NO_TOPOLOGY, GpuTopology
 from gpuwarden.core.telemetry.types import GpuProcess, GpuReader, GpuSample, GpuStatic, HostSample, Tick
-from gpuwarden.daemon.lock import InstanceLock
+from gpuwarden.daemon.lock import DatabaseLock, InstanceLock
 from gpuwarden.daemon.placement import GpuState
 from gpuwarden.daemon.private_state import enter_owner_only_umask, prepare_private_state
 from gpuwarden.daemon.process import LocalProcesses
@@ -72,6 +72,7 @@ class Daemon:
         self._owner_of = owner_of
         self._umask: int | None = None
         self.lock = InstanceLock(self.paths.lock_file, self.paths.pid_file, owner_of)
+        self.db_lock = DatabaseLock(self.paths.db)
         self.writer = StoreWriter(self.paths.db)
         self.broadcaster = Broadcaster()
         self._gpu_reader = gpu_reader
@@ -212,6 +213,7 @@ class Daemon:
         self._umask = enter_owner_only_umask()
         prepare_private_state(self.paths, self._owner_of)
         self.lock.acquire()
+        self.db_lock.acquire(self.paths.socket)
         self.writer.start()
         reader = self._gpu_reader or open_gpu_reader()
         self.sampler = Sampler(reader, HostReader(), process_interval=self.settings.process_interval)
@@ -324,8 +326,8 @@ class Daemon:
 
     def close(self) -> None:
         """Stop threads in order, flush the store, remove the socket, release the lock."""
-        if not self.lock.held:
-            return  # another daemon owns the socket and the store
+        if not self.lock.held or not self.db_lock.held:
+            return  # another daemon owns the socket or the store
         self._stop.set()
         self.broadcaster.close_all()
         for component in reversed(self.components):

@@ -16,7 +16,15 @@ from pathlib import Path
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.private import OwnerOf, ensure_private_dir, file_owner
 
-__all__ = ["DaemonRunning", "InstanceLock", "ensure_private_dir", "lock_holder_alive", "read_pid"]
+__all__ = [
+    "DaemonRunning",
+    "DatabaseInUse",
+    "DatabaseLock",
+    "InstanceLock",
+    "ensure_private_dir",
+    "lock_holder_alive",
+    "read_pid",
+]
 
 
 class DaemonRunning(UserError):
@@ -89,3 +97,50 @@ def lock_holder_alive(lock_file: Path) -> bool:
         return False
     finally:
         os.close(fd)
+
+
+class DatabaseInUse(UserError):
+    """Another daemon writes the same database (it was started with another runtime folder)."""
+
+    def __init__(self, db: Path, holder: str) -> None:
+        socket = holder.partition(", socket ")[2] or "<its socket>"
+        super().__init__(
+            f"another gpuwarden daemon ({holder or 'pid ?'}) uses the database {db} — use that one "
+            f"(GPUWARDEN_SOCKET={socket} gpuwarden …), or stop it first, or set XDG_RUNTIME_DIR as "
+            "it was when that one started",
+            code="already_running",
+        )
+
+
+class DatabaseLock:
+    """A second lock, next to the database: the instance lock lives in the runtime folder, which a
+    shell without XDG_RUNTIME_DIR (cron, some SSH sessions) puts elsewhere, so without this two
+    daemons could supervise the same runs from one database. Held until the process exits."""
+
+    def __init__(self, db: Path) -> None:
+        self.path = db.with_name(db.name + ".lock")
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self, socket: Path) -> None:
+        """Take the lock, recording who holds it, or raise DatabaseInUse naming the holder."""
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 4096).decode("utf-8", "replace").strip()
+            os.close(fd)
+            raise DatabaseInUse(self.path.with_suffix(""), holder) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()}, socket {socket}\n".encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        """Drop the lock now (tests only; the daemon keeps it until it exits)."""
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None

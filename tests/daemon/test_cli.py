@@ -6,6 +6,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -94,10 +95,43 @@ def test_up_reports_the_log_tail_when_the_daemon_dies(daemon_factory: Any) -> No
     gw.runtime_dir.mkdir(mode=0o700)
     gw.socket.write_text("not a socket")
     result = gw.cli("up")
-    assert result.returncode == 2
-    assert result.stderr.startswith("gpuwarden: the daemon exited with status 2; last lines of ")
-    assert "exists and is not a socket" in result.stderr
-    assert "Traceback" not in result.stderr
+    # The daemon's own one-line refusal, not the end of its log.
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("gpuwarden: ") and "exists and is not a socket" in result.stderr
+
+
+def test_a_second_daemon_on_the_same_database_is_refused_in_one_line(daemon_factory: Any) -> None:
+    # A shell without XDG_RUNTIME_DIR (cron, some SSH sessions) finds the daemon's runtime folder
+    # elsewhere: the database lock still tells the two apart.
+    gw: DaemonHandle = daemon_factory()
+    elsewhere = {**gw.env, "XDG_RUNTIME_DIR": str(gw.root / "other-runtime")}
+    (gw.root / "other-runtime").mkdir(mode=0o700)
+    second = subprocess.run(
+        [sys.executable, "-m", "gpuwarden", "up"], env=elsewhere, capture_output=True, text=True, timeout=60
+    )
+    assert second.returncode == 2 and second.stderr.count("\n") == 1, second.stderr
+    pid = gw.cli_json("status")["daemon"]["pid"]
+    assert second.stderr.startswith(
+        f"gpuwarden: another gpuwarden daemon (pid {pid}, socket {gw.socket}) uses"
+    )
+    assert f"GPUWARDEN_SOCKET={gw.socket} gpuwarden" in second.stderr
+    assert gw.cli_json("status")["daemon"]["pid"] == pid  # the first one goes on
+
+
+def test_run_refs_that_name_no_run_are_one_line(daemon_factory: Any) -> None:
+    gw: DaemonHandle = daemon_factory()
+    for args, says in (
+        (["show", ""], "give a run: its id, its name or a unique prefix"),
+        (["rm", ""], "give a run: its id, its name or a unique prefix"),
+        (["stop", " "], "give a run: its id, its name or a unique prefix"),
+        (["show", "r1/events"], "no run matches 'r1/events'"),
+        (["logs", "x" * 200], "no run matches 'xxxx"),
+    ):
+        result = gw.cli(*args)
+        assert result.returncode == 2 and result.stdout == "", args
+        assert result.stderr.startswith(f"gpuwarden: {says}") and result.stderr.count("\n") == 1, (
+            result.stderr
+        )
 
 
 @pytest.mark.slow
