@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
+import re
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -96,6 +98,18 @@ def cli(ctx: click.Context) -> None:
             click.echo(ctx.get_help())
 
 
+def usage_line(exc: click.UsageError) -> str:
+    """Click's usage error as one line, with where the help is (click prints four lines)."""
+    where = exc.ctx.command_path if exc.ctx is not None else "gpuwarden"
+    message = exc.format_message().rstrip(".")
+    unknown = re.fullmatch(r"No such command '(.+)'", message)
+    if unknown:
+        close = difflib.get_close_matches(unknown[1], list(COMMANDS), n=1, cutoff=0.7)
+        hint = f"did you mean `gpuwarden {close[0]}`?" if close else "`gpuwarden --help` lists them"
+        return f"no command '{unknown[1]}' — {hint}"
+    return f"{message} — see `{where} --help`"
+
+
 def main(argv: list[str] | None = None) -> Any:
     """Console entry point: user errors are one line on stderr (exit 2), never a traceback."""
     try:
@@ -107,6 +121,9 @@ def main(argv: list[str] | None = None) -> Any:
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
+    except click.UsageError as exc:
+        click.echo(f"gpuwarden: {usage_line(exc)}", err=True)
+        sys.exit(exc.exit_code)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)

@@ -50,3 +50,19 @@ def test_every_option_of_a_command_says_what_it_does(command: str) -> None:
     assert sub is not None
     silent = [p.name for p in sub.params if isinstance(p, click.Option) and not p.help]
     assert silent == [], f"{command}: options without help: {silent}"
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["stauts"], "no command 'stauts' — did you mean `gpuwarden status`?"),
+        (["frobnicate"], "no command 'frobnicate' — `gpuwarden --help` lists them"),
+        (["ps", "--bogus"], "No such option '--bogus' — see `gpuwarden ps --help`"),
+        (["monitor", "--interval", "0"], "Invalid value for '--interval': 0.0 is not in the range x>=0.05"),
+        (["show"], "Missing argument 'RUN' — see `gpuwarden show --help`"),
+    ],
+)
+def test_a_usage_mistake_is_one_line_naming_the_help(args: list[str], says: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "gpuwarden", *args], capture_output=True, text=True)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith(f"gpuwarden: {says}") and done.stderr.count("\n") == 1, done.stderr
