@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import signal
 import sys
 import time
@@ -74,10 +75,24 @@ def _summary_lines(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
+class Seconds(click.FloatRange):
+    """A float range that also refuses nan and infinity (every comparison with nan is false, so
+    a plain range lets it through)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        return number
+
+
 @click.command()
-@click.option("--interval", type=click.FloatRange(min=0.05), default=None, help="Seconds between samples.")
+@click.option("--interval", type=Seconds(min=0.05, max=3600), default=None, help="Seconds between samples.")
 @click.option(
-    "--duration", type=click.FloatRange(min=0), default=0, help="Seconds to watch; 0 = until Ctrl-C."
+    "--duration",
+    type=Seconds(min=0, max=10 * 365 * 86_400),
+    default=0,
+    help="Seconds to watch; 0 = until Ctrl-C.",
 )
 @click.option("--gpu", "gpu_ids", multiple=True, help="GPU index or UUID (repeatable); default all.")
 @click.option(

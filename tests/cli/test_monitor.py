@@ -128,6 +128,8 @@ def test_monitor_human_output_has_summary_and_verdict() -> None:
     [
         (["--gpu", "7"], "--gpu 7: matches no GPU — use an index or UUID from: 0 ("),
         (["--interval", "-1"], "Invalid value for '--interval'"),
+        (["--interval", "nan"], "Invalid value for '--interval': 'nan' is not a number of seconds"),
+        (["--interval", "1e308"], "Invalid value for '--interval': 1e+308 is not in the range 0.05<=x<=3600"),
         (["--json", "--jsonl"], "--json and --jsonl: pick one"),
     ],
 )
