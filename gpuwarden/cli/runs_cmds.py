@@ -23,6 +23,7 @@ from gpuwarden.core.api import LogChunk, RunDetail, RunEvent
 from gpuwarden.core.config.yamlsource import read_yaml_text
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.run_state import FINAL_STATES
+from gpuwarden.core.safeload import SPEC_FILE_LIMITS
 from gpuwarden.core.telemetry.types import GPU_METRICS, HOST_METRICS
 from gpuwarden.core.units import named
 
@@ -84,7 +85,7 @@ def run_cmd(words: tuple[str, ...], follow: bool, no_check_inputs: bool, as_json
     with contextlib.ExitStack() as stack:
         if is_spec:
             spec_file = Path(words[0])
-            text = read_yaml_text(spec_file)
+            text = read_yaml_text(spec_file, SPEC_FILE_LIMITS)
             client = stack.enter_context(ApiClient())
             run = client.submit_yaml(
                 text, spec_file.resolve().parent, label=str(spec_file), check_inputs=not no_check_inputs

@@ -46,6 +46,10 @@ class ReadLimits:
 
 
 DEFAULT_LIMITS = ReadLimits()
+# A spec file sent to the daemon: well under what its API accepts (1 000 000 characters, in a
+# request of at most 1 MiB), so an oversized file is refused here naming the file, not there
+# naming a request field.
+SPEC_FILE_LIMITS = ReadLimits(max_bytes=256 * KIB)
 # One event line of a run (events.jsonl): a `finished` event carries the whole report.
 EVENT_LIMITS = ReadLimits(max_bytes=MIB, max_depth=32, max_values=10_000)
 

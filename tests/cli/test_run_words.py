@@ -29,10 +29,13 @@ def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         ("train.py", "train.py is a Python script: run it with `gpuwarden run -- python train.py`"),
         ("no-such-thing", "no-such-thing: no such spec file or program"),
         ("missing.yaml", "missing.yaml: no such file"),
+        # refused here, naming the file, rather than by the API naming a request field
+        ("big.yaml", "big.yaml: larger than 256 KiB, the limit for a YAML file"),
     ],
 )
 def test_a_lone_word_that_is_neither_is_one_line(tmp_path: Path, word: str, says: str) -> None:
     (tmp_path / "train.py").write_text("print('hi')\n")
+    (tmp_path / "big.yaml").write_text("name: a\nkind: command\ncommand: {argv: ['true']}\n" + "#" * 300_000)
     done = _run(word, cwd=tmp_path)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.startswith(f"gpuwarden: {says}") and done.stderr.count("\n") == 1, done.stderr
