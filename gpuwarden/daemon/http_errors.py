@@ -123,14 +123,13 @@ def validation_message(exc: RequestValidationError) -> str:
 
 def allowed_methods(request: Request) -> list[str]:
     """The methods the API describes at this request's path (Starlette's own 405 names only the
-    methods of the first route that matched the path), HEAD with GET, and OPTIONS."""
+    methods of the first route that matched the path), and OPTIONS. Not HEAD: the API's routes
+    do not answer it (Prometheus' /metrics, a separate server, does)."""
     methods: set[str] = set()
     for path, operations in request.app.openapi()["paths"].items():
         template = re.sub(r"\\\{[^/]*?\\\}", "[^/]+", re.escape(path))
         if re.fullmatch(template, request.url.path):
             methods.update(m.upper() for m in operations)
-    if "GET" in methods:
-        methods.add("HEAD")
     return sorted(methods | {"OPTIONS"}) if methods else []
 
 
