@@ -108,7 +108,7 @@ def tune(ctx: Context, run_id: str) -> dict[str, Any]:
         run = ctx.run(run_id)
         state = RunState(run["state"])
         if state not in CHANGEABLE_STATES:
-            raise Conflict(f"run {run_id} is {state}: stop it first, then tune")
+            raise not_changeable(run_id, state, "tune")
         spec = spec_from_mapping(dict(run["spec"]))
         blocker = tune_blocker(complete_command(spec)) if spec.kind == "command" else None
         if blocker is not None:
@@ -121,6 +121,16 @@ def tune(ctx: Context, run_id: str) -> dict[str, Any]:
     return ctx.run(run_id)
 
 
+def not_changeable(run_id: str, state: RunState, verb: str) -> Conflict:
+    """Why a run in `state` cannot be tuned or changed, and what to do instead."""
+    if state is RunState.SUCCEEDED:
+        return Conflict(
+            f"run {run_id} succeeded: it is kept as it ran — submit a new run to {verb} "
+            f"(`gpuwarden show {run_id} --json` holds its spec)"
+        )
+    return Conflict(f"run {run_id} is {state}: stop it first, then {verb}")
+
+
 def edit(ctx: Context, run_id: str, changes: Mapping[str, Any]) -> dict[str, Any]:
     """Change a run that is not running: name, knobs, resources, or any spec key by its dotted
     path (`set`); the result is re-validated as a whole spec. A stopped or failed run keeps its
@@ -128,7 +138,7 @@ def edit(ctx: Context, run_id: str, changes: Mapping[str, Any]) -> dict[str, Any
     with ctx.lock:
         run = ctx.run(run_id)
         if RunState(run["state"]) not in CHANGEABLE_STATES:
-            raise Conflict(f"run {run_id} is {run['state']}: stop it first, then change it")
+            raise not_changeable(run_id, RunState(run["state"]), "change it")
         spec = complete_command(spec_from_mapping(changed(run["spec"], changes), label="PATCH"))
         check_feasible(spec.resources, ctx.backends.gpu_states())
         ctx.store(lambda s: s.update_run(run_id, spec=spec_document(spec), name=spec.name))
