@@ -29,6 +29,7 @@ from gpuwarden.core.units import named
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON (and nothing else) on stdout.")
 SPEC_SUFFIXES = (".yaml", ".yml", ".json")
+SHOWN_FINISHED = 20  # finished runs `ps` lists without --all, newest first
 
 
 def _when(ts: float | None) -> str:
@@ -36,18 +37,20 @@ def _when(ts: float | None) -> str:
 
 
 @click.command()
-@click.option("--all", "show_all", is_flag=True, help="Include finished runs (default: the last 20 of them).")
+@click.option("--all", "show_all", is_flag=True, help="Every finished run (default: the newest 20 of them).")
 @json_option
 def ps(show_all: bool, as_json: bool) -> None:
     """List runs: id, name, state, attempt, started."""
     with ApiClient() as client:
         runs = client.runs()
+    hidden = 0
     if not show_all:
         active = [r for r in runs if r.state not in FINAL_STATES]
-        done = [r for r in runs if r.state in FINAL_STATES][:20]
-        runs = active + done
+        done = [r for r in runs if r.state in FINAL_STATES]
+        hidden = max(0, len(done) - SHOWN_FINISHED)
+        runs = active + done[:SHOWN_FINISHED]
     if as_json:
-        print_json({"runs": runs})
+        print_json({"runs": runs, "hidden_finished": hidden})
         return
     if not runs:
         click.echo("no runs — submit one with `gpuwarden run SPEC.yaml`")
@@ -58,6 +61,8 @@ def ps(show_all: bool, as_json: bool) -> None:
             f"{r.id:<12} {r.name[:24]:<24} {r.state:<12} {r.attempt:>3}  {_when(r.created_at)}"
             f"  {(r.message or '')[:80]}"
         )
+    if hidden:
+        click.echo(f"… and {hidden} older finished run(s) — gpuwarden ps --all lists every run")
 
 
 @click.command("run")
@@ -108,7 +113,15 @@ def run_cmd(words: tuple[str, ...], follow: bool, no_check_inputs: bool, as_json
             return
         if not as_json:
             click.echo(f"{run.id}  {run.name}  submitted", err=True)
-        final = _follow(client, run.id, as_json)
+        try:
+            final = _follow(client, run.id, as_json)
+        except KeyboardInterrupt:
+            # Ctrl-C leaves the run to the daemon, as `docker logs -f` leaves its container.
+            click.echo(
+                f"\nstopped following {run.id}; the run goes on — `gpuwarden stop {run.id}` stops it",
+                err=True,
+            )
+            sys.exit(130)
     if as_json:
         print_json(final)
     sys.exit(0 if final.state == "succeeded" else 1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from typing import Any
@@ -245,3 +246,57 @@ def test_status_socket_is_what_curl_needs_even_without_a_runtime_dir(daemon_fact
         timeout=30,
     )
     assert json.loads(curl.stdout)["socket"] == socket
+
+
+def test_ps_says_how_many_finished_runs_it_leaves_out(daemon_factory: Any) -> None:
+    gw: DaemonHandle = daemon_factory()
+    spec = {"kind": "command", "command": {"argv": ["true"]}, "resources": {"gpus": 0}}
+    with gw.client() as client:
+        ids = [client.submit({**spec, "name": f"quick-{n}"}).id for n in range(22)]
+        wait_for(
+            lambda: all(client.run(i).state == "succeeded" for i in ids), "22 runs to succeed", timeout=120
+        )
+    table = gw.cli("ps").stdout.splitlines()
+    assert len(table) == 1 + 20 + 1  # header, the newest 20, the line about the rest
+    assert table[-1] == "… and 2 older finished run(s) — gpuwarden ps --all lists every run"
+    assert gw.cli_json("ps")["hidden_finished"] == 2
+    every = gw.cli_json("ps", "--all")
+    assert len(every["runs"]) == 22 and every["hidden_finished"] == 0
+
+
+def test_ctrl_c_stops_following_and_leaves_the_run_running(daemon_factory: Any) -> None:
+    gw: DaemonHandle = daemon_factory()
+    follow = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpuwarden",
+            "run",
+            "--follow",
+            "--name",
+            "sleeper",
+            "--gpus",
+            "0",
+            "--",
+            "sleep",
+            "60",
+        ],
+        env=gw.env,
+        cwd=gw.root,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert follow.stderr is not None
+    seen = ""
+    while "state: running" not in seen:  # the run has a process: now the user presses Ctrl-C
+        line = follow.stderr.readline()
+        assert line, seen
+        seen += line
+    follow.send_signal(signal.SIGINT)
+    rest = follow.communicate(timeout=30)[1]
+    assert follow.returncode == 130
+    assert (
+        "stopped following" in rest and "the run goes on — `gpuwarden stop" in rest and "aborted" not in rest
+    )
+    assert gw.cli_json("show", "sleeper")["state"] == "running"
+    gw.cli("stop", "sleeper")
