@@ -23,20 +23,38 @@ def report_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
     """(label, value) rows of the report, in reading order."""
     run, tp = report["run"], report["throughput"]
     unit = tp["unit"]
+    kind = " ".join(filter(None, (run["kind"], run.get("task"))))
     rows = [
-        ("run", f"{run['name']} ({run['id']}) — {run['kind']} {run.get('task') or ''}, {run['state']}"),
-        ("device", f"{run.get('device') or 'n/a'} ({run.get('dtype') or 'n/a'})"),
+        ("run", f"{run['name']} ({run['id']}) — {kind}, {run['state']}"),
+        ("device", f"{run['device']} ({run.get('dtype') or 'n/a'})" if run.get("device") else "n/a"),
         ("wall time", f"{_n(report['wall_s'], '.1f', ' s')} over {len(report['attempts'])} attempt(s)"),
-        (f"{unit}", _n(tp["samples"], "d")),
-        (f"{unit}/s", f"{_n(tp['samples_per_s'])} (loop); {_n(tp['samples_per_s_wall'])} over wall time"),
+        (f"{unit}", _samples_text(tp)),
+        (
+            f"{unit}/s",
+            f"{_n(tp['samples_per_s'])} (loop); {_n(tp['samples_per_s_wall'])} over wall time"
+            if tp["samples_per_s"] is not None
+            else "n/a",
+        ),
         ("tokens/s", _n(tp["tokens_per_s"], ".1f")),
         ("peak memory", _memory_text(report["memory"])),
         ("energy", _energy_text(report["energy"], unit)),
         ("power", _power_text(report["power"])),
         (f"utilisation ({report['utilisation']['metric']})", _utilisation_text(report["utilisation"])),
-        ("loss", f"{_n(report['loss']['first'], '.4f')} → {_n(report['loss']['last'], '.4f')}"),
+        ("loss", _loss_text(report["loss"])),
     ]
     return rows
+
+
+def _loss_text(loss: dict[str, Any]) -> str:
+    if loss["first"] is None and loss["last"] is None:
+        return "n/a"
+    return f"{_n(loss['first'], '.4f')} → {_n(loss['last'], '.4f')}"
+
+
+def _samples_text(tp: dict[str, Any]) -> str:
+    if not tp["samples"] and tp["samples_per_s"] is None:
+        return "n/a (the run reported no progress)"
+    return _n(tp["samples"], "d")
 
 
 # A run without GPU readings (on the CPU, or on a card that does not report the value) gets one

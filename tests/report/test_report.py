@@ -210,3 +210,16 @@ def test_cpu_run_has_no_energy_or_power(tmp_path: Path) -> None:
         "power": "n/a",
     }
     assert "n/a" not in render_text(r).split("peak memory", 1)[1].splitlines()[0]
+
+
+def test_a_command_run_that_reports_nothing_reads_n_a_once_per_row(tmp_path: Path) -> None:
+    rec = Recorder(tmp_path / "g.db")
+    spec = {"version": 1, "name": "script", "kind": "command", "command": {"argv": ["true"]}}
+    rec.run("script", spec, [(T0, T0 + 30, [], 0)], {1: []}, kind="command")
+    rows = dict(
+        line.split("  ", 1) for line in render_text(_report(tmp_path / "g.db", "script")).splitlines()[:11]
+    )
+    rows = {k.strip(): v.strip() for k, v in rows.items()}
+    assert rows["run"] == "script (script) — command, succeeded"
+    assert rows["samples"] == "n/a (the run reported no progress)"
+    assert rows["samples/s"] == rows["device"] == rows["loss"] == rows["peak memory"] == "n/a"
