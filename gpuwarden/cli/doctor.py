@@ -8,12 +8,12 @@ from typing import Any
 import click
 
 from gpuwarden.cli.format import note, print_json
+from gpuwarden.core.config.resolve import relative_paths
 from gpuwarden.core.doctor.diagnose import (
     Diagnosis,
     diagnose_run,
     diagnose_spec_file,
     recheck,
-    relative_paths,
 )
 from gpuwarden.core.doctor.finding import Finding, merged_fix
 from gpuwarden.core.doctor.fix import apply_fixes, describe_fix, with_header

@@ -54,10 +54,9 @@ def tune(  # Long: eleven options passed to tune_spec by name; the body is one s
 ) -> None:
     """Probe short runs to find the fastest (or most energy-efficient) settings that fit, and write
     a tuned spec."""
-    from gpuwarden.core.config.resolve import resolve_relative_paths
+    from gpuwarden.core.config.resolve import relative_paths, resolve_relative_paths
     from gpuwarden.core.config.settings import load_settings
     from gpuwarden.core.config.spec import load_spec
-    from gpuwarden.core.doctor.diagnose import relative_paths
     from gpuwarden.core.telemetry.nvml import open_gpu_reader
     from gpuwarden.core.tune.cache import TuneCache
     from gpuwarden.core.tune.devices import tune_devices

@@ -176,6 +176,14 @@ ERROR_CASES = [
     ("POST", "/v1/runs", {"spec_yaml": "name: [", "label": "s.yaml"}, 400, "bad_input"),
     ("POST", "/v1/runs", {"spec_yaml": "name: x\nkind: command\n", "label": "s.yaml"}, 422, "invalid_config"),
     ("POST", "/v1/runs/nope/stop", None, 404, "not_found"),
+    # relative to what? the daemon's own working folder is nobody's answer
+    (
+        "POST",
+        "/v1/runs",
+        {"spec": {"name": "rel", "kind": "command", "command": {"argv": ["pwd"], "cwd": "."}}},
+        400,
+        "bad_input",
+    ),
     ("GET", "/v1/runs/x/logs?stream=stdin", None, 422, "invalid_request"),
     ("PATCH", "/v1/runs/x", {"bogus": 1}, 422, "invalid_request"),
     ("POST", "/v1/runs", {}, 422, "invalid_request"),
@@ -204,6 +212,7 @@ ERROR_WORDS = {
     '"spec": [[[': "nests arrays or objects too deeply",
     "'a: [[[": "nested deeper than 64 levels",
     r"\x80abc": "not UTF-8",
+    "'cwd': '.'": "spec: command.cwd is a relative path and the request names no base_dir",
 }
 
 

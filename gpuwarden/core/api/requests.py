@@ -30,7 +30,7 @@ class SubmitRequest(BaseModel):
     spec_yaml: str | None = Field(None, max_length=MAX_SPEC_YAML)
     base_dir: str | None = Field(
         None,
-        description="absolute directory that relative paths in the spec start from",
+        description="absolute directory that relative paths in the spec start from (needed when it has any)",
         json_schema_extra={"pattern": "^/"},
     )
     label: str | None = Field(None, max_length=4096, description="file name used in error messages")

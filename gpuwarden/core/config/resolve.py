@@ -8,6 +8,7 @@ sits in the spec (train/infer sections, `command.cwd`), so new path fields need 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -43,3 +44,19 @@ def resolve_relative_paths(spec: RunSpec, base: Path) -> RunSpec:
     Paths are joined, not `resolve()`d: symlinks stay as the user wrote them.
     """
     return _resolve_model(spec, Path(base).expanduser().absolute())
+
+
+def relative_paths(spec: RunSpec) -> list[str]:
+    """The dotted keys of the spec's relative paths (`train.data`, `command.cwd`): they start
+    from the spec file's folder, so a copy written elsewhere, or a spec sent without that folder,
+    points somewhere else."""
+    return list(_relative_in(spec, ""))
+
+
+def _relative_in(model: BaseModel, prefix: str) -> Iterator[str]:
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        if isinstance(value, Path) and not value.expanduser().is_absolute():
+            yield prefix + name
+        elif isinstance(value, BaseModel):
+            yield from _relative_in(value, f"{prefix}{name}.")

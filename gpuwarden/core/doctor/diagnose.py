@@ -171,20 +171,3 @@ def recheck(text: str, label: str, target: Target) -> list[Finding]:
     view = SpecView(spec=spec_from_document(doc), label=label, lines=doc.lines)
     findings, _ = check_spec(view, target)
     return sort_findings(findings)
-
-
-def relative_paths(spec: RunSpec) -> list[str]:
-    """Relative paths in the spec: they start from the spec file's folder, so a fixed copy
-    written elsewhere points somewhere else."""
-    out: list[str] = []
-    sections: list[tuple[str, Any]] = [("train", spec.train), ("infer", spec.infer)]
-    for name, section in sections:
-        if section is None:
-            continue
-        for key in ("model", "tokenizer", "data", "input", "output"):
-            value = getattr(section, key, None)
-            if isinstance(value, Path) and not value.is_absolute():
-                out.append(f"{name}.{key}")
-    if spec.command is not None and spec.command.cwd is not None and not spec.command.cwd.is_absolute():
-        out.append("command.cwd")
-    return out

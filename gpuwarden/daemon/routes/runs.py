@@ -19,7 +19,7 @@ from gpuwarden.core.api import (
 )
 from gpuwarden.core.api.runs import Attempt, Retune
 from gpuwarden.core.command.record import with_records
-from gpuwarden.core.config.resolve import resolve_relative_paths
+from gpuwarden.core.config.resolve import relative_paths, resolve_relative_paths
 from gpuwarden.core.config.spec import RunSpec, parse_spec, spec_from_mapping
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.oom.roles import effective_batch_of
@@ -91,6 +91,13 @@ def submit(daemon: DaemonDep, body: SubmitRequest) -> RunDetail:
     spec = _spec_of(body, label)
     if body.base_dir is not None:
         spec = resolve_relative_paths(spec, Path(body.base_dir))
+    elif relative := relative_paths(spec):
+        # Against the daemon's own working folder they would point wherever `gpuwarden up` ran.
+        are = "is a relative path" if len(relative) == 1 else "are relative paths"
+        raise UserError(
+            f"{label}: {', '.join(relative)} {are} and the request names no base_dir — send "
+            "base_dir (the folder they start from) or absolute paths"
+        )
     run = daemon.supervisor.submit(
         spec, submitted_text=body.spec_yaml, label=label, check_inputs=body.check_inputs
     )
