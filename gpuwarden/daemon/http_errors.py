@@ -66,6 +66,11 @@ def error_response(
 
 
 async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+    content_type = request.headers.get("content-type", "")
+    if request.method in ("POST", "PATCH") and content_type and "json" not in content_type:
+        # FastAPI reads a body of another type as text: its error would blame the JSON inside.
+        message = f"request: the body was sent as {content_type.split(';')[0]}: send it as JSON with "
+        return error_response(415, "unsupported_media_type", message + "Content-Type: application/json")
     return error_response(422, "invalid_request", validation_message(exc))
 
 

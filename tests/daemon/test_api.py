@@ -239,6 +239,13 @@ def test_errors_are_one_line_json_with_the_right_status(gw: DaemonHandle) -> Non
             assert len(error["message"]) < 400, (method, path[:40], len(error["message"]))
         allow = http.options("/v1/runs")
         assert allow.status_code == 204 and allow.headers["allow"] == "GET, OPTIONS, POST"
+        # A JSON body sent as another type: the fix is the header, not the JSON.
+        plain = http.post(
+            "/v1/runs", content=b'{"spec": {"name": "x"}}', headers={"content-type": "text/plain"}
+        )
+        assert plain.status_code == 415 and plain.json()["error"]["message"] == (
+            "request: the body was sent as text/plain: send it as JSON with Content-Type: application/json"
+        )
         head = http.head("/v1/health")  # the Allow header names only what answers
         assert head.status_code == 405 and "HEAD" not in head.headers["allow"]
         wrong = http.put("/v1/runs/x/stop")

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query
 from gpuwarden.core.api import LiveProcess, LiveProcesses, ProcessReads, StopRequest, TerminateResult
 from gpuwarden.core.errors import UserError
 from gpuwarden.daemon.routes.daemon_view import DaemonDep
-from gpuwarden.daemon.routes.responses import errors
+from gpuwarden.daemon.routes.responses import WITH_A_BODY, errors
 from gpuwarden.daemon.strays import terminate_gpu_process
 from gpuwarden.daemon.supervise import owner_of
 
@@ -55,7 +55,7 @@ def processes(
 @router.post(
     "/v1/processes/{pid}/terminate",
     response_model=TerminateResult,
-    responses=errors(400, 404, 409, 422),
+    responses=errors(WITH_A_BODY, 400, 404, 409, 422),
     summary="SIGTERM a stray GPU process of yours (not part of a run), SIGKILL after the grace period",
 )
 def terminate_process(daemon: DaemonDep, pid: int, body: StopRequest | None = None) -> TerminateResult:

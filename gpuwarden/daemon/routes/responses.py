@@ -13,6 +13,7 @@ _WHY = {
     404: "no such run, attempt, GPU or process",
     409: "the run's state (or the process's owner) does not allow this now",
     413: too_large_message(),
+    415: "the body was sent as another type than JSON (`Content-Type: application/json`)",
     422: "a parameter or the body does not validate (`invalid_request`), or the spec does not "
     "(`invalid_config`, one line per problem in `problems`)",
 }
@@ -34,3 +35,5 @@ def json_errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
 # The statuses an operation on one run can answer besides its own: the reference resolves to
 # no run (404) or to several (400), and the parameters are checked (422).
 ON_A_RUN = (400, 404, 422)
+# An operation that reads a JSON body can also be sent one of another type.
+WITH_A_BODY = 415

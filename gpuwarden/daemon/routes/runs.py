@@ -27,7 +27,7 @@ from gpuwarden.core.report.energy import stored_energy
 from gpuwarden.core.run_state import RunState
 from gpuwarden.core.safeload import read_json_file
 from gpuwarden.daemon.routes.daemon_view import DaemonDep, DaemonView, RunRow
-from gpuwarden.daemon.routes.responses import ON_A_RUN, errors
+from gpuwarden.daemon.routes.responses import ON_A_RUN, WITH_A_BODY, errors
 
 router = APIRouter()
 
@@ -83,7 +83,7 @@ def list_runs(
     "/v1/runs",
     status_code=201,
     response_model=RunDetail,
-    responses=errors(400, 404, 409, 422),
+    responses=errors(WITH_A_BODY, 400, 404, 409, 422),
     summary="submit a run spec",
 )
 def submit(daemon: DaemonDep, body: SubmitRequest) -> RunDetail:
@@ -125,7 +125,7 @@ def get_run(daemon: DaemonDep, ref: str) -> RunDetail:
 @router.patch(
     "/v1/runs/{ref}",
     response_model=RunDetail,
-    responses=errors(*ON_A_RUN, 409),
+    responses=errors(WITH_A_BODY, *ON_A_RUN, 409),
     summary="edit a queued run's name, knobs or resources",
 )
 def edit_run(daemon: DaemonDep, ref: str, body: EditRequest) -> RunDetail:
@@ -149,7 +149,7 @@ def delete_run(daemon: DaemonDep, ref: str) -> Deleted:
 @router.post(
     "/v1/runs/{ref}/stop",
     response_model=RunDetail,
-    responses=errors(*ON_A_RUN, 409),
+    responses=errors(WITH_A_BODY, *ON_A_RUN, 409),
     summary="SIGTERM the run's process group, SIGKILL after the grace period",
 )
 def stop_run(daemon: DaemonDep, ref: str, body: StopRequest | None = None) -> RunDetail:
