@@ -132,6 +132,10 @@ def test_command_spec_ok(tmp_path: Path) -> None:
         ("name: a\nkind: shell\n", "s.yaml:2: kind: must be 'command', 'train' or 'infer' (got 'shell')"),
         ("name: 'bad name'\nkind: command\ncommand: {argv: [x]}\n", "s.yaml:1: name: must be 1–64 letters"),
         (
+            "name: r0123456789\nkind: command\ncommand: {argv: [x]}\n",
+            "s.yaml:1: name: 'r0123456789' has the form of a run id (r + 10 hex digits) — choose another name",
+        ),
+        (
             "name: a\nkind: command\ncommand: {argv: []}\n",
             "s.yaml:3: command.argv: List should have at least 1 item",
         ),

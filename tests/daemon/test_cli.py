@@ -300,3 +300,17 @@ def test_ctrl_c_stops_following_and_leaves_the_run_running(daemon_factory: Any) 
     )
     assert gw.cli_json("show", "sleeper")["state"] == "running"
     gw.cli("stop", "sleeper")
+
+
+def test_rm_by_a_name_several_runs_share_asks_for_the_id(daemon_factory: Any) -> None:
+    gw: DaemonHandle = daemon_factory()
+    spec = {"name": "same", "kind": "command", "command": {"argv": ["true"]}, "resources": {"gpus": 0}}
+    with gw.client() as client:
+        older, newer = client.submit(spec).id, client.submit(spec).id
+        wait_for(lambda: all(client.run(i).state == "succeeded" for i in (older, newer)), "both runs to end")
+    refused = gw.cli("rm", "same")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert refused.stderr.startswith(f"gpuwarden: 'same' names 2 runs ({newer}, {older}, newest first)")
+    assert gw.cli_json("show", "same")["id"] == newer  # reading by name still finds the newest
+    assert gw.cli_json("rm", older) == {"deleted": [older]}
+    assert gw.cli_json("rm", "same") == {"deleted": [newer]}  # the only one left of that name

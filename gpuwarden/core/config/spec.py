@@ -26,6 +26,7 @@ from gpuwarden.core.safeload import check_structure
 from gpuwarden.core.units import size
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+RUN_ID_RE = re.compile(r"^r[0-9a-f]{10}$")
 # Below this an address-space limit leaves no room to start an interpreter: the process dies
 # before it can report anything (a limit of 0 killed it with SIGSEGV).
 MIN_MEMORY_LIMIT = 64 << 20
@@ -147,6 +148,9 @@ class RunSpec(StrictModel):
     def _name(cls, v: str) -> str:
         if not NAME_RE.match(v):
             raise ValueError("must be 1–64 letters, digits, '.', '_' or '-', starting with a letter or digit")
+        if RUN_ID_RE.match(v):
+            # A reference is tried as an id first: a run with this name could never be named.
+            raise ValueError(f"{v!r} has the form of a run id (r + 10 hex digits) — choose another name")
         return v
 
     @model_validator(mode="after")

@@ -156,6 +156,11 @@ class RunStore:
         names = ", ".join(f"{r['id']} ({r['name']})" for r in rows[:5])
         raise UserError(f"'{ref}' matches several runs: {names} — give more of the id", code="ambiguous")
 
+    def ids_named(self, name: str) -> list[str]:
+        """The ids of the runs called `name`, newest first."""
+        rows = self._query("SELECT id FROM runs WHERE name = ? ORDER BY created_at DESC", (name,))
+        return [str(r["id"]) for r in rows]
+
     def attempts(self, run_id: str) -> list[dict[str, Any]]:
         """Every attempt of a run, oldest first; `restart` is the restart the run's restart policy
         scheduled after it ({cause, restart, max, backoff_s}), or None."""

@@ -142,6 +142,14 @@ def edit_run(daemon: DaemonDep, ref: str, body: EditRequest) -> RunDetail:
 )
 def delete_run(daemon: DaemonDep, ref: str) -> Deleted:
     run = resolve(daemon, ref)
+    same_name = daemon.runs().ids_named(ref) if run["id"] != ref else []
+    if len(same_name) > 1:
+        # Reading the newest run of a name is a convenience; forgetting one by it is not.
+        raise UserError(
+            f"'{ref}' names {len(same_name)} runs ({', '.join(same_name[:5])}, newest first) — "
+            "give the id of the one to remove",
+            code="ambiguous",
+        )
     daemon.supervisor.delete_run(run["id"])
     return Deleted(deleted=run["id"])
 
