@@ -180,11 +180,20 @@ def test_gpu_detection_uses_the_largest_gpu_and_its_bf16_support() -> None:
     assert detect_target(None, False, reader_factory=lambda: NvmlReader(FakeNvml("h100"))).device == "cpu"
 
 
-@pytest.mark.parametrize("text", ["lots", "24", "-3GiB"])
-def test_bad_gpu_memory_is_a_one_line_error(text: str) -> None:
+@pytest.mark.parametrize(
+    ("text", "fix"),
+    [
+        ("lots", "write e.g. 24GiB"),
+        ("24", "did you mean 24GiB?"),
+        ("0", "give the card's memory, e.g. 24GiB"),  # not "did you mean 0GiB?"
+        ("-3GiB", "24GiB"),
+    ],
+)
+def test_bad_gpu_memory_is_a_one_line_error(text: str, fix: str) -> None:
     with pytest.raises(UserError) as err:
         parse_gpu_memory(text)
-    assert "\n" not in err.value.message and "--gpu-memory" in err.value.message
+    assert "\n" not in err.value.message and err.value.message.startswith(f"--gpu-memory {text!r}:")
+    assert fix in err.value.message, err.value.message
 
 
 def test_missing_inputs_are_errors_with_their_line(tmp_path: Path) -> None:

@@ -64,7 +64,10 @@ def parse_gpu_memory(text: str) -> int:
     except ValueError:
         raise UserError(f"--gpu-memory {text!r}: not a size — write e.g. 24GiB or 80GB") from None
     if value < MIN_GPU_MEMORY:
-        raise UserError(f"--gpu-memory {text!r}: {format_size(value)} is too small — did you mean {text}GiB?")
+        # A bare number was most likely meant in GiB ("24" for a 24 GiB card); zero was not.
+        bare = text.strip().replace(".", "", 1).isdigit() and value > 0
+        fix = f"did you mean {text.strip()}GiB?" if bare else "give the card's memory, e.g. 24GiB"
+        raise UserError(f"--gpu-memory {text!r}: {format_size(value)} is too small — {fix}")
     return value
 
 
