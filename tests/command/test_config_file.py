@@ -81,6 +81,7 @@ def test_toml_and_json_keep_their_layout(tmp_path: Path) -> None:
         ("bad.yaml", "a: [1,\n", "not valid YAML"),
         ("bad.json", "{", "not valid JSON"),
         ("bad.toml", "a = ", "not valid TOML"),
+        ("open.toml", "x = [\n", r"not valid TOML \(Invalid value \(at end of document\)\)"),
         ("list.yaml", "- 1\n", "the top level must be a mapping"),
         ("c.ini", "a=1", "config files are .yaml, .yml, .json or .toml"),
     ],

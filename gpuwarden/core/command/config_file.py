@@ -12,6 +12,7 @@ import difflib
 import io
 import json
 import re
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -142,10 +143,11 @@ def load_config(path: Path) -> ConfigDocument:
         if fmt == "yaml":
             data = _yaml(text).load(text)
         elif fmt == "toml":
+            tomllib.loads(text)  # the standard library's reader words its errors better
             data = tomlkit.parse(text)
         else:
             data = json.loads(text)
-    except (YAMLError, TOMLKitError, ValueError) as exc:
+    except (YAMLError, TOMLKitError, tomllib.TOMLDecodeError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UserError(f"{path}: not valid {fmt.upper()} ({first}) — fix the file") from None
     if not isinstance(data, dict):

@@ -26,7 +26,7 @@ def open_db(path: Path | str, *, readonly: bool = False) -> sqlite_utils.Databas
     try:
         return _open(path, readonly)
     except sqlite3.DatabaseError as exc:
-        hint = "check --db" if readonly else "move the file aside and the daemon starts a new database"
+        hint = "check --db" if readonly else "move the file aside and a new database is created in its place"
         raise UserError(f"{path}: not a usable gpuwarden database ({exc}) — {hint}") from None
 
 
