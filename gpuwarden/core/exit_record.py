@@ -1,0 +1,161 @@
+"""Exit-status recorder: `python -m gpuwarden.core.exit_record STATUS_FILE -- PROGRAM ARGS…` runs
+PROGRAM as its child, writes how it ended to STATUS_FILE (`{"code": N}` or `{"signal": N}`), then
+ends the same way.
+
+A daemon restarted while a run goes on is not the run's parent and cannot read its exit status;
+the file tells it (as containerd-shim or conmon do for containers). The recorder stays in the
+run's process group and forwards nothing: the daemon signals the whole group, so the program
+already got the signal, and a second SIGTERM makes some frameworks hard-kill. It runs for every
+command attempt, so it imports the standard library only, and not even pathlib or json (each adds
+milliseconds to every attempt's start).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import sys
+from types import FrameType
+
+MODULE = "gpuwarden.core.exit_record"
+STATUS_FILE = "exit.json"  # in the attempt's folder
+MAX_STATUS_BYTES = 256  # a status is a few bytes; anything longer is not one
+EXIT_CANNOT_START = 127  # what a shell answers for a program it cannot run
+# Signals that would end the recorder while its program lives. Handlers, not SIG_IGN: an ignored
+# disposition survives exec and the program would inherit it; a handler is reset to the default.
+SURVIVED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# What Python ignores for itself at start-up; the program gets the defaults, as subprocess does.
+RESTORED = (signal.SIGPIPE, signal.SIGXFSZ)
+
+
+def recorded_argv(argv: list[str], status_file: str) -> list[str]:
+    """`argv` started through the recorder, its exit status written to `status_file`.
+
+    `-P`: the program's folder (the working directory of a `-m` start) is not put first on the
+    recorder's import path, so a user's `json.py` there cannot replace the standard library's.
+    """
+    return [sys.executable, "-P", "-m", MODULE, status_file, "--", *argv]
+
+
+def read_status(path: str) -> tuple[int | None, int | None] | None:
+    """(exit code, signal) as recorded in `path`; None when there is no valid record."""
+    import json  # the daemon's side: the recorder itself never reads a status
+
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_STATUS_BYTES + 1)
+    except OSError:
+        return None
+    if len(raw) > MAX_STATUS_BYTES:
+        return None
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or len(doc) != 1:
+        return None
+    ((key, value),) = doc.items()
+    if key not in ("code", "signal") or type(value) is not int or not 0 <= value <= 255:
+        return None
+    return (value, None) if key == "code" else (None, value)
+
+
+def write_status(path: str, status: dict[str, int]) -> None:
+    """Write `status` as JSON so that a reader sees all of it or nothing: a temporary file in the
+    same folder, then a rename over `path`."""
+    folder, name = os.path.split(path)
+    tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
+    text = "{" + ", ".join(f'"{key}": {int(value)}' for key, value in status.items()) + "}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, text.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def _survive(signum: int, frame: FrameType | None) -> None:
+    """The program got the same signal from its group; how it reacts decides what happens."""
+
+
+def _start(program: list[str]) -> int:
+    """Fork and exec `program` (as subprocess does: posix_spawn would leave glibc's internal
+    signals ignored in it); OSError when it cannot be executed."""
+    report_r, report_w = os.pipe()  # close-on-exec: empty when the exec succeeded
+    pid = os.fork()
+    if pid == 0:
+        _exec(program, report_w)
+    os.close(report_w)
+    failed = os.read(report_r, 16)
+    os.close(report_r)
+    if failed:
+        os.waitpid(pid, 0)
+        errno = int(failed)
+        raise OSError(errno, os.strerror(errno))
+    return pid
+
+
+def _exec(program: list[str], report: int) -> None:
+    """In the forked child: the default dispositions back, then the program; never returns."""
+    try:
+        for sig in (*SURVIVED, *RESTORED):
+            signal.signal(sig, signal.SIG_DFL)
+        os.execvp(program[0], program)
+    except OSError as exc:
+        os.write(report, str(exc.errno or 0).encode())
+    finally:
+        os._exit(EXIT_CANNOT_START)
+
+
+def _wait(pid: int) -> dict[str, int]:
+    _, wait_status = os.waitpid(pid, 0)  # retried by Python when a handled signal interrupts it
+    if os.WIFSIGNALED(wait_status):
+        return {"signal": os.WTERMSIG(wait_status)}
+    return {"code": os.waitstatus_to_exitcode(wait_status)}
+
+
+def _record(path: str, status: dict[str, int]) -> None:
+    try:
+        write_status(path, status)
+    except OSError as exc:
+        sys.stderr.write(f"gpuwarden: cannot record the exit status in {path!r}: {exc.strerror}\n")
+
+
+def _end_like(status: dict[str, int]) -> None:
+    """Exit with the program's code, or die of its signal (no core dump of the recorder's own)."""
+    sig = status.get("signal")
+    if sig is None:
+        sys.exit(status["code"])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _, hard = resource.getrlimit(resource.RLIMIT_CORE)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, hard))
+    if sig not in (signal.SIGKILL, signal.SIGSTOP):  # their disposition cannot change
+        signal.signal(sig, signal.SIG_DFL)
+    os.kill(os.getpid(), sig)
+    sys.exit(128 + sig)  # a signal whose default is not to end a process
+
+
+def main(args: list[str]) -> None:
+    """Run the program, record how it ended, end the same way; 127 when it cannot be started."""
+    if len(args) < 3 or args[1] != "--":
+        sys.stderr.write(f"usage: python -m {MODULE} STATUS_FILE -- PROGRAM [ARGS…]\n")
+        sys.exit(2)
+    path, program = args[0], args[2:]
+    for sig in SURVIVED:
+        signal.signal(sig, _survive)
+    try:
+        pid = _start(program)
+    except OSError as exc:
+        _record(path, {"code": EXIT_CANNOT_START})
+        sys.stderr.write(f"gpuwarden: cannot start {program[0]!r}: {exc.strerror}\n")
+        sys.exit(EXIT_CANNOT_START)
+    status = _wait(pid)
+    _record(path, status)
+    _end_like(status)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
