@@ -7,6 +7,7 @@ daemon is never in the output path and a daemon restart cannot lose a line.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import signal
@@ -19,6 +20,8 @@ from typing import Literal
 import psutil
 
 from gpuwarden.core.events import EXIT_OK, EXIT_OOM, EXIT_TERMINATED, EXIT_USER_ERROR
+from gpuwarden.core.exit_record import MODULE as RECORDER
+from gpuwarden.core.exit_record import read_status, recorded_argv
 from gpuwarden.core.rlimit import limited_argv
 from gpuwarden.daemon.stack_dump import DumpTarget, StackDump, dump_stacks
 
@@ -30,7 +33,7 @@ CREATE_TIME_TOLERANCE_S = 0.05
 # restarted daemon finds them by it, whether or not their pid was recorded.
 RUN_TAG = "GPUWARDEN_RUN_TAG"
 KILL_WAIT_S = 5.0
-# Why a re-adopted process (not our child: no exit status) that wrote no final event ended.
+# Why a re-adopted process (not our child, and no recorded exit status) that wrote no final event ended.
 DIED_SILENTLY = "the re-adopted process died without a final event (exit status unknown)"
 
 
@@ -71,6 +74,17 @@ class ExitStatus:
         if self.code is not None:
             return f"exit code {self.code}"
         return "exit status unknown (re-adopted process)"
+
+
+def or_recorded(status: ExitStatus, exit_file: Path) -> ExitStatus:
+    """`status`, or when it is unknown (a process that was not this daemon's child) how the
+    program ended as its exit-status recorder wrote it to `exit_file`: then classified as a
+    child's would be. Unknown still when there is no valid record (not a command run, or the
+    recorder was killed with its program)."""
+    if status.known:
+        return status
+    found = read_status(str(exit_file))
+    return status if found is None else ExitStatus(code=found[0], signal=found[1])
 
 
 class Child:
@@ -181,11 +195,22 @@ def spawn(
     stderr_path: Path,
     memory_limit: int | None = None,
     scope_unit: str | None = None,
+    exit_file: Path | None = None,
 ) -> Child:
-    """Start `argv` (no shell) in a new session; raises OSError when it cannot be started."""
+    """Start `argv` (no shell) in a new session; raises OSError when it cannot be started.
+
+    With `exit_file`, through the exit-status recorder (`core/exit_record.py`), which writes how
+    the program ended there: a later daemon, not its parent, reads it from that file. The
+    recorder stays outside the address-space limit: recorder → limit wrapper → program.
+    """
+    program = argv[0]
     if memory_limit is not None:
         # A tiny exec wrapper sets RLIMIT_AS in the child: preexec_fn is unsafe in a threaded daemon.
         argv = limited_argv(argv, int(memory_limit))
+    if exit_file is not None:
+        argv = recorded_argv(argv, str(exit_file))
+    if argv[0] != program:
+        check_startable(program, env, cwd)
     if scope_unit is not None:
         argv = in_own_scope(argv, scope_unit)
     out_fd = open_log(stdout_path)
@@ -211,6 +236,21 @@ def spawn(
     return Child(popen.pid, create_time, popen)
 
 
+def check_startable(program: str, env: Mapping[str, str], cwd: Path | None) -> None:
+    """Raise the OSError exec would raise for `program`, before a wrapper starts it: a program
+    that cannot start then fails the run at once with the reason, as it does unwrapped (the
+    wrapper itself could only exit 127). The wrapper still reports what this cannot foresee."""
+    if "/" not in program:
+        if shutil.which(program, path=env.get("PATH", os.defpath)) is None:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+        return
+    path = Path(cwd or ".") / program
+    if not path.exists():
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+    if path.is_dir() or not os.access(path, os.X_OK):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
+
+
 class LocalProcesses:
     """The supervisor's process layer on this machine: real processes, real signals."""
 
@@ -223,8 +263,9 @@ class LocalProcesses:
         stderr_path: Path,
         memory_limit: int | None = None,
         scope_unit: str | None = None,
+        exit_file: Path | None = None,
     ) -> Child:
-        return spawn(argv, env, cwd, stdout_path, stderr_path, memory_limit, scope_unit)
+        return spawn(argv, env, cwd, stdout_path, stderr_path, memory_limit, scope_unit, exit_file)
 
     def adopt(self, pid: int, create_time: float) -> Child:
         """A handle on a process a previous daemon started; `poll()` says whether it still runs."""
@@ -274,10 +315,11 @@ class LocalProcesses:
 
 def gang_ranks(pid: int) -> dict[int, int]:
     """Rank → pid of `pid`'s child processes that carry RANK in their environment (torchrun starts
-    each worker as its own child; what a worker starts inherits RANK but is not a rank)."""
+    each worker as its own child; what a worker starts inherits RANK but is not a rank). `pid`
+    may be the exit-status recorder of a command run's torchrun: its ranks are torchrun's."""
     found: dict[int, int] = {}
     try:
-        children = psutil.Process(pid).children()
+        children = psutil.Process(program_pid(pid)).children()
     except psutil.Error:
         return found
     for child in children:
@@ -288,6 +330,19 @@ def gang_ranks(pid: int) -> dict[int, int]:
         except (OSError, psutil.Error):
             continue
     return found
+
+
+def program_pid(pid: int) -> int:
+    """The program an attempt's process runs: the only child when `pid` is an exit-status
+    recorder, else `pid` itself."""
+    try:
+        proc = psutil.Process(pid)
+        if RECORDER not in proc.cmdline()[:4]:
+            return pid
+        children = proc.children()
+    except psutil.Error:
+        return pid
+    return children[0].pid if len(children) == 1 else pid
 
 
 # How an attempt ended, as stored in `attempts.classification` (`interrupted`: its process was gone
@@ -313,7 +368,7 @@ def classify(
 ) -> ExitVerdict:
     """Decide how an attempt ended from its exit status, the OOM-killer counter and its events.
 
-    Re-adopted processes have no exit status: their last decisive event decides.
+    A re-adopted process whose exit status was not recorded: its last decisive event decides.
     """
     how = status.describe()
     if stop_requested:

@@ -61,7 +61,7 @@ def test_kill9_midrun_then_restart_readopts_with_complete_log_and_events(daemon_
     gate.touch()
     done = gw.wait_state(run["id"], timeout=120)
     assert done["state"] == "succeeded", done["message"]
-    assert "re-adopted" in done["message"]
+    assert done["message"] == "attempt 1: exit code 0"  # not our child: its recorder said so
     assert stdout.read_text().splitlines() == [f"line {i}" for i in range(80)]
     assert [e["step"] for e in _progress(gw, run["id"])] == list(range(80)), (
         "every event exactly once, in order"
@@ -80,9 +80,50 @@ def test_run_that_finished_while_no_daemon_ran_is_succeeded_from_its_events(daem
     gw.start()
     done = gw.wait_state(run["id"])
     assert done["state"] == "succeeded"
-    assert "exit status unknown" in done["message"]
+    assert done["message"] == "attempt 1: exit code 0; ended while the daemon was down"
     steps = [e["step"] for e in _events(gw, run["id"]) if e["type"] == "progress"]
     assert steps == list(range(8))
+
+
+# A plain script (no events): runs until its gate file exists, then exits with the code it is given.
+GATED = """
+    import os, sys, time
+    gate, code = sys.argv[1], int(sys.argv[2])
+    while not os.path.exists(gate):
+        time.sleep(0.05)
+    sys.exit(code)
+"""
+
+
+def _gated_spec(name: str, gate: Path, code: int, **extra: Any) -> dict[str, Any]:
+    spec = command_spec(name, GATED, resources={"gpus": 0}, **extra)
+    spec["command"]["argv"] += [str(gate), str(code)]
+    return spec
+
+
+def test_a_plain_script_readopted_after_down_and_up_ends_with_its_real_exit_status(
+    daemon_factory: Any,
+) -> None:
+    gw: DaemonHandle = daemon_factory()
+    gate = gw.root / "let-them-end"
+    ok = gw.submit(_gated_spec("ok", gate, 0))
+    bad = gw.submit(_gated_spec("bad", gate, 5, restart={"on": [{"exit_code": [5]}], "max": 1, "backoff": 0}))
+    for run in (ok, bad):
+        gw.wait_state(run["id"], ("running",))
+    gw.stop()  # `gpuwarden down`: the runs go on without a daemon
+    gw.start()
+    with gw.client() as client:
+        assert all(client.run(r["id"]).attempts[0].adopted for r in (ok, bad))
+    gate.touch()
+    done = gw.wait_state(ok["id"])
+    assert (done["state"], done["message"]) == ("succeeded", "attempt 1: exit code 0")
+    assert done["attempts"][0]["exit_code"] == 0
+    done = gw.wait_state(bad["id"])  # restarted once by its policy; attempt 2 meets the open gate
+    assert done["state"] == "failed"
+    first, second = done["attempts"]
+    assert (first["classification"], first["reason"], first["exit_code"]) == ("failed", "exit code 5", 5)
+    assert (second["adopted"], second["exit_code"]) == (False, 5)
+    assert [e["cause"] for e in _events(gw, bad["id"]) if e["type"] == "restart"] == ["exit code 5"]
 
 
 def _events(gw: DaemonHandle, run_id: str) -> list[dict[str, Any]]:

@@ -15,7 +15,8 @@ from typing import Any
 import psutil
 import pytest
 
-from gpuwarden.daemon.process import RUN_TAG, LocalProcesses, run_tag
+from gpuwarden.core.exit_record import STATUS_FILE
+from gpuwarden.daemon.process import RUN_TAG, ExitStatus, LocalProcesses, or_recorded, run_tag, spawn
 from tests.daemon.conftest import wait_for
 
 # Starts a child in its own process group, prints both pids, then waits.
@@ -73,3 +74,81 @@ def test_kill_takes_the_whole_group_and_waits_for_it(
     # psutil reaped it (this test is its parent; the daemon never is): it is simply gone.
     assert not psutil.pid_exists(proc.pid)
     wait_for(lambda: not any(t.pid == kid for t in layer.tagged()), "the child to be gone")
+
+
+# Stands for torchrun: starts two ranks (RANK in their environment, its own group), prints their
+# pids, then waits until it is signalled.
+LAUNCHER = (
+    "import os, subprocess, sys, time\n"
+    "ranks = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],"
+    " env={**os.environ, 'RANK': str(r)}) for r in (0, 1)]\n"
+    "print(*(p.pid for p in ranks), flush=True)\n"
+    "time.sleep(60)\n"
+)
+
+
+@pytest.fixture
+def recorded_launcher(tmp_path: Path) -> Iterator[tuple[Any, str, Path]]:
+    """A command run's attempt as the daemon spawns it: through the exit-status recorder."""
+    run_id = "r" + os.urandom(5).hex()
+    env = {**os.environ, RUN_TAG: run_tag(run_id, 1)}
+    child = LocalProcesses().spawn(
+        [sys.executable, "-c", LAUNCHER],
+        env,
+        tmp_path,
+        tmp_path / "stdout.log",
+        tmp_path / "stderr.log",
+        exit_file=tmp_path / STATUS_FILE,
+    )
+    try:
+        yield child, run_id, tmp_path
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
+        assert child.popen is not None
+        child.popen.wait()
+
+
+def test_a_recorded_attempt_is_found_led_by_its_recorder_and_ends_as_its_program_did(
+    recorded_launcher: tuple[Any, str, Path],
+) -> None:
+    child, run_id, folder = recorded_launcher
+    stdout = folder / "stdout.log"
+    ranks = [int(p) for p in wait_for(lambda: stdout.read_text().split(), "the launcher's ranks")]
+    layer = LocalProcesses()
+    assert layer.ranks(child.pid) == {0: ranks[0], 1: ranks[1]}  # torchrun's ranks, seen through the recorder
+
+    def family() -> list[Any]:
+        found = [t for t in layer.tagged() if t.run_id == run_id]
+        return found if len(found) == 4 else []
+
+    found = wait_for(family, "the recorder, the launcher and its ranks, all tagged", timeout=30)
+    assert [t.pid for t in found if t.leader] == [child.pid]  # what a restarted daemon adopts
+    assert {t.group for t in found} == {child.pid}
+    assert child.signal_group(signal.SIGTERM)
+    status = wait_for(child.poll, "the attempt to end")
+    assert (status.code, status.signal) == (None, signal.SIGTERM)  # the program's, as before the recorder
+    assert or_recorded(ExitStatus(None, None), folder / STATUS_FILE) == status
+
+
+def test_a_program_that_cannot_start_is_refused_before_the_recorder_starts(tmp_path: Path) -> None:
+    for program, error in (("/nonexistent/x", FileNotFoundError), ("no-such-program-xyz", FileNotFoundError)):
+        with pytest.raises(error):
+            spawn(
+                [program],
+                dict(os.environ),
+                tmp_path,
+                tmp_path / "o",
+                tmp_path / "e",
+                exit_file=tmp_path / "x",
+            )
+    (tmp_path / "script.sh").write_text("echo hi\n")  # not executable
+    with pytest.raises(PermissionError):
+        spawn(
+            ["./script.sh"],
+            dict(os.environ),
+            tmp_path,
+            tmp_path / "o",
+            tmp_path / "e",
+            exit_file=tmp_path / "x",
+        )

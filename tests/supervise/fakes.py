@@ -4,7 +4,8 @@
 test ends it (`exit`) or a signal does; it writes events, stdout and stderr into the real attempt
 files, so the supervisor reads them exactly as it reads a real runner's. Handles (`FakeChild`) are
 what the supervisor holds: one from `spawn` knows the exit status (a child of ours), one from
-`adopt` does not (a previous daemon's child), as with real processes.
+`adopt` does not (a previous daemon's child), as with real processes. A process spawned with an
+`exit_file` writes its status there when it ends, as the real exit-status recorder does.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuwarden.core.exit_record import write_status
 from gpuwarden.core.gang.files import rank_events_path
 from gpuwarden.daemon.process import RUN_TAG, ExitStatus, Tagged, run_tag
 from gpuwarden.daemon.stack_dump import DumpTarget, StackDump
@@ -46,6 +48,7 @@ class FakeProcess:
     stdout: Path
     stderr: Path
     memory_limit: int | None
+    exit_file: Path | None = None
     ignores_sigterm: bool = False
     status: ExitStatus | None = None  # None while it runs
     signals: list[int] = field(default_factory=list)
@@ -78,9 +81,12 @@ class FakeProcess:
         with self.stderr.open("a") as fh:
             fh.write(text)
 
-    def exit(self, code: int | None = 0, sig: int | None = None) -> None:
+    def exit(self, code: int | None = 0, sig: int | None = None, *, recorded: bool = True) -> None:
+        """End it; `recorded=False`: its exit-status recorder died with it (no status file)."""
         assert self.running, f"pid {self.pid} already ended"
         self.status = ExitStatus(code=None if sig is not None else code, signal=sig)
+        if self.exit_file is not None and recorded:
+            write_status(str(self.exit_file), {"code": code or 0} if sig is None else {"signal": sig})
 
     @property
     def group_alive(self) -> bool:
@@ -92,7 +98,7 @@ class FakeProcess:
         if sig == signal.SIGKILL:
             self.group_members = 0
         if self.running and (sig == signal.SIGKILL or (sig == signal.SIGTERM and not self.ignores_sigterm)):
-            self.exit(sig=sig)
+            self.exit(sig=sig, recorded=sig != signal.SIGKILL)  # a group SIGKILL takes the recorder too
 
     def deliver_tree(self, sig: int) -> None:
         """A signal to its group and to every rank's."""
@@ -169,6 +175,7 @@ class FakeProcesses:
         stderr_path: Path,
         memory_limit: int | None = None,
         scope_unit: str | None = None,
+        exit_file: Path | None = None,
     ) -> FakeChild:
         if self.fail_with is not None:
             raise self.fail_with
@@ -182,6 +189,7 @@ class FakeProcesses:
             stdout=stdout_path,
             stderr=stderr_path,
             memory_limit=memory_limit,
+            exit_file=exit_file,
             ignores_sigterm=self.ignores_sigterm,
         )
         stdout_path.touch()

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
+from gpuwarden.core.exit_record import STATUS_FILE
 from gpuwarden.core.run_state import RunState
-from gpuwarden.daemon.process import RUN_TAG
-from tests.supervise.conftest import Rig, command
+from gpuwarden.daemon.process import DIED_SILENTLY, RUN_TAG
+from tests.supervise.conftest import Rig, command, train
 
 
 def test_a_live_attempt_is_adopted_and_its_events_continue(rig: Rig) -> None:
@@ -25,7 +28,7 @@ def test_a_live_attempt_is_adopted_and_its_events_continue(rig: Rig) -> None:
     rig.step()
     run = rig.run(run_id)
     assert run["state"] == RunState.SUCCEEDED
-    assert "exit status unknown" in run["message"]  # not our child any more
+    assert run["message"] == "attempt 1: exit code 0"  # not our child any more: its recorder says
 
 
 def test_an_attempt_that_finished_while_no_daemon_ran_succeeds_from_its_events(rig: Rig) -> None:
@@ -44,7 +47,7 @@ def test_an_attempt_that_finished_while_no_daemon_ran_succeeds_from_its_events(r
 def test_a_dead_attempt_with_nothing_said_is_interrupted(rig: Rig) -> None:
     run_id = rig.submit(command())
     rig.step()
-    rig.proc_of(run_id).exit(sig=9)
+    rig.proc_of(run_id).exit(sig=9, recorded=False)
     rig.restart()
     run = rig.run(run_id)
     assert run["state"] == RunState.INTERRUPTED and "gpuwarden resume" in run["message"]
@@ -56,7 +59,7 @@ def test_a_dead_attempt_with_nothing_said_is_interrupted(rig: Rig) -> None:
 def test_on_interrupt_resume_queues_the_run_again(rig: Rig) -> None:
     run_id = rig.submit(command(on_interrupt="resume"))
     rig.step()
-    rig.proc_of(run_id).exit(sig=9)
+    rig.proc_of(run_id).exit(sig=9, recorded=False)
     rig.restart()
     assert rig.state(run_id) == RunState.QUEUED
     rig.step()
@@ -92,3 +95,63 @@ def test_a_reused_pid_is_not_adopted(rig: Rig) -> None:
     assert run_id not in rig.sup.active
     assert rig.state(run_id) == RunState.INTERRUPTED
     assert proc.signals == []  # never signal a stranger's group
+
+
+def test_an_adopted_command_run_that_exits_0_without_a_final_event_succeeds(rig: Rig) -> None:
+    run_id = rig.submit(command())
+    rig.step()
+    proc = rig.proc_of(run_id)
+    assert proc.exit_file == proc.stdout.parent / STATUS_FILE  # in the attempt's own folder
+    rig.restart()
+    proc.exit(0)  # a plain script: no finished event, only its recorder's status file
+    rig.step()
+    run = rig.run(run_id)
+    assert (run["state"], run["message"]) == (RunState.SUCCEEDED, "attempt 1: exit code 0")
+    (attempt,) = rig.attempts(run_id)
+    assert (attempt["exit_code"], attempt["signal"], attempt["adopted"]) == (0, None, True)
+
+
+def test_a_command_run_that_ended_while_no_daemon_ran_goes_by_its_recorded_status(rig: Rig) -> None:
+    ok, bad = rig.submit(command("ok")), rig.submit(command("bad"))
+    rig.step()
+    rig.proc_of(ok).exit(0)
+    rig.proc_of(bad).exit(5)
+    rig.restart()
+    assert rig.run(ok)["state"] == RunState.SUCCEEDED
+    assert rig.run(ok)["message"] == "attempt 1: exit code 0; ended while the daemon was down"
+    assert rig.run(bad)["state"] == RunState.FAILED
+    assert rig.run(bad)["message"] == "attempt 1: exit code 5; ended while the daemon was down"
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"",
+        b"{",
+        b"\xff\xfe",
+        b"[0]",
+        b'{"code": "0"}',
+        b'{"code": true}',
+        b'{"code": 0, "signal": 9}',
+        b'{"code": 1000}',
+        b'{"code": 0}' + b" " * 100_000,
+    ],
+)
+def test_a_status_file_that_is_no_status_counts_as_unknown(rig: Rig, content: bytes) -> None:
+    run_id = rig.submit(command())
+    rig.step()
+    proc = rig.proc_of(run_id)
+    rig.restart()
+    proc.exit(0, recorded=False)
+    assert proc.exit_file is not None
+    proc.exit_file.write_bytes(content)
+    rig.step()
+    run = rig.run(run_id)
+    assert run["state"] == RunState.FAILED
+    assert run["message"] == f"attempt 1: {DIED_SILENTLY}"
+
+
+def test_only_command_runs_start_through_the_exit_status_recorder(rig: Rig) -> None:
+    runner = rig.submit(train())
+    rig.step()
+    assert rig.proc_of(runner).exit_file is None  # gpuwarden's runners always end with an event

@@ -115,9 +115,9 @@ def test_a_stop_an_outside_sigterm_and_an_oom_are_not_restarts(rig: Rig) -> None
 def test_an_adopted_runner_that_dies_silently_says_so_and_restarts(rig: Rig) -> None:
     plain, restarting = rig.submit(command("plain")), rig.submit(command("restarting", restart=ON_SIGNAL))
     rig.step()
-    rig.restart()  # both adopted: their exit status cannot be known any more
-    rig.proc_of(plain).exit(sig=signal.SIGKILL)
-    rig.proc_of(restarting).exit(sig=signal.SIGKILL)
+    rig.restart()  # both adopted: only their exit-status recorders could still tell how they end
+    rig.proc_of(plain).exit(sig=signal.SIGKILL, recorded=False)
+    rig.proc_of(restarting).exit(sig=signal.SIGKILL, recorded=False)
     rig.step()
     assert rig.run(plain)["message"] == (
         "attempt 1: the re-adopted process died without a final event (exit status unknown)"
@@ -149,3 +149,16 @@ def test_a_person_resuming_starts_at_once(rig: Rig) -> None:
     rig.sup.resume_run(run_id)
     rig.step()
     assert rig.state(run_id) == RunState.RUNNING and rig.run(run_id)["attempt"] == 3
+
+
+def test_an_adopted_command_run_restarts_by_its_recorded_exit_code(rig: Rig) -> None:
+    policy = {"on": [{"exit_code": [5]}], "max": 1, "backoff": 0}
+    listed, unlisted = rig.submit(command("listed", restart=policy)), rig.submit(command("unlisted"))
+    rig.step()
+    rig.restart()
+    rig.proc_of(listed).exit(5)
+    rig.proc_of(unlisted).exit(5)
+    rig.step()
+    assert rig.events(listed, "restart")[0]["cause"] == "exit code 5"
+    assert rig.run(unlisted)["message"] == "attempt 1: exit code 5"
+    assert rig.state(unlisted) == RunState.FAILED

@@ -3,11 +3,11 @@
 A live attempt is watched again from the events offsets the store remembers (a gang's: one per
 rank), found by its recorded pid or, when the daemon died between spawning it and recording the
 pid, by its run tag (for a gang, torchrun: the earliest of the attempt's session leaders). One whose
-process is gone goes back to the loop to be finished (what it wrote while no daemon watched
-decides). A run caught retuning goes back to the loop to decide its retune again; other runs
-caught between attempts are interrupted, and resumed when their spec says so. Every other
-process that carries the tag of one of this daemon's runs (probes, strays) is killed: nothing a
-run started outlives what it was started for.
+process is gone goes back to the loop to be finished (the exit status its recorder wrote, else
+what it wrote while no daemon watched, decides). A run caught retuning goes back to the loop to
+decide its retune again; other runs caught between attempts are interrupted, and resumed when
+their spec says so. Every other process that carries the tag of one of this daemon's runs
+(probes, strays) is killed: nothing a run started outlives what it was started for.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from gpuwarden.core.errors import UserError
 from gpuwarden.core.gang.watchdog import StepWatch, step_watch
 from gpuwarden.core.run_state import ACTIVE_STATES, RunState
 from gpuwarden.daemon.events_tail import EventsTail
-from gpuwarden.daemon.process import ExitStatus, Tagged
+from gpuwarden.daemon.process import ExitStatus, Tagged, or_recorded
 from gpuwarden.daemon.supervise.context import DECISIVE_EVENTS, Active, Context
 from gpuwarden.daemon.supervise.pump import pump, remember
 
@@ -113,10 +113,11 @@ def _adopt(ctx: Context, attempt: Mapping[str, Any], found: Sequence[Tagged]) ->
     if pid and create_time and active.child.poll() is None:
         _watch_again(ctx, run, active)
         return None
-    # The process is gone: what it wrote while no daemon watched decides.
+    # The process is gone: its recorded exit status, else what it wrote while no daemon watched, decides.
     pump(ctx, active, final=True)
-    if active.decisive_event in DECISIVE_EVENTS:
-        return Gone(active, ExitStatus(code=None, signal=None), "ended while the daemon was down")
+    status = or_recorded(ExitStatus(code=None, signal=None), active.exit_file)
+    if status.known or active.decisive_event in DECISIVE_EVENTS:
+        return Gone(active, status, "ended while the daemon was down")
     ended = ctx.clock()
     ctx.store(
         lambda s: s.update_attempt(

@@ -57,8 +57,10 @@ class ProcessLayer(Protocol):
         stderr_path: Path,
         memory_limit: int | None = None,
         scope_unit: str | None = None,
+        exit_file: Path | None = None,
     ) -> ChildProcess:
-        """Start `argv` in a session of its own; raises OSError when it cannot be started."""
+        """Start `argv` in a session of its own; raises OSError when it cannot be started. With
+        `exit_file`, how it ended is written there, for a later daemon that is not its parent."""
 
     def adopt(self, pid: int, create_time: float) -> ChildProcess:
         """A handle on (pid, create time); its `poll()` says whether that process still runs."""

@@ -19,6 +19,7 @@ from gpuwarden.core.api.runs import RunSummary
 from gpuwarden.core.config.settings import Settings
 from gpuwarden.core.config.spec import Resources, RunSpec
 from gpuwarden.core.errors import UserError
+from gpuwarden.core.exit_record import STATUS_FILE
 from gpuwarden.core.gang.watchdog import StepWatch
 from gpuwarden.core.paths import Paths
 from gpuwarden.core.run_state import RunState
@@ -85,6 +86,11 @@ class Active:
     @property
     def attempt_dir(self) -> Path:
         return self.stderr_path.parent
+
+    @property
+    def exit_file(self) -> Path:
+        """Where a command run's exit-status recorder writes how its program ended."""
+        return self.attempt_dir / STATUS_FILE
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from gpuwarden.core.gang.files import rank_logs
 from gpuwarden.core.gang.outcome import read_gang_outcome
 from gpuwarden.core.oom.classify import classify_text, oom_kill_grew
 from gpuwarden.daemon.gang_verdict import RankEvidence, gang_verdict
-from gpuwarden.daemon.process import ExitStatus, ExitVerdict, classify
+from gpuwarden.daemon.process import ExitStatus, ExitVerdict, classify, or_recorded
 from gpuwarden.daemon.supervise.context import Active, Context, Ending
 from gpuwarden.daemon.supervise.gang_stop import kill_now
 from gpuwarden.daemon.supervise.hooks import AttemptEnd
@@ -36,6 +36,7 @@ def finish(
     `kill_group` is False for a process that ended while no daemon watched: its pid may have
     been reused since, so its process group is no longer known to be the run's.
     """
+    status = or_recorded(status, active.exit_file)  # a re-adopted command run's recorded status
     pump(ctx, active, final=True)
     if kill_group and active.child.pid and (active.gang or active.child.group_alive()):
         # The run is over; nothing it started may outlive it (a gang's ranks lead groups of their own).

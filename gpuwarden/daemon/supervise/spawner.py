@@ -8,6 +8,12 @@ A run of several processes (`train.world_size` > 1, or `command.launcher: torchr
 `torch.distributed.run` process (`gpuwarden.core.gang.launch`) whose ranks inherit the tag, the
 GPUs (by UUID, rank N on the N-th) and the address-space limit: each rank gets the run's
 `memory_limit`, as a one-process run does.
+
+A command run's attempt starts through the exit-status recorder (`core/exit_record.py`), which
+writes how the program ended to `exit.json` in the attempt's folder: a restarted daemon is not
+its parent and learns it from there. gpuwarden's own runners do not need it: they always end with
+a final event (finished, error, oom), which tells a restarted daemon how they ended, and they are
+spared an extra interpreter per attempt.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import yaml
 from gpuwarden.core.command.prepare import prepare_attempt
 from gpuwarden.core.config.spec import RunSpec
 from gpuwarden.core.errors import UserError
+from gpuwarden.core.exit_record import STATUS_FILE
 from gpuwarden.core.gang.files import rank_events_path
 from gpuwarden.core.gang.launch import (
     gang_launch,
@@ -59,6 +66,10 @@ class AttemptFiles:
     @property
     def resolved(self) -> Path:
         return self.dir / "resolved.yaml"
+
+    @property
+    def exit_status(self) -> Path:
+        return self.dir / STATUS_FILE
 
 
 @dataclass(frozen=True)
@@ -115,6 +126,7 @@ def start(ctx: Context, start: Start) -> None:
             files.stderr,
             int(limit) if limit is not None else None,  # inherited by every rank of a gang
             scope_unit=f"gpuwarden-run-{run_id}-{number}",
+            exit_file=files.exit_status if spec.kind == "command" else None,  # see the docstring
         )
     except (OSError, UserError) as exc:
         _failed_to_start(ctx, run_id, number, launch.argv[0], exc)
@@ -127,6 +139,7 @@ def _prepare(run_dir: Path, number: int, spec: RunSpec) -> AttemptFiles:
     files.dir.mkdir(parents=True, exist_ok=True)
     files.resolved.write_text(yaml.safe_dump(spec_document(spec), sort_keys=False))
     files.events.touch()
+    files.exit_status.unlink(missing_ok=True)  # never another process's status (no stale record)
     return files
 
 
