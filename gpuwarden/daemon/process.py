@@ -365,15 +365,18 @@ def classify(
     stop_requested: bool,
     oom_kills_delta: int | None,
     last_runner_event: str | None,
+    runner_codes: bool = True,
 ) -> ExitVerdict:
     """Decide how an attempt ended from its exit status, the OOM-killer counter and its events.
 
+    `runner_codes`: the exit codes mean what gpuwarden's runners make them mean (3 = out of
+    memory, 2 = the spec cannot be met). Not for a user's program, whose `exit 3` is its own.
     A re-adopted process whose exit status was not recorded: its last decisive event decides.
     """
     how = status.describe()
     if stop_requested:
         return ExitVerdict("stopped", f"stopped on request ({how})")
-    if last_runner_event == "oom" or status.code == EXIT_OOM:
+    if last_runner_event == "oom" or (runner_codes and status.code == EXIT_OOM):
         return ExitVerdict("oom", f"out of memory ({how})")
     if status.signal == signal.SIGKILL and oom_kills_delta:
         return ExitVerdict("oom", "killed by the kernel's OOM killer (host memory)")
@@ -381,7 +384,7 @@ def classify(
         return ExitVerdict("succeeded", how)
     if status.code == EXIT_TERMINATED or status.signal == signal.SIGTERM:
         return ExitVerdict("terminated", f"terminated from outside gpuwarden ({how})")
-    if status.code == EXIT_USER_ERROR:
+    if runner_codes and status.code == EXIT_USER_ERROR:
         return ExitVerdict("failed", f"the run cannot start as specified ({how})")
     if not status.known:
         if last_runner_event == "finished":

@@ -44,6 +44,28 @@ def test_exit_code_fails_the_run_and_an_error_event_says_why(rig: Rig) -> None:
     assert rig.run(said)["message"] == "attempt 1: ValueError: no such column 'label' (exit code 1)"
 
 
+def test_a_programs_own_exit_codes_mean_nothing_more_and_its_last_stderr_line_says_why(rig: Rig) -> None:
+    # gpuwarden's runners exit 3 after an out-of-memory and 2 for a spec that cannot be met; a
+    # user's program may exit 3 or 2 for its own reasons.
+    three, two = rig.submit(command("three")), rig.submit(command("two"))
+    rig.step()
+    rig.proc_of(three).write_stderr("loading data\n")
+    rig.proc_of(three).exit(3)
+    rig.proc_of(two).write_stderr(
+        'Traceback (most recent call last):\n  File "train.py", line 1, in <module>\n'
+        "ModuleNotFoundError: No module named 'torch'\n\n"
+    )
+    rig.proc_of(two).exit(2)
+    rig.step()
+    assert rig.run(three)["state"] == RunState.FAILED and rig.events(three, "retuned") == []
+    assert rig.run(three)["message"] == "attempt 1: exit code 3 — last stderr line: loading data"
+    assert rig.attempts(three)[0]["classification"] == "failed"
+    assert (
+        rig.run(two)["message"]
+        == "attempt 1: exit code 2 — last stderr line: ModuleNotFoundError: No module named 'torch'"
+    )
+
+
 def test_a_program_that_cannot_start_fails_with_one_line(rig: Rig) -> None:
     rig.procs.fail_with = FileNotFoundError(errno.ENOENT, "No such file or directory", "/nonexistent/x")
     run_id = rig.submit(command())

@@ -131,11 +131,13 @@ def recorded_end(ctx: Context, run_id: str, attempt: Mapping[str, Any]) -> Attem
 def _verdict(
     ctx: Context, active: Active, status: ExitStatus, oom_kill: bool | None, stderr_tail: str
 ) -> ExitVerdict:
+    command = ctx.run(active.run_id)["kind"] == "command"
     verdict = classify(
         status,
         stop_requested=active.stop_requested,
         oom_kills_delta=None if oom_kill is None else int(oom_kill),
         last_runner_event=active.decisive_event,
+        runner_codes=not command,
     )
     if verdict.outcome == "failed" and status.known:
         # A program that is not our runner says it ran out of memory only on stderr.
@@ -150,7 +152,18 @@ def _verdict(
         error = ctx.store(lambda s: s.last_event(active.run_id, active.attempt, ("error",)))
         if error and error.get("message"):
             return ExitVerdict("failed", f"{error['message']} ({status.describe()})")
+    if verdict.outcome == "failed" and command and status.known and (line := last_line(stderr_tail)):
+        # A program's last word on stderr (a traceback's exception line) says more than its code.
+        return ExitVerdict("failed", f"{status.describe()} — last stderr line: {line}")
     return verdict
+
+
+def last_line(text: str, width: int = 200) -> str:
+    """The last non-blank line of `text`, cut to `width` characters."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    return lines[-1] if len(lines[-1]) <= width else lines[-1][: width - 1] + "…"
 
 
 def gpu_capacity(ctx: Context, gpus: Sequence[str]) -> int | None:
