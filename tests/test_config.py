@@ -79,6 +79,19 @@ def test_env_errors_name_the_variable(tmp_path: Path) -> None:
         load_settings(None, environ={"XDG_CONFIG_HOME": str(tmp_path), "GPUWARDEN_SAMPLE_INTERVALL": "1"})
 
 
+def test_what_the_daemon_gives_a_runs_processes_is_no_setting(tmp_path: Path) -> None:
+    # `gpuwarden` typed inside a supervised run inherits these from it.
+    inside_a_run = {
+        "GPUWARDEN_RUN_TAG": "r1/1",
+        "GPUWARDEN_EVENTS_FILE": "/runs/r1/attempts/1/events.jsonl",
+        "GPUWARDEN_RUN_ID": "r1",
+        "GPUWARDEN_ATTEMPT": "1",
+        "GPUWARDEN_RESUME_FROM": "",
+    }
+    settings = load_settings(None, environ={"XDG_CONFIG_HOME": str(tmp_path), **inside_a_run})
+    assert settings == load_settings(None, environ={"XDG_CONFIG_HOME": str(tmp_path)})
+
+
 def test_flag_errors_name_the_flag(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"^--sample-interval: sample_interval"):
         load_settings(None, environ={"XDG_CONFIG_HOME": str(tmp_path)}, flags={"sample_interval": 0.0})

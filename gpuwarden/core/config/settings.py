@@ -20,8 +20,18 @@ from gpuwarden.core.errors import UserError
 from gpuwarden.core.paths import Paths, default_config_file, default_runtime_dir, default_state_dir
 
 ENV_PREFIX = "GPUWARDEN_"
-# GPUWARDEN_* variables that are not settings (so not rejected as unknown).
-ENV_RESERVED = {"GPUWARDEN_CONFIG", "GPUWARDEN_FAKE_NVML", "GPUWARDEN_SOCKET"}
+# GPUWARDEN_* variables that are not settings (so not rejected as unknown): the client's, and
+# what the daemon gives each process of a run, so that `gpuwarden` works inside a run too.
+ENV_RESERVED = {
+    "GPUWARDEN_CONFIG",
+    "GPUWARDEN_FAKE_NVML",
+    "GPUWARDEN_SOCKET",
+    "GPUWARDEN_RUN_TAG",
+    "GPUWARDEN_EVENTS_FILE",
+    "GPUWARDEN_RUN_ID",
+    "GPUWARDEN_ATTEMPT",
+    "GPUWARDEN_RESUME_FROM",
+}
 
 
 class RetentionSettings(StrictModel):
