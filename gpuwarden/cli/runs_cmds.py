@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import os
 import shutil
 import sys
 import time
@@ -80,7 +81,8 @@ def run_cmd(words: tuple[str, ...], follow: bool, no_check_inputs: bool, as_json
     """Submit SPEC.yaml, or supervise your own program: `gpuwarden run [OPTIONS] -- CMD ARGS…`.
 
     A spec's relative paths start from its directory. A command runs in the current directory;
-    the options build the spec a file would (--print-spec shows it, to save and edit).
+    the options build the spec a file would (--print-spec shows it, to save and edit). Either
+    runs with this shell's environment (PATH, virtualenv, variables), stored with the run.
     """
     if not words:
         raise UserError(
@@ -93,7 +95,11 @@ def run_cmd(words: tuple[str, ...], follow: bool, no_check_inputs: bool, as_json
             text = read_yaml_text(spec_file, SPEC_FILE_LIMITS)
             client = stack.enter_context(ApiClient())
             run = client.submit_yaml(
-                text, spec_file.resolve().parent, label=str(spec_file), check_inputs=not no_check_inputs
+                text,
+                spec_file.resolve().parent,
+                label=str(spec_file),
+                check_inputs=not no_check_inputs,
+                environment=os.environ,
             )
         else:
             document = command_document(list(words), Path.cwd(), **flags)
@@ -104,7 +110,7 @@ def run_cmd(words: tuple[str, ...], follow: bool, no_check_inputs: bool, as_json
                     click.echo(printable_spec(document), nl=False)
                 return
             client = stack.enter_context(ApiClient())
-            run = client.submit(document)
+            run = client.submit(document, environment=os.environ)
         if not follow:
             if as_json:
                 print_json(run)

@@ -7,7 +7,7 @@ serves, so a field the daemon renames breaks here, loudly, not in a caller's dic
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -182,18 +182,33 @@ class ApiClient:
         params = {"state": list(states)} if states else None
         return self._call(RunList, "GET", "/v1/runs", params=params).runs
 
-    def submit_yaml(self, text: str, base_dir: Path, label: str, check_inputs: bool = True) -> RunDetail:
-        """Submit a spec file's text; relative paths in it start from `base_dir`."""
-        body = {
+    def submit_yaml(
+        self,
+        text: str,
+        base_dir: Path,
+        label: str,
+        check_inputs: bool = True,
+        environment: Mapping[str, str] | None = None,
+    ) -> RunDetail:
+        """Submit a spec file's text; relative paths in it start from `base_dir`. The run's
+        processes start from `environment` (None: from the daemon's)."""
+        body: dict[str, Any] = {
             "spec_yaml": text,
             "base_dir": str(base_dir.resolve()),
             "label": label,
             "check_inputs": check_inputs,
         }
+        if environment is not None:
+            body["environment"] = dict(environment)
         return self._call(RunDetail, "POST", "/v1/runs", json=body)
 
-    def submit(self, spec: dict[str, Any]) -> RunDetail:
-        return self._call(RunDetail, "POST", "/v1/runs", json={"spec": spec})
+    def submit(self, spec: dict[str, Any], environment: Mapping[str, str] | None = None) -> RunDetail:
+        """Submit a spec document; the run's processes start from `environment` (None: from the
+        daemon's)."""
+        body: dict[str, Any] = {"spec": spec}
+        if environment is not None:
+            body["environment"] = dict(environment)
+        return self._call(RunDetail, "POST", "/v1/runs", json=body)
 
     def run(self, ref: str) -> RunDetail:
         return self._call(RunDetail, "GET", f"/v1/runs/{_q(ref)}")

@@ -9,8 +9,7 @@ remembered for the fingerprint, or a probe search (then remembered), written int
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from gpuwarden.core.tune.cache import TuneCache
 from gpuwarden.core.tune.devices import tune_devices
 from gpuwarden.core.tune.session import tune_spec, tuned_section
 from gpuwarden.core.tune.target import pick_target
+from gpuwarden.daemon import run_environment
 from gpuwarden.daemon.process import RUN_TAG, run_tag
 
 log = logging.getLogger("gpuwarden.daemon.autotune")
@@ -98,17 +98,21 @@ class Autotuner:
         *,
         power_limit_command: str | None = None,
         open_reader: Callable[[], GpuReader] = open_gpu_reader,
+        environment_of: Callable[[str], Mapping[str, str] | None] = lambda run_id: None,
     ) -> None:
         self._gpu_statics = gpu_statics
         self._cache = TuneCache(cache_dir)
         self._power_limit_command = power_limit_command
         self._open_reader = open_reader
+        self._environment_of = environment_of
 
     def __call__(self, spec: RunSpec, gpus: list[str], run_dir: Path) -> tuple[dict[str, Any], str]:
         placed = spec.model_copy(update={"resources": spec.resources.model_copy(update={"gpus": gpus or 0})})
         target = pick_target(placed, [g for g in self._gpu_statics() if g.uuid in gpus])
-        # Tagged like the run's probes: a restarted daemon kills what a dead one left probing.
-        env = {**os.environ, RUN_TAG: run_tag(run_dir.name, None)}
+        # Probes start from the run's own environment, as its attempts will. Tagged like the run's
+        # probes: a restarted daemon kills what a dead one left probing.
+        run_id = run_dir.name
+        env = {**run_environment.base(self._environment_of(run_id)), RUN_TAG: run_tag(run_id, None)}
         reader = self._open_reader()
         try:
             energy, limiter = tune_devices(reader, target, self._power_limit_command)

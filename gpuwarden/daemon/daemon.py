@@ -90,6 +90,7 @@ class Daemon:
                 gpu_states=self.gpu_states,
                 gpu_processes=lambda: self.latest_processes,
                 retunes_of=lambda run_id: self.writer.call(lambda db: RunStore(db).retunes(run_id)),
+                environment_of=self._stored_environment,
             )
         from gpuwarden.daemon.autotune import Autotuner, apply_profile
 
@@ -105,6 +106,7 @@ class Daemon:
                     self._gpu_statics,
                     self.paths.tune_cache,
                     power_limit_command=settings.power_limit_command,
+                    environment_of=self._stored_environment,
                 ),
                 profile=lambda spec: apply_profile(spec, self._gpu_statics()),
             ),
@@ -198,6 +200,10 @@ class Daemon:
 
     def runs(self) -> RunStore:
         return RunStore(self.read_db())
+
+    def _stored_environment(self, run_id: str) -> dict[str, str] | None:
+        """The environment run `run_id` was submitted with, for its probes (on their threads)."""
+        return self.writer.call(lambda db: RunStore(db).environment(run_id))
 
     def telemetry_reader(self) -> TelemetryStore:
         return TelemetryStore(self.read_db())

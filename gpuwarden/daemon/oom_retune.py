@@ -28,6 +28,7 @@ from gpuwarden.core.telemetry.types import GpuProcess
 from gpuwarden.core.tune.command_probe import recovery_probe
 from gpuwarden.core.tune.probe import SubprocessProber
 from gpuwarden.core.tune.search import Candidate
+from gpuwarden.daemon import run_environment
 from gpuwarden.daemon.placement import GpuState
 from gpuwarden.daemon.process import RUN_TAG, run_tag
 from gpuwarden.daemon.supervise.hooks import AttemptEnd, NextAttempt, RetuneGiveUp
@@ -46,6 +47,7 @@ class OomRetune:
         gpu_states: Callable[[], list[GpuState]],
         gpu_processes: Callable[[], list[GpuProcess]],
         retunes_of: Callable[[str], list[dict[str, Any]]],
+        environment_of: Callable[[str], Mapping[str, str] | None] = lambda run_id: None,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.time,
         release_timeout: float = RELEASE_TIMEOUT_S,
@@ -53,6 +55,7 @@ class OomRetune:
         self._gpu_states = gpu_states
         self._gpu_processes = gpu_processes
         self._retunes_of = retunes_of
+        self._environment_of = environment_of
         self._sleep = sleep
         self._clock = clock
         self._release_timeout = release_timeout
@@ -140,7 +143,7 @@ class OomRetune:
     def _probe_for(
         self, run_id: str, spec: RunSpec, end: AttemptEnd, run_dir: Path, work_dir: Path
     ) -> Callable[[int], tuple[int | None, bool]]:
-        env = dict(os.environ)
+        env = run_environment.base(self._environment_of(run_id))  # as the run's attempts start
         env.update(spec.env)
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         env["CUDA_VISIBLE_DEVICES"] = ",".join(_rank_gpus(end))
@@ -182,7 +185,7 @@ class OomRetune:
     ) -> Callable[[int], tuple[int | None, bool]] | None:
         """The user's program itself as the probe (None when its spec does not name the knobs
         a probe needs: then the ladder decides without measurements)."""
-        env = dict(os.environ)
+        env = run_environment.base(self._environment_of(str(run["id"])))  # as the run's attempts start
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         env["CUDA_VISIBLE_DEVICES"] = ",".join(_rank_gpus(end))
         env[RUN_TAG] = run_tag(str(run["id"]), None)  # a restarted daemon finds leftover probes by it

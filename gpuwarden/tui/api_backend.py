@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import getpass
 import math
+import os
 import socket
 import threading
 import time
@@ -371,7 +372,9 @@ class ApiBackend:
     def submit(self, spec_path: str) -> str:
         path = Path(spec_path).expanduser()
         text = read_yaml_text(path)
-        return self.client.submit_yaml(text, path.parent, str(path)).id
+        # The dashboard runs in the user's shell: its runs get that shell's environment, as
+        # `gpuwarden run` gives them.
+        return self.client.submit_yaml(text, path.parent, str(path), environment=os.environ).id
 
     def restart_with(self, run_id: str, changes: dict[str, Any]) -> None:
         """Edit the run (dotted keys such as `train.batch_size` change the spec itself, plain

@@ -122,15 +122,22 @@ class DaemonHandle:
     def client(self, timeout: float = 10.0) -> ApiClient:
         return ApiClient(self.socket, timeout=timeout)
 
-    def cli(self, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
-        """Run `gpuwarden ARGS…` against this daemon."""
+    def cli(
+        self,
+        *args: str,
+        timeout: float = 60.0,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run `gpuwarden ARGS…` against this daemon, from a shell whose environment has `env`
+        over the daemon's, in `cwd` (default: the folder the daemon started in)."""
         return subprocess.run(
             [sys.executable, "-m", "gpuwarden", *args],
-            env=self.env,
+            env={**self.env, **(env or {})},
             capture_output=True,
             text=True,
             timeout=timeout,
-            cwd=self.root,
+            cwd=cwd or self.root,
         )
 
     def cli_json(self, *args: str) -> Any:

@@ -174,7 +174,7 @@ def test_a_v2_database_migrates_to_gangs_keeping_its_attempts(tmp_path: Path) ->
     path = tmp_path / "v2.db"
     db = open_db(path)  # the current schema, then back to what v2 had
     db.conn.executescript(
-        "DROP TABLE rank_offsets; DROP INDEX run_events_attempt_type;"
+        "DROP TABLE run_environments; DROP TABLE rank_offsets; DROP INDEX run_events_attempt_type;"
         " ALTER TABLE attempts DROP COLUMN world_size; PRAGMA user_version = 2;"
     )
     old = RunStore(db)
@@ -185,6 +185,21 @@ def test_a_v2_database_migrates_to_gangs_keeping_its_attempts(tmp_path: Path) ->
     )
     db.conn.close()
     migrated = RunStore(open_db(path))
-    assert migrations.SCHEMA_VERSION == 3
+    assert migrations.SCHEMA_VERSION == 4
     (attempt,) = migrated.attempts("r1")
     assert attempt["world_size"] == 1 and attempt["ranks"] == []
+
+
+def test_a_v3_database_migrates_to_stored_environments_keeping_its_runs(tmp_path: Path) -> None:
+    path = tmp_path / "v3.db"
+    db = open_db(path)  # the current schema, then back to what v3 had
+    db.conn.executescript("DROP TABLE run_environments; PRAGMA user_version = 3;")
+    _run(RunStore(db), "r1", "old")
+    db.conn.close()
+    migrated = RunStore(open_db(path))
+    assert migrated.environment("r1") is None  # submitted before: it starts from the daemon's
+    migrated.create_run("r2", "new", "command", {"name": "new"}, "/runs/r2", environment={"FOO": "bar"})
+    assert migrated.environment("r2") == {"FOO": "bar"}
+    assert "bar" not in str(migrated.get_run("r2"))  # not part of what a run row shows
+    migrated.delete_run("r2")
+    assert migrated.environment("r2") is None

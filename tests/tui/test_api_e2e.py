@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 
@@ -10,6 +11,7 @@ from textual.widgets import DataTable
 
 from gpuwarden.tui.api_backend import ApiBackend
 from gpuwarden.tui.backend import SampleFrame
+from gpuwarden.tui.screens.main import MainScreen
 from gpuwarden.tui.widgets.gpu_card import GpuCard
 from tests.daemon.conftest import (  # noqa: F401  (fixtures used by name)
     DaemonHandle,
@@ -18,7 +20,7 @@ from tests.daemon.conftest import (  # noqa: F401  (fixtures used by name)
     gw,
     short_tmp,
 )
-from tests.tui.conftest import make_app, run, settle, wait_workers
+from tests.tui.conftest import make_app, run, settle, until, wait_workers
 
 pytestmark = pytest.mark.slow
 
@@ -84,3 +86,36 @@ def test_stop_a_real_run_from_the_dashboard(gw: DaemonHandle) -> None:  # noqa: 
 
     run(body())
     assert gw.client().run(run_id).state == "stopped"
+
+
+def test_a_run_submitted_from_the_dashboard_gets_the_dashboards_environment(
+    gw: DaemonHandle,  # noqa: F811 (the fixture)
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The dashboard runs in the user's shell; the daemon was started without this variable.
+    monkeypatch.setenv("GW_DASHBOARD_ONLY", "from-the-shell")
+    assert "GW_DASHBOARD_ONLY" not in gw.env
+    spec = gw.write_spec(
+        "from-dashboard",
+        f"""
+        name: from-dashboard
+        kind: command
+        resources: {{gpus: 0}}
+        command:
+          argv: [{sys.executable}, -c, "import os; print('sees', os.environ.get('GW_DASHBOARD_ONLY'))"]
+        """,
+    )
+
+    async def body() -> None:
+        app = make_app(ApiBackend(gw.client()), clock=time.time)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await settle(pilot, timeout=10)
+            await pilot.press("n", *str(spec), "enter")
+            await until(pilot, lambda: isinstance(app.screen, MainScreen), "the dialog to close")
+
+    run(body())
+    with gw.client() as client:
+        (submitted,) = client.runs()
+    assert gw.wait_state(submitted.id)["state"] == "succeeded"
+    with gw.client() as client:
+        assert "sees from-the-shell" in client.logs(submitted.id, stream="stdout", attempt=1).data

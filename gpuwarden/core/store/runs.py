@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,8 @@ _METRIC_FIELDS = (
     "mem_peak",
 )
 _JSON_RUN_COLUMNS = ("spec", "submitted_spec")
+# What belongs to a run besides its row, removed with it.
+_RUN_TABLES = ("run_metrics", "retunes", "run_events", "rank_offsets", "attempts", "run_environments")
 # What a `restart` daemon event says, as an attempt's `restart` carries it.
 RESTART_FIELDS = ("cause", "restart", "max", "backoff_s")
 MAX_REF_CHARS = 128  # run names are at most 64 characters, ids shorter
@@ -308,8 +310,9 @@ class RunStore:
         spec: dict[str, Any],
         run_dir: str,
         message: str | None = None,
+        environment: Mapping[str, str] | None = None,
     ) -> None:
-        """Insert a queued run."""
+        """Insert a queued run (with the environment its processes start from, when given)."""
         now = time.time()
         with transaction(self.conn):
             self.conn.execute(
@@ -334,6 +337,17 @@ class RunStore:
                 " VALUES (?, 0, ?, 'state', 'daemon', ?)",
                 (run_id, now, json.dumps(payload)),
             )
+            if environment is not None:
+                self.conn.execute(
+                    "INSERT INTO run_environments (run_id, variables) VALUES (?, ?)",
+                    (run_id, json.dumps(dict(environment))),
+                )
+
+    def environment(self, run_id: str) -> dict[str, str] | None:
+        """The environment the run was submitted with (None: it was submitted without one)."""
+        sql = "SELECT variables FROM run_environments WHERE run_id = ?"
+        row = self.conn.execute(sql, (run_id,)).fetchone()
+        return None if row is None else dict(json.loads(row[0]))
 
     def update_run(self, run_id: str, **fields: Any) -> None:
         """Set columns of a run (spec as a dict); updated_at is set to now."""
@@ -517,9 +531,9 @@ class RunStore:
             )
 
     def delete_run(self, run_id: str) -> None:
-        """Remove a run and (by cascade) its attempts, events, retunes and metrics."""
+        """Remove a run and (by cascade) its attempts, events, retunes, metrics and environment."""
         with transaction(self.conn):
-            for table in ("run_metrics", "retunes", "run_events", "rank_offsets", "attempts"):
+            for table in _RUN_TABLES:
                 self.conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
             self.conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
 

@@ -33,7 +33,13 @@ class RunControl(Protocol):
     def clock(self) -> Callable[[], float]: ...
 
     def submit(
-        self, spec: RunSpec, submitted_text: str | None = None, *, label: str = ..., check_inputs: bool = ...
+        self,
+        spec: RunSpec,
+        submitted_text: str | None = None,
+        *,
+        label: str = ...,
+        check_inputs: bool = ...,
+        environment: Mapping[str, str] | None = ...,
     ) -> RunRow: ...
 
     def stop_run(self, run_id: str, grace: float | None = None) -> RunRow: ...

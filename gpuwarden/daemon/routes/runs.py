@@ -99,7 +99,11 @@ def submit(daemon: DaemonDep, body: SubmitRequest) -> RunDetail:
             "base_dir (the folder they start from) or absolute paths"
         )
     run = daemon.supervisor.submit(
-        spec, submitted_text=body.spec_yaml, label=label, check_inputs=body.check_inputs
+        spec,
+        submitted_text=body.spec_yaml,
+        label=label,
+        check_inputs=body.check_inputs,
+        environment=body.environment,
     )
     return run_detail(daemon, run)
 

@@ -21,6 +21,7 @@ from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.run_state import ACTIVE_STATES, CHANGEABLE_STATES, RESUMABLE_STATES, RunState
 from gpuwarden.core.tune.command_tune import tune_blocker
+from gpuwarden.daemon import run_environment
 from gpuwarden.daemon.placement import check_feasible
 from gpuwarden.daemon.supervise.context import Conflict, Context, spec_document
 from gpuwarden.daemon.supervise.hooks import ProfileHook
@@ -34,8 +35,10 @@ def submit(
     label: str,
     check_inputs: bool,
     profile: ProfileHook | None,
+    environment: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Validate what waiting cannot fix, persist the run as queued, and wake the scheduler."""
+    """Validate what waiting cannot fix, persist the run as queued (with the submitter's
+    environment, when given), and wake the scheduler."""
     spec = complete_command(spec)  # command runs: preset knobs, config values, placeholders
     if check_inputs:
         require_inputs(spec, label, "fix the path, or submit with --no-check-inputs when a run creates it")
@@ -51,9 +54,12 @@ def submit(
     document = spec_document(spec)
     text = submitted_text if submitted_text is not None else yaml.safe_dump(document, sort_keys=False)
     (run_dir / "spec.yaml").write_text(text)
+    kept = run_environment.submitted(environment)
     with ctx.lock:
         ctx.store(
-            lambda s: s.create_run(run_id, spec.name, spec.kind, document, str(run_dir), "waiting to start")
+            lambda s: s.create_run(
+                run_id, spec.name, spec.kind, document, str(run_dir), "waiting to start", environment=kept
+            )
         )
         if profile_line:
             ctx.event(run_id, None, "profile", message=profile_line)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +40,7 @@ from gpuwarden.core.gang.launch import (
 )
 from gpuwarden.core.gang.watchdog import step_watch
 from gpuwarden.core.run_state import RunState
+from gpuwarden.daemon import run_environment
 from gpuwarden.daemon.events_tail import EventsTail
 from gpuwarden.daemon.process import RUN_TAG, run_tag
 from gpuwarden.daemon.supervise.backends import ChildProcess
@@ -106,8 +108,9 @@ def start(ctx: Context, start: Start) -> None:
     ctx.set_state(run_id, RunState.STARTING, f"attempt {number} on {where}{ranks}")
     if placement.warning:
         ctx.event(run_id, number, "warning", code="cpu_fallback", message=placement.warning)
+    base = run_environment.base(ctx.store(lambda s: s.environment(run_id)))
     try:
-        launch = command_line(spec, run_id, run_dir, number, files, placement.gpus)
+        launch = command_line(spec, run_id, run_dir, number, files, placement.gpus, base)
     except UserError as exc:
         _failed_to_start(ctx, run_id, number, "the run", exc)
         return
@@ -144,13 +147,20 @@ def _prepare(run_dir: Path, number: int, spec: RunSpec) -> AttemptFiles:
 
 
 def command_line(
-    spec: RunSpec, run_id: str, run_dir: Path, number: int, files: AttemptFiles, gpus: list[str]
+    spec: RunSpec,
+    run_id: str,
+    run_dir: Path,
+    number: int,
+    files: AttemptFiles,
+    gpus: list[str],
+    base: Mapping[str, str],
 ) -> Launch:
-    """An attempt's command line, environment, working folder and a line for the run's events;
-    UserError when a template fails or torchrun cannot take the program. A command run's attempt
-    is prepared in core (its config copy, `{resume_from}`, variables bound to knobs); a run of
-    several processes goes through torchrun on `gpus`."""
-    env = dict(os.environ)
+    """An attempt's command line, environment (`base`, the run's stored one, under the spec's),
+    working folder and a line for the run's events; UserError when a template fails or torchrun
+    cannot take the program. A command run's attempt is prepared in core (its config copy,
+    `{resume_from}`, variables bound to knobs); a run of several processes goes through torchrun
+    on `gpus`."""
+    env = dict(base)
     env.update(spec.env)  # retunes put allocator settings here
     if spec.kind != "command":
         program = runner_program(sys.executable, files.resolved, run_dir, number)

@@ -173,11 +173,18 @@ class Supervisor:
         *,
         label: str = "spec",
         check_inputs: bool = True,
+        environment: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
         """Queue a run. `check_inputs=False` queues one whose model or data an earlier run is
-        still to create."""
+        still to create; `environment` is the submitter's, which its processes start from."""
         return actions.submit(
-            self.ctx, spec, submitted_text, label=label, check_inputs=check_inputs, profile=self.hooks.profile
+            self.ctx,
+            spec,
+            submitted_text,
+            label=label,
+            check_inputs=check_inputs,
+            profile=self.hooks.profile,
+            environment=environment,
         )
 
     def stop_run(self, run_id: str, grace: float | None = None) -> dict[str, Any]:
