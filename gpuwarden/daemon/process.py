@@ -33,6 +33,7 @@ CREATE_TIME_TOLERANCE_S = 0.05
 # restarted daemon finds them by it, whether or not their pid was recorded.
 RUN_TAG = "GPUWARDEN_RUN_TAG"
 KILL_WAIT_S = 5.0
+SYSTEMD_BUS = ("XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS")
 # Why a re-adopted process (not our child, and no recorded exit status) that wrote no final event ended.
 DIED_SILENTLY = "the re-adopted process died without a final event (exit status unknown)"
 
@@ -212,7 +213,12 @@ def spawn(
     if argv[0] != program:
         check_startable(program, env, cwd)
     if scope_unit is not None:
-        argv = in_own_scope(argv, scope_unit)
+        scoped = in_own_scope(argv, scope_unit)
+        if scoped is not argv:
+            # systemd-run reaches the user's service manager through these; a run submitted from
+            # a shell without them (`sudo -u`, some SSH sessions) takes the daemon's.
+            env = {**{k: os.environ[k] for k in SYSTEMD_BUS if k in os.environ}, **env}
+        argv = scoped
     out_fd = open_log(stdout_path)
     err_fd = open_log(stderr_path)
     try:
