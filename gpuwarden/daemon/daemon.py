@@ -82,34 +82,13 @@ class Daemon:
         self.latest_processes: list[GpuProcess] = []
         self.tick_listeners: list[Callable[[Tick], None]] = []
         self.components: list[Component] = []
-        if retune_hook is None:
-            # OOM recovery by the run's policy: the product's default, swapped out only in tests.
-            from gpuwarden.daemon.oom_retune import OomRetune
-
-            retune_hook = OomRetune(
-                gpu_states=self.gpu_states,
-                gpu_processes=lambda: self.latest_processes,
-                retunes_of=lambda run_id: self.writer.call(lambda db: RunStore(db).retunes(run_id)),
-                environment_of=self._stored_environment,
-            )
-        from gpuwarden.daemon.autotune import Autotuner, apply_profile
-
         self.supervisor = Supervisor(
             settings,
             self.paths,
             self.writer,
             self.broadcaster,
             local_backends(self.gpu_states, self.gpu_topology),
-            Hooks(
-                retune=retune_hook,
-                autotune=Autotuner(
-                    self._gpu_statics,
-                    self.paths.tune_cache,
-                    power_limit_command=settings.power_limit_command,
-                    environment_of=self._stored_environment,
-                ),
-                profile=lambda spec: apply_profile(spec, self._gpu_statics()),
-            ),
+            self._hooks(retune_hook),
         )
         if settings.metrics.enabled:
             self.add_component(MetricsComponent(self, settings.metrics.host, settings.metrics.port))
@@ -118,6 +97,32 @@ class Daemon:
         self._sampler_thread = threading.Thread(target=self._sample_loop, name="sampler", daemon=True)
         self._readers = threading.local()
         self._shutdown_hooks: list[Callable[[], None]] = []
+
+    def _hooks(self, retune_hook: RetuneHook | None) -> Hooks:
+        """The supervisor's decisions: OOM recovery by the run's policy (the product's default,
+        swapped out only in tests), autotuning and the memory-tier profile."""
+        from gpuwarden.daemon.autotune import Autotuner, apply_profile
+
+        if retune_hook is None:
+            from gpuwarden.daemon.oom_retune import OomRetune
+
+            retune_hook = OomRetune(
+                gpu_states=self.gpu_states,
+                gpu_processes=lambda: self.latest_processes,
+                retunes_of=lambda run_id: self.writer.call(lambda db: RunStore(db).retunes(run_id)),
+                environment_of=self._stored_environment,
+            )
+        autotune = Autotuner(
+            self._gpu_statics,
+            self.paths.tune_cache,
+            power_limit_command=self.settings.power_limit_command,
+            environment_of=self._stored_environment,
+        )
+        return Hooks(
+            retune=retune_hook,
+            autotune=autotune,
+            profile=lambda spec: apply_profile(spec, self._gpu_statics()),
+        )
 
     # -- hooks for the lead's components ------------------------------------------------------------
 

@@ -72,7 +72,7 @@ def test_a_retuned_and_a_restarted_attempt_keep_the_submitted_environment(rig: R
     rig.step(2)  # the hook decides, then the loop starts attempt 2
     env = rig.proc_of(run_id).env
     assert env["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True" and env["BAR"] == "shell"
-    rig.proc_of(run_id).exit(sig=9)
+    rig.proc_of(run_id).exit(sig=9, recorded=False)  # the whole group went, its recorder too
     rig.restart()  # a new supervisor, as after a daemon restart, resumes the interrupted run
     rig.step()
     assert rig.run(run_id)["attempt"] == 3
