@@ -58,7 +58,10 @@ def test_every_option_of_a_command_says_what_it_does(command: str) -> None:
         (["stauts"], "no command 'stauts' — did you mean `gpuwarden status`?"),
         (["frobnicate"], "no command 'frobnicate' — `gpuwarden --help` lists them"),
         (["ps", "--bogus"], "No such option '--bogus' — see `gpuwarden ps --help`"),
-        (["monitor", "--interval", "0"], "Invalid value for '--interval': 0.0 is not in the range 0.05<=x<=3600"),
+        (
+            ["monitor", "--interval", "0"],
+            "Invalid value for '--interval': 0.0 is not in the range 0.05<=x<=3600",
+        ),
         (["show"], "Missing argument 'RUN' — see `gpuwarden show --help`"),
     ],
 )
