@@ -66,6 +66,21 @@ def test_a_programs_own_exit_codes_mean_nothing_more_and_its_last_stderr_line_sa
     )
 
 
+def test_a_memory_limit_too_small_to_load_libraries_says_so(rig: Rig) -> None:
+    run_id = rig.submit(command(resources={"gpus": 1, "memory_limit": "300MiB"}))
+    rig.step()
+    rig.proc_of(run_id).write_stderr(
+        "ImportError: /venv/lib/torch/lib/libtorch_cpu.so: failed to map segment from shared object\n"
+    )
+    rig.proc_of(run_id).exit(1)
+    rig.step()
+    assert rig.run(run_id)["message"] == (
+        "attempt 1: resources.memory_limit (300 MiB) leaves no room to load the program's libraries"
+        " — raise it (exit code 1)"
+    )
+    assert rig.events(run_id, "retuned") == []  # no micro-batch fixes that
+
+
 def test_a_program_that_cannot_start_fails_with_one_line(rig: Rig) -> None:
     rig.procs.fail_with = FileNotFoundError(errno.ENOENT, "No such file or directory", "/nonexistent/x")
     run_id = rig.submit(command())

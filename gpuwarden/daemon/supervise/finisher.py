@@ -16,6 +16,7 @@ from typing import Any
 from gpuwarden.core.gang.files import rank_logs
 from gpuwarden.core.gang.outcome import read_gang_outcome
 from gpuwarden.core.oom.classify import classify_text, oom_kill_grew
+from gpuwarden.core.units import size
 from gpuwarden.daemon.gang_verdict import RankEvidence, gang_verdict
 from gpuwarden.daemon.process import ExitStatus, ExitVerdict, classify, or_recorded
 from gpuwarden.daemon.supervise.context import Active, Context, Ending
@@ -152,10 +153,31 @@ def _verdict(
         error = ctx.store(lambda s: s.last_event(active.run_id, active.attempt, ("error",)))
         if error and error.get("message"):
             return ExitVerdict("failed", f"{error['message']} ({status.describe()})")
+    if verdict.outcome == "failed" and (small := _limit_too_small(ctx, active.run_id, status, stderr_tail)):
+        return small
     if verdict.outcome == "failed" and command and status.known and (line := last_line(stderr_tail)):
         # A program's last word on stderr (a traceback's exception line) says more than its code.
         return ExitVerdict("failed", f"{status.describe()} — last stderr line: {line}")
     return verdict
+
+
+# What the dynamic loader says when an address-space limit leaves no room to map a library (torch's
+# are hundreds of megabytes): no micro-batch fixes that, only a larger limit.
+LOADER_OUT_OF_ROOM = (
+    "failed to map segment from shared object",
+    "cannot allocate memory in static TLS block",
+)
+
+
+def _limit_too_small(ctx: Context, run_id: str, status: ExitStatus, stderr_tail: str) -> ExitVerdict | None:
+    limit = (ctx.run(run_id)["spec"].get("resources") or {}).get("memory_limit")
+    if not limit or not any(sign in stderr_tail for sign in LOADER_OUT_OF_ROOM):
+        return None
+    return ExitVerdict(
+        "failed",
+        f"resources.memory_limit ({size(int(limit))}) leaves no room to load the program's libraries — "
+        f"raise it ({status.describe()})",
+    )
 
 
 def last_line(text: str, width: int = 200) -> str:
