@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from gpuwarden.cli.format import note, print_json
-from gpuwarden.core.config.resolve import relative_paths
+from gpuwarden.core.config.resolve import moved_paths_note, relative_paths
 from gpuwarden.core.doctor.diagnose import (
     Diagnosis,
     diagnose_run,
@@ -105,10 +105,7 @@ def write_fix(diagnosis: Diagnosis, out: Path, source_path: Path | None) -> dict
 
         moved = relative_paths(load_spec(out))
         if moved:
-            notes.append(
-                f"{', '.join(moved)} are relative paths: they start from {out.parent}, not from "
-                f"{source_path.parent} — write the fixed spec next to the original or make them absolute"
-            )
+            notes.append(moved_paths_note(moved, out.parent, source_path.parent, "fixed spec"))
     return {
         "path": str(out),
         "changes": fix,

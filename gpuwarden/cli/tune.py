@@ -134,10 +134,9 @@ def tune(  # Long: eleven options passed to tune_spec by name; the body is one s
 
 
 def _moved_note(moved: list[str], source: Path, out: Path) -> str:
-    return (
-        f"{', '.join(moved)} are relative paths: they start from {out.parent.resolve()}, not from "
-        f"{source.resolve().parent} — write the tuned spec next to the original or make them absolute"
-    )
+    from gpuwarden.core.config.resolve import moved_paths_note
+
+    return moved_paths_note(moved, out.parent.resolve(), source.resolve().parent, "tuned spec")
 
 
 def probe_line(n: int, r: ProbeResult) -> str:

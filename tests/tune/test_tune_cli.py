@@ -116,8 +116,11 @@ def test_tune_of_an_own_script_spec_writes_a_tuned_spec_with_the_effective_batch
     before = config.read_bytes()
     text = (REPO / "configs" / "examples" / "own-script-plain-cpu.yaml").read_text()
     spec = tmp_path / "own.yaml"
+    # cwd stays relative (to the spec's folder); the config file is named absolutely.
     spec.write_text(
-        text.replace("cwd: ../..", f"cwd: {REPO}").replace("config_file: ../..", f"config_file: {REPO}")
+        text.replace("cwd: ../..", f"cwd: {os.path.relpath(REPO, tmp_path)}").replace(
+            "config_file: ../..", f"config_file: {REPO}"
+        )
     )
     result = _tune(tmp_path, str(spec), "--json")
     assert result.returncode == 0, result.stderr
@@ -135,6 +138,15 @@ def test_tune_of_an_own_script_spec_writes_a_tuned_spec_with_the_effective_batch
     assert record.config.changes["training.gradient_accumulation_steps"] == (1, 2)
     assert config.read_bytes() == before  # the user's file is only read
     assert not (REPO / "outputs").exists()  # probes wrote into their own folders
+    assert out["notes"] == []  # written next to the spec: its relative cwd still holds
+    # Written elsewhere (remembered: no probe this time), the relative cwd would point elsewhere.
+    (tmp_path / "elsewhere").mkdir()
+    moved = _tune(tmp_path, str(spec), "-o", str(tmp_path / "elsewhere" / "tuned.yaml"), "--json")
+    assert moved.returncode == 0, moved.stderr
+    (note,) = json.loads(moved.stdout)["notes"]
+    assert note.startswith(
+        f"command.cwd is a relative path: it starts from {tmp_path / 'elsewhere'}, not from"
+    )
 
 
 @pytest.mark.parametrize(

@@ -60,3 +60,14 @@ def _relative_in(model: BaseModel, prefix: str) -> Iterator[str]:
             yield prefix + name
         elif isinstance(value, BaseModel):
             yield from _relative_in(value, f"{prefix}{name}.")
+
+
+def moved_paths_note(moved: list[str], new: Path, old: Path, what: str) -> str:
+    """What a copy of a spec written to another folder (`new`) than the original's (`old`) gets
+    wrong: its relative paths now start there."""
+    one = len(moved) == 1
+    are = "is a relative path: it starts" if one else "are relative paths: they start"
+    return (
+        f"{', '.join(moved)} {are} from {new}, not from {old} — write the {what} next to the "
+        f"original or make {'it' if one else 'them'} absolute"
+    )
