@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from gpuwarden.cli.format import note, print_json
+from gpuwarden.cli.output_file import writing
 from gpuwarden.core.config.resolve import moved_paths_note, relative_paths
 from gpuwarden.core.doctor.diagnose import (
     Diagnosis,
@@ -95,10 +96,8 @@ def write_fix(diagnosis: Diagnosis, out: Path, source_path: Path | None) -> dict
     text = apply_fixes(diagnosis.spec_text, fix, label=str(out))
     text = with_header(text, fix, diagnosis.target, fixed_ids)
     remaining = recheck(text, str(out), diagnosis.device)
-    try:
+    with writing(out):
         out.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"{out}: cannot write ({exc.strerror}) — check the path") from None
     notes: list[str] = []
     if source_path is not None and out.resolve().parent != source_path.resolve().parent:
         from gpuwarden.core.config.spec import load_spec
