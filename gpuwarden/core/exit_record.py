@@ -1,4 +1,4 @@
-"""Exit-status recorder: `python -m gpuwarden.core.exit_record STATUS_FILE -- PROGRAM ARGS…` runs
+"""Exit-status recorder: `python -I exit_record.py STATUS_FILE -- PROGRAM ARGS…` runs
 PROGRAM as its child, writes how it ended to STATUS_FILE (`{"code": N}` or `{"signal": N}`), then
 ends the same way.
 
@@ -29,13 +29,25 @@ SURVIVED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 RESTORED = (signal.SIGPIPE, signal.SIGXFSZ)
 
 
+# The recorder is started as this file, not as a module: it needs nothing outside the standard
+# library, so it runs isolated (`-I`) wherever gpuwarden is installed.
+SCRIPT = os.path.abspath(__file__)
+
+
 def recorded_argv(argv: list[str], status_file: str) -> list[str]:
     """`argv` started through the recorder, its exit status written to `status_file`.
 
-    `-P`: the program's folder (the working directory of a `-m` start) is not put first on the
-    recorder's import path, so a user's `json.py` there cannot replace the standard library's.
+    `-I`: the recorder ignores the run's PYTHONPATH, PYTHONHOME and user site, and its folder is
+    not put first on its import path: a user's `resource.py` or `json.py` there cannot replace the
+    standard library's in it (the program still gets the run's environment, untouched).
     """
-    return [sys.executable, "-P", "-m", MODULE, status_file, "--", *argv]
+    return [sys.executable, "-I", SCRIPT, status_file, "--", *argv]
+
+
+def is_recorder(cmdline: list[str]) -> bool:
+    """Whether a process's command line is the recorder's (started as a file, or as a module by
+    an earlier gpuwarden whose runs a newer daemon may adopt)."""
+    return any(arg in (SCRIPT, MODULE) for arg in cmdline[:4])
 
 
 def read_status(path: str) -> tuple[int | None, int | None] | None:
@@ -141,7 +153,7 @@ def _end_like(status: dict[str, int]) -> None:
 def main(args: list[str]) -> None:
     """Run the program, record how it ended, end the same way; 127 when it cannot be started."""
     if len(args) < 3 or args[1] != "--":
-        sys.stderr.write(f"usage: python -m {MODULE} STATUS_FILE -- PROGRAM [ARGS…]\n")
+        sys.stderr.write(f"usage: python -I {SCRIPT} STATUS_FILE -- PROGRAM [ARGS…]\n")
         sys.exit(2)
     path, program = args[0], args[2:]
     for sig in SURVIVED:

@@ -1,4 +1,4 @@
-"""Exec wrapper: `python -m gpuwarden.core.rlimit BYTES -- PROGRAM ARGS…` sets RLIMIT_AS, then
+"""Exec wrapper: `python -I rlimit.py BYTES -- PROGRAM ARGS…` sets RLIMIT_AS, then
 becomes PROGRAM (same pid), so the limit applies to the run and nothing else.
 
 A wrapper rather than `preexec_fn`: the daemon is threaded, and code between fork and exec in a
@@ -16,13 +16,15 @@ def limited_argv(argv: list[str], limit: int | None) -> list[str]:
     """`argv` wrapped so that it runs under an address-space limit of `limit` bytes (if any)."""
     if limit is None:
         return argv
-    return [sys.executable, "-m", "gpuwarden.core.rlimit", str(int(limit)), "--", *argv]
+    # Isolated and started as this file (it needs only the standard library): the run's
+    # PYTHONPATH or a `resource.py` of the user's cannot replace the module that sets the limit.
+    return [sys.executable, "-I", os.path.abspath(__file__), str(int(limit)), "--", *argv]
 
 
 def main(args: list[str]) -> None:
     """Apply the limit and exec; exit 127 with one line when the program cannot be started."""
     if len(args) < 3 or args[1] != "--":
-        sys.stderr.write("usage: python -m gpuwarden.core.rlimit BYTES -- PROGRAM [ARGS…]\n")
+        sys.stderr.write("usage: python -I rlimit.py BYTES -- PROGRAM [ARGS…]\n")
         sys.exit(2)
     limit = int(args[0])
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))

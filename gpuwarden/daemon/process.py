@@ -20,8 +20,7 @@ from typing import Literal
 import psutil
 
 from gpuwarden.core.events import EXIT_OK, EXIT_OOM, EXIT_TERMINATED, EXIT_USER_ERROR
-from gpuwarden.core.exit_record import MODULE as RECORDER
-from gpuwarden.core.exit_record import read_status, recorded_argv
+from gpuwarden.core.exit_record import is_recorder, read_status, recorded_argv
 from gpuwarden.core.rlimit import limited_argv
 from gpuwarden.daemon.stack_dump import DumpTarget, StackDump, dump_stacks
 
@@ -247,7 +246,7 @@ def check_startable(program: str, env: Mapping[str, str], cwd: Path | None) -> N
     that cannot start then fails the run at once with the reason, as it does unwrapped (the
     wrapper itself could only exit 127). The wrapper still reports what this cannot foresee."""
     if "/" not in program:
-        if shutil.which(program, path=env.get("PATH", os.defpath)) is None:
+        if shutil.which(program, path=search_path(env.get("PATH", os.defpath), cwd)) is None:
             raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
         return
     path = Path(cwd or ".") / program
@@ -255,6 +254,13 @@ def check_startable(program: str, env: Mapping[str, str], cwd: Path | None) -> N
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
     if path.is_dir() or not os.access(path, os.X_OK):
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
+
+
+def search_path(path: str, cwd: Path | None) -> str:
+    """`path` (a PATH value) with its relative entries, the empty one included, resolved as exec
+    resolves them in the run: against the run's working directory, not the daemon's."""
+    base = Path(cwd or ".")
+    return os.pathsep.join(str(base / entry) for entry in path.split(os.pathsep))
 
 
 class LocalProcesses:
@@ -343,7 +349,7 @@ def program_pid(pid: int) -> int:
     recorder, else `pid` itself."""
     try:
         proc = psutil.Process(pid)
-        if RECORDER not in proc.cmdline()[:4]:
+        if not is_recorder(proc.cmdline()):
             return pid
         children = proc.children()
     except psutil.Error:

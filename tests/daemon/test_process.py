@@ -152,3 +152,43 @@ def test_a_program_that_cannot_start_is_refused_before_the_recorder_starts(tmp_p
             tmp_path / "e",
             exit_file=tmp_path / "x",
         )
+
+
+def test_a_program_found_through_a_relative_path_entry_is_looked_up_in_the_runs_folder(
+    tmp_path: Path,
+) -> None:
+    """A PATH entry such as `bin` names the run's `bin`, not one under the daemon's cwd."""
+    (tmp_path / "bin").mkdir()
+    tool = tmp_path / "bin" / "my-tool"
+    tool.write_text("#!/bin/sh\nexit 0\n")
+    tool.chmod(0o755)
+    env = {**os.environ, "PATH": f"bin{os.pathsep}{os.environ['PATH']}"}
+    child = spawn(
+        ["my-tool"], env, tmp_path, tmp_path / "o", tmp_path / "e", exit_file=tmp_path / STATUS_FILE
+    )
+    status = wait_for(child.poll, "the program to end")
+    assert (status.code, status.signal) == (0, None), (tmp_path / "e").read_text()
+
+
+def test_the_wrappers_ignore_the_runs_python_path(tmp_path: Path) -> None:
+    """A user's `resource.py` on PYTHONPATH is the program's business: the memory-limit wrapper
+    and the exit-status recorder (both Python) keep the standard library's, and the program still
+    gets the variable."""
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    for name in ("resource", "signal", "os"):
+        (shadow / f"{name}.py").write_text("raise SystemExit('the user module was imported')\n")
+    env = {**os.environ, "PYTHONPATH": str(shadow), "PYTHONHOME": str(tmp_path / "no-home")}
+    child = spawn(
+        ["sh", "-c", 'echo "$PYTHONPATH"'],
+        env,
+        tmp_path,
+        tmp_path / "o",
+        tmp_path / "e",
+        memory_limit=1 << 30,
+        exit_file=tmp_path / STATUS_FILE,
+    )
+    status = wait_for(child.poll, "the program to end")
+    assert (status.code, status.signal) == (0, None), (tmp_path / "e").read_text()
+    assert (tmp_path / "o").read_text() == f"{shadow}\n"
+    assert or_recorded(ExitStatus(None, None), tmp_path / STATUS_FILE) == status
