@@ -66,6 +66,24 @@ def test_a_programs_own_exit_codes_mean_nothing_more_and_its_last_stderr_line_sa
     )
 
 
+def test_terminal_codes_in_what_a_program_wrote_do_not_reach_the_runs_message(rig: Rig) -> None:
+    """Colours, a terminal title, a bell or a bidirectional override in a program's last words
+    would repaint the terminal of whoever runs `gpuwarden ps`: the message is plain text."""
+    coloured, said = rig.submit(command("coloured")), rig.submit(command("said"))
+    rig.step()
+    rig.proc_of(coloured).write_stderr(
+        "epoch 1: 10%\repoch 1: 20%\n\x1b]0;pwned\x07\x1b[31mRuntimeError:\x1b[0m bad\tinput\x07\u202e!\n"
+    )
+    rig.proc_of(coloured).exit(1)
+    rig.proc_of(said).emit("error", message="\x1b[2J\x1b[HValueError:\nno column\x1b[0m")
+    rig.proc_of(said).exit(1)
+    rig.step()
+    assert (
+        rig.run(coloured)["message"] == "attempt 1: exit code 1 — last stderr line: RuntimeError: bad input !"
+    )
+    assert rig.run(said)["message"] == "attempt 1: ValueError: no column (exit code 1)"
+
+
 def test_a_memory_limit_too_small_to_load_libraries_says_so(rig: Rig) -> None:
     run_id = rig.submit(command(resources={"gpus": 1, "memory_limit": "300MiB"}))
     rig.step()

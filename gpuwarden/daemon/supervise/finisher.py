@@ -16,6 +16,7 @@ from typing import Any
 from gpuwarden.core.gang.files import rank_logs
 from gpuwarden.core.gang.outcome import read_gang_outcome
 from gpuwarden.core.oom.classify import classify_text, oom_kill_grew
+from gpuwarden.core.terminal_text import plain_text
 from gpuwarden.core.units import size
 from gpuwarden.daemon.gang_verdict import RankEvidence, gang_verdict
 from gpuwarden.daemon.process import ExitStatus, ExitVerdict, classify, or_recorded
@@ -144,15 +145,15 @@ def _verdict(
         # A program that is not our runner says it ran out of memory only on stderr.
         text = classify_text(stderr_tail, exit_code=status.code, signal=status.signal, oom_kill=oom_kill)
         if text.is_oom:
-            return ExitVerdict("oom", f"{text.verdict}: {text.reason} ({status.describe()})")
+            return ExitVerdict("oom", f"{text.verdict}: {plain_text(text.reason)} ({status.describe()})")
         if text.verdict == "shape_bug":
             # Looks like an OOM, but no memory setting can satisfy it: fail, and say why.
-            return ExitVerdict("failed", f"shape_bug: {text.reason} ({status.describe()})")
+            return ExitVerdict("failed", f"shape_bug: {plain_text(text.reason)} ({status.describe()})")
     if verdict.outcome == "failed" and active.decisive_event == "error":
         # The runner said why in its error event: that line, not only an exit code, is the reason.
         error = ctx.store(lambda s: s.last_event(active.run_id, active.attempt, ("error",)))
         if error and error.get("message"):
-            return ExitVerdict("failed", f"{error['message']} ({status.describe()})")
+            return ExitVerdict("failed", f"{plain_text(str(error['message']))} ({status.describe()})")
     if verdict.outcome == "failed" and (small := _limit_too_small(ctx, active.run_id, status, stderr_tail)):
         return small
     if verdict.outcome == "failed" and command and status.known and (line := last_line(stderr_tail)):
@@ -181,8 +182,8 @@ def _limit_too_small(ctx: Context, run_id: str, status: ExitStatus, stderr_tail:
 
 
 def last_line(text: str, width: int = 200) -> str:
-    """The last non-blank line of `text`, cut to `width` characters."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    """The last non-blank line of `text` as plain text, cut to `width` characters."""
+    lines = [line for line in map(plain_text, text.splitlines()) if line]
     if not lines:
         return ""
     return lines[-1] if len(lines[-1]) <= width else lines[-1][: width - 1] + "…"
