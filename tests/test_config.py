@@ -241,3 +241,10 @@ def test_amp_true_means_mixed_precision() -> None:
 def test_effective_batch() -> None:
     spec = parse_spec("name: a\nkind: train\ntrain: {task: image, batch_size: 4, grad_accum_steps: 8}\n")
     assert spec.train is not None and spec.train.effective_batch == 32
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "-.inf", "1.0e+400"])
+def test_a_knob_that_is_no_finite_number_is_refused_naming_it(value: str) -> None:
+    text = f"name: a\nkind: command\ncommand: {{argv: [echo, '{{bs}}']}}\nknobs: {{bs: {value}}}\n"
+    with pytest.raises(ConfigError, match=r"knobs: bs: -?(nan|inf) is not a finite number — give one, or quote it"):
+        parse_spec(text)

@@ -41,7 +41,7 @@ from gpuwarden.core.api import (
 from gpuwarden.core.errors import UserError
 
 API_MAJOR = 1
-NOT_RUNNING = "gpuwarden daemon is not running — start it with `gpuwarden up`"
+NOT_RUNNING = "the daemon is not running — start it with `gpuwarden up`"
 Model = TypeVar("Model", bound=BaseModel)
 IDEMPOTENT = frozenset({"GET", "HEAD"})
 # Run names are at most 64 characters and ids shorter: a longer reference names no run.

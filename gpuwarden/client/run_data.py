@@ -12,7 +12,7 @@ from gpuwarden.core.errors import UserError
 from gpuwarden.core.report.data import Point, RunData, Series
 from gpuwarden.core.report.db_data import DbRunData
 
-NOT_RUNNING = "gpuwarden daemon is not running — start it with `gpuwarden up`, or pass --db PATH"
+NOT_RUNNING = "the daemon is not running — start it with `gpuwarden up`, or pass --db PATH"
 EVENT_PAGE = 10_000  # the API's largest page
 
 

@@ -135,9 +135,9 @@ def test_compare_json(db: Path) -> None:
         (["doctor", "missing.yaml"], "missing.yaml: no such file"),
         (
             ["doctor", "{bad}"],
-            "gpuwarden daemon is not running — start it with `gpuwarden up`, or pass --db PATH",
+            "the daemon is not running — start it with `gpuwarden up`, or pass --db PATH",
         ),
-        (["report", "r1"], "gpuwarden daemon is not running"),
+        (["report", "r1"], "the daemon is not running"),
         (["doctor", "naive.yaml", "--gpu-memory", "24"], "--gpu-memory '24'"),
         (["report", "x", "--json", "--md"], "choose one output format"),
     ],

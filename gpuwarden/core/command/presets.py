@@ -13,6 +13,7 @@ value under `knobs:` wins over the flag's text (that is how a tuned spec takes e
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -99,9 +100,11 @@ def parse_value(text: str) -> int | float | bool | str:
         return lowered == "true"
     for kind in (int, float):
         try:
-            return kind(text)
+            number = kind(text)
         except ValueError:
             continue
+        # `nan`, `inf` or `1e400` stay the text they are: a knob is a finite number or a word.
+        return number if math.isfinite(number) else text
     return text
 
 

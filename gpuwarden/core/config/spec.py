@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -142,6 +143,15 @@ class RunSpec(StrictModel):
     @classmethod
     def _run_env_names(cls, v: dict[str, str]) -> dict[str, str]:
         return check_env_names(v)
+
+    @field_validator("knobs")
+    @classmethod
+    def _finite_knobs(cls, v: dict[str, KnobValue]) -> dict[str, KnobValue]:
+        for name, value in v.items():
+            if isinstance(value, float) and not math.isfinite(value):
+                # Substituted as `nan` or `inf` into argv, or sent as JSON, it means nothing.
+                raise ValueError(f"{name}: {value} is not a finite number — give one, or quote it to pass text")
+        return v
 
     @field_validator("name")
     @classmethod
