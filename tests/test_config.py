@@ -246,5 +246,7 @@ def test_effective_batch() -> None:
 @pytest.mark.parametrize("value", [".nan", ".inf", "-.inf", "1.0e+400"])
 def test_a_knob_that_is_no_finite_number_is_refused_naming_it(value: str) -> None:
     text = f"name: a\nkind: command\ncommand: {{argv: [echo, '{{bs}}']}}\nknobs: {{bs: {value}}}\n"
-    with pytest.raises(ConfigError, match=r"knobs: bs: -?(nan|inf) is not a finite number — give one, or quote it"):
+    with pytest.raises(
+        ConfigError, match=r"knobs: bs: -?(nan|inf) is not a finite number — give one, or quote it"
+    ):
         parse_spec(text)

@@ -84,7 +84,17 @@ def test_print_spec_with_json_prints_the_spec_as_json(tmp_path: Path) -> None:
 
 def test_knob_values_that_are_no_finite_number_stay_the_text_given(tmp_path: Path) -> None:
     done = _run(
-        "--json", "--print-spec", "--knob", "bs=nan", "--knob", "lr=1e400", "--knob", "n=8", "--", "true", cwd=tmp_path
+        "--json",
+        "--print-spec",
+        "--knob",
+        "bs=nan",
+        "--knob",
+        "lr=1e400",
+        "--knob",
+        "n=8",
+        "--",
+        "true",
+        cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["knobs"] == {"bs": "nan", "lr": "1e400", "n": 8}

@@ -150,7 +150,7 @@ class RunSpec(StrictModel):
         for name, value in v.items():
             if isinstance(value, float) and not math.isfinite(value):
                 # Substituted as `nan` or `inf` into argv, or sent as JSON, it means nothing.
-                raise ValueError(f"{name}: {value} is not a finite number — give one, or quote it to pass text")
+                raise ValueError(f"{name}: {value} is not a finite number — give one, or quote it as text")
         return v
 
     @field_validator("name")
