@@ -72,6 +72,9 @@ def _body(event: RunEvent, extra: dict[str, Any], with_message: bool) -> str:
     if kind == "edited":
         changes = extra.get("changes")
         return edit_text(changes) if isinstance(changes, Mapping) else ""
+    if kind == "stopping" and isinstance(extra.get("kill_at"), int | float):
+        at = dt.datetime.fromtimestamp(extra["kill_at"]).strftime("%H:%M:%S")
+        return f"SIGTERM sent; SIGKILL at {at} if still running (grace {extra.get('grace_seconds')} s)"
     report = extra.get("report")
     if kind == "finished" and isinstance(report, Mapping):
         return " ".join(f"{k}={named(k, report[k])}" for k in REPORT_KEYS if report.get(k) is not None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from gpuwarden.cli.event_lines import event_line
@@ -71,3 +72,9 @@ def test_event_lines_have_units_and_no_python_dicts() -> None:
     assert "DefaultCPUAllocator" not in event_line(oom, with_message=False)
     assert "DefaultCPUAllocator" in event_line(oom)
     assert "out of memory (host_oom) in forward" in event_line(oom)
+
+
+def test_a_stopping_event_says_when_the_sigkill_comes() -> None:
+    at = dt.datetime(2026, 11, 23, 14, 5, 30).timestamp()
+    line = event_line(_event("stopping", grace_seconds=30, kill_at=at))
+    assert line.endswith("stopping: SIGTERM sent; SIGKILL at 14:05:30 if still running (grace 30 s)")

@@ -62,3 +62,34 @@ def test_sigterm_from_outside_gpuwarden_stops_the_run(rig: Rig) -> None:
     rig.step()
     run = rig.run(run_id)
     assert run["state"] == RunState.STOPPED and "terminated from outside gpuwarden" in run["message"]
+
+
+def test_a_stop_under_way_when_the_daemon_restarts_still_ends_in_sigkill_on_time(rig: Rig) -> None:
+    rig.procs.ignores_sigterm = True
+    run_id = rig.submit(command())
+    rig.step()
+    proc = rig.proc_of(run_id)
+    rig.sup.stop_run(run_id, grace=30)
+    rig.clock.advance(10)
+    rig.restart()  # the new daemon is not the one that signalled
+    rig.step()
+    assert proc.signals == [signal.SIGTERM]  # not a second SIGTERM: some programs hard-exit on one
+    rig.clock.advance(19.9)
+    rig.step(2)
+    assert proc.signals == [signal.SIGTERM] and rig.state(run_id) == RunState.RUNNING
+    rig.clock.advance(0.1)
+    rig.step(2)
+    assert proc.signals == [signal.SIGTERM, signal.SIGKILL]
+    assert rig.state(run_id) == RunState.STOPPED
+
+
+def test_a_stop_whose_grace_ran_out_while_no_daemon_watched_is_killed_at_adoption(rig: Rig) -> None:
+    rig.procs.ignores_sigterm = True
+    run_id = rig.submit(command())
+    rig.step()
+    proc = rig.proc_of(run_id)
+    rig.sup.stop_run(run_id, grace=5)
+    rig.clock.advance(60)
+    rig.restart()
+    rig.step(2)
+    assert proc.signals == [signal.SIGTERM, signal.SIGKILL] and rig.state(run_id) == RunState.STOPPED

@@ -87,7 +87,8 @@ def stop(ctx: Context, run_id: str, grace: float | None) -> dict[str, Any]:
         grace = ctx.settings.stop_grace_seconds if grace is None else grace
         active.stop_requested = True
         active.kill_at = ctx.clock() + grace
-        ctx.event(run_id, active.attempt, "stopping", grace_seconds=grace)
+        # The deadline is recorded: a daemon restarted within the grace period keeps it.
+        ctx.event(run_id, active.attempt, "stopping", grace_seconds=grace, kill_at=active.kill_at)
         if not active.child.signal_group(signal.SIGTERM):
             active.kill_at = None
         ctx.wake()

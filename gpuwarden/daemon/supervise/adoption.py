@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -172,12 +173,28 @@ def _unrecorded(ctx: Context, run_id: str, number: int, found: Sequence[Tagged])
 def _watch_again(ctx: Context, run: Mapping[str, Any], active: Active) -> None:
     run_id, pid = str(run["id"]), active.child.pid
     ctx.active[run_id] = active
+    if active.stop_requested:
+        _stop_again(ctx, active)
     ctx.store(lambda s: s.update_attempt(run_id, active.attempt, adopted=1, state="running"))
     ctx.event(run_id, active.attempt, "adopted", pid=pid)
     if run["state"] != RunState.RUNNING:
         ctx.set_state(run_id, RunState.RUNNING, f"re-adopted pid {pid} after a daemon restart")
     log.info("run %s: re-adopted pid %s", run_id, pid)
     pump(ctx, active)
+
+
+def _stop_again(ctx: Context, active: Active) -> None:
+    """A run being stopped when the daemon went down is still being stopped: its SIGKILL comes
+    when the recorded grace period ends (at once when it ended while no daemon watched)."""
+    stops = ctx.store(lambda s: s.events(active.run_id, limit=100_000, types=("stopping",)))
+    recorded = [e for e in stops if e["attempt"] == active.attempt and e.get("kill_at") is not None]
+    if recorded:
+        active.kill_at = float(recorded[-1]["kill_at"])
+        return
+    # Asked to stop, but the daemon went down before it signalled: signal now.
+    active.kill_at = ctx.clock() + ctx.settings.stop_grace_seconds
+    if not active.child.signal_group(signal.SIGTERM):
+        active.kill_at = None
 
 
 def _kill_leftovers(ctx: Context, found: Sequence[Tagged]) -> None:
