@@ -167,6 +167,7 @@ def test_a_program_found_through_a_relative_path_entry_is_looked_up_in_the_runs_
         ["my-tool"], env, tmp_path, tmp_path / "o", tmp_path / "e", exit_file=tmp_path / STATUS_FILE
     )
     status = wait_for(child.poll, "the program to end")
+    assert status is not None
     assert (status.code, status.signal) == (0, None), (tmp_path / "e").read_text()
 
 
@@ -189,6 +190,7 @@ def test_the_wrappers_ignore_the_runs_python_path(tmp_path: Path) -> None:
         exit_file=tmp_path / STATUS_FILE,
     )
     status = wait_for(child.poll, "the program to end")
+    assert status is not None
     assert (status.code, status.signal) == (0, None), (tmp_path / "e").read_text()
     assert (tmp_path / "o").read_text() == f"{shadow}\n"
     assert or_recorded(ExitStatus(None, None), tmp_path / STATUS_FILE) == status

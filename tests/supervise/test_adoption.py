@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from gpuwarden.core.exit_record import STATUS_FILE
@@ -42,6 +44,21 @@ def test_an_attempt_that_finished_while_no_daemon_ran_succeeds_from_its_events(r
     assert run["state"] == RunState.SUCCEEDED
     assert run["message"].endswith("; ended while the daemon was down")
     assert rig.sup.active == {}
+
+
+def test_an_attempt_that_ended_while_no_daemon_ran_ends_when_its_status_was_recorded(rig: Rig) -> None:
+    run_id = rig.submit(command())
+    rig.step()
+    proc = rig.proc_of(run_id)
+    proc.exit(5)
+    assert proc.exit_file is not None
+    ended = rig.clock() + 7  # the recorder wrote the status then; the daemon came back much later
+    os.utime(proc.exit_file, (ended, ended))
+    rig.clock.advance(3600)
+    rig.restart()
+    run = rig.run(run_id)
+    assert run["state"] == RunState.FAILED and run["ended_at"] == ended
+    assert rig.attempts(run_id)[0]["ended_at"] == ended
 
 
 def test_a_dead_attempt_with_nothing_said_is_interrupted(rig: Rig) -> None:

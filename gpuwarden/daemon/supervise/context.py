@@ -124,6 +124,7 @@ class Ending:
     message: str  # "attempt N: why", the run's message for its next state
     end: AttemptEnd  # the facts a retune policy decides on
     final_event: str | None  # the attempt's last decisive event (oom, error, finished), if any
+    ended_at: float  # when its process ended, as near as the daemon can tell
 
     @property
     def state(self) -> RunState:

@@ -8,6 +8,7 @@ are the evidence a retune or a restart policy goes by.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -52,7 +53,7 @@ def finish(
         verdict = _verdict(ctx, active, status, oom_kill, stderr_tail)
         evidence = RankEvidence(None, status, stderr_tail)
     reason = f"{verdict.reason}; {note}" if note else verdict.reason
-    ended = ctx.clock()
+    ended = ctx.clock() if kill_group else ended_unwatched(active, ctx.clock())
     ctx.store(
         lambda s: s.update_attempt(
             active.run_id,
@@ -87,7 +88,22 @@ def finish(
     message = f"attempt {active.attempt}: {reason}"
     # A gang's restart policy goes by the failed rank's exit status (torchrun always exits 1).
     decisive = status if evidence.rank is None else evidence.status
-    return Ending(active.run_id, active.attempt, verdict, decisive, message, end, active.decisive_event)
+    return Ending(
+        active.run_id, active.attempt, verdict, decisive, message, end, active.decisive_event, ended_at=ended
+    )
+
+
+def ended_unwatched(active: Active, now: float) -> float:
+    """When an attempt that ended while no daemon watched ended: its recorded exit status was
+    written then; else its last write to its events or stderr (never later than `now`)."""
+    for paths in ((active.exit_file,), (active.tail.path, active.stderr_path)):
+        times = []
+        for path in paths:
+            with contextlib.suppress(OSError):
+                times.append(path.stat().st_mtime)
+        if times:
+            return min(max(times), now)
+    return now
 
 
 def _gang(

@@ -161,7 +161,8 @@ class Supervisor:
         if restart is not None:
             restarts.schedule(self.ctx, ending, restart)
         else:
-            self.ctx.set_state(ending.run_id, ending.state, message)
+            final = {"ended_at": ending.ended_at} if ending.state.final else {}
+            self.ctx.set_state(ending.run_id, ending.state, message, **final)
         self.wake()
 
     # -- what the API calls ---------------------------------------------------------------------------
