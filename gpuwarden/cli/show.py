@@ -72,8 +72,9 @@ def attempt_lines(a: Attempt) -> Iterator[str]:
     """One attempt: its outcome and times, then (indented) its restart, what it prepared and its ranks."""
     gpus = ",".join(g[:12] for g in a.gpus) or "cpu"
     took = f" ({duration(a.ended_at - a.started_at)})" if a.ended_at and a.started_at else ""
+    pid = a.program_pid or a.pid or "–"  # the program's: a signal to the recorder would do nothing
     yield (
-        f"attempt {a.attempt}: {a.classification or a.state}  pid {a.pid}  gpus {gpus}"
+        f"attempt {a.attempt}: {a.classification or a.state}  pid {pid}  gpus {gpus}"
         f"  {when(a.started_at)} → {when(a.ended_at)}{took}  {a.reason or ''}"
     ).rstrip()
     if a.restart is not None:

@@ -321,6 +321,9 @@ class LocalProcesses:
         """Rank → pid of the processes torchrun `pid` started, by the RANK torchrun gave each."""
         return gang_ranks(pid)
 
+    def program(self, pid: int) -> int:
+        return program_pid(pid)
+
     def dump_stacks(self, targets: Sequence[DumpTarget]) -> list[StackDump]:
         return dump_stacks(targets)
 

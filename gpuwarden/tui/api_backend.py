@@ -231,7 +231,7 @@ class ApiBackend:
             retunes = self._final_retunes[run.id]
         pid = self._placed.get(run.id, (0, [], None))[2]
         if isinstance(run, RunDetail) and run.attempts:
-            pid = run.attempts[-1].pid
+            pid = run.attempts[-1].program_pid or run.attempts[-1].pid
         return run_row(
             run,
             placed=self._placement(run),
@@ -273,7 +273,8 @@ class ApiBackend:
                 # The list has no placement: read it once per attempt (it cannot change within one).
                 attempts = self.client.attempts(r.id)
                 last = attempts[-1] if attempts else None
-                self._placed[r.id] = (r.attempt, list(last.gpus) if last else [], last.pid if last else None)
+                pid = (last.program_pid or last.pid) if last else None
+                self._placed[r.id] = (r.attempt, list(last.gpus) if last else [], pid)
             if r.state in ACTIVE_STATES:
                 self._catch_up(r.id)
                 self._settled.discard(r.id)

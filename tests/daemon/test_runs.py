@@ -95,15 +95,19 @@ def test_missing_program_fails_with_one_line(gw: DaemonHandle) -> None:
 
 def test_stop_kills_a_sigterm_ignoring_run_after_the_grace_period(gw: DaemonHandle) -> None:
     code = """
-        import signal, time
+        import os, signal, time
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        print("ready", flush=True)
+        print("ready", os.getpid(), flush=True)
         time.sleep(60)
     """
     run = gw.submit(command_spec("stubborn", code))
     gw.wait_state(run["id"], ("running",))
-    _wait_for_output(gw, run["id"], "ready")
-    pid = gw.wait_state(run["id"], ("running",))["attempts"][0]["pid"]
+    program = int(_wait_for_output(gw, run["id"], "ready").split()[1])
+    (attempt,) = gw.wait_state(run["id"], ("running",))["attempts"]
+    pid = attempt["pid"]
+    # The pid a person reads is the program's, not that of gpuwarden's exit-status recorder.
+    assert attempt["program_pid"] == program != pid
+    assert f"pid {program} " in gw.cli("show", run["id"]).stdout
     started = time.monotonic()
     with gw.client() as client:
         client.stop(run["id"], grace_seconds=0.5)

@@ -234,6 +234,9 @@ class FakeProcesses:
         proc = self.table.get(pid)
         return dict(proc.ranks) if proc is not None and proc.running else {}
 
+    def program(self, pid: int) -> int:
+        return pid  # no recorder between the supervisor and a fake program
+
     def dump_stacks(self, targets: Sequence[DumpTarget]) -> list[StackDump]:
         """What each rank's dump shows (`FakeProcess.stacks`), as SIGUSR1 dumps."""
         self.dumped.append([t.rank for t in targets])

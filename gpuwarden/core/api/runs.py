@@ -101,7 +101,12 @@ class Attempt(BaseModel):
     run_id: str
     attempt: int
     state: Literal["starting", "running", "ended"]
-    pid: int | None
+    pid: int | None = Field(
+        description="the attempt's process (a command run's: gpuwarden's exit-status recorder)"
+    )
+    program_pid: int | None = Field(
+        None, description="the program itself while it runs (differs from `pid` for command runs)"
+    )
     create_time: float | None = Field(description="psutil create time: (pid, create_time) names the process")
     started_at: float | None
     ended_at: float | None

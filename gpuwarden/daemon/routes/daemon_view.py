@@ -56,6 +56,10 @@ class RunControl(Protocol):
         """Process-group id → run id of every watched attempt."""
         ...
 
+    def programs(self) -> dict[str, int]:
+        """Run id → pid of the program each watched attempt runs."""
+        ...
+
 
 class DaemonView(Protocol):
     """The daemon's state and stores as the API reads them."""

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query
 from gpuwarden.core.api import AttemptList, MetricList, RetuneList
 from gpuwarden.daemon.routes.daemon_view import DaemonDep
 from gpuwarden.daemon.routes.responses import ON_A_RUN, errors
-from gpuwarden.daemon.routes.runs import resolve
+from gpuwarden.daemon.routes.runs import attempt_models, resolve
 
 router = APIRouter()
 
@@ -21,7 +21,7 @@ router = APIRouter()
     summary="the run's attempts",
 )
 def attempts(daemon: DaemonDep, ref: str) -> AttemptList:
-    return AttemptList.model_validate({"attempts": daemon.runs().attempts(resolve(daemon, ref)["id"])})
+    return AttemptList(attempts=attempt_models(daemon, resolve(daemon, ref)))
 
 
 @router.get(

@@ -43,7 +43,7 @@ def run_detail(daemon: DaemonView, run: RunRow) -> RunDetail:
             "stop_requested": run["stop_requested"],
             "spec": run["spec"],
             "submitted_spec": run["submitted_spec"],
-            "attempts": [Attempt.model_validate(a) for a in with_records(run_dir, store.attempts(run["id"]))],
+            "attempts": attempt_models(daemon, run),
             "retunes": [Retune.model_validate(r) for r in store.retunes(run["id"])],
             "effective_batch": effective_batch_of(run["spec"]),
             "report": read_report(run_dir / "report.json"),
@@ -51,6 +51,15 @@ def run_detail(daemon: DaemonView, run: RunRow) -> RunDetail:
             "energy": stored_energy(store, daemon.telemetry_reader(), run["id"], time.time()),
         }
     )
+
+
+def attempt_models(daemon: DaemonView, run: RunRow) -> list[Attempt]:
+    """The run's attempts; the one running names its program's pid too."""
+    rows = with_records(Path(run["run_dir"]), daemon.runs().attempts(run["id"]))
+    program = daemon.supervisor.programs().get(run["id"]) if run["state"] == RunState.RUNNING else None
+    return [
+        Attempt.model_validate({**a, "program_pid": program if a["state"] != "ended" else None}) for a in rows
+    ]
 
 
 def read_report(path: Path) -> dict[str, Any] | None:

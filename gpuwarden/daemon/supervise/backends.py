@@ -74,6 +74,10 @@ class ProcessLayer(Protocol):
     def ranks(self, pid: int) -> dict[int, int]:
         """Rank → pid of the live ranks a torchrun process `pid` started (by their RANK)."""
 
+    def program(self, pid: int) -> int:
+        """The pid of the program an attempt's process `pid` runs: its child when `pid` is the
+        exit-status recorder, else `pid`."""
+
     def dump_stacks(self, targets: Sequence[DumpTarget]) -> list[StackDump]:
         """The Python stacks of running processes, without stopping them (`stack_dump.py`)."""
 
