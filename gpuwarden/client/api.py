@@ -38,6 +38,7 @@ from gpuwarden.core.api import (
     ShutdownResult,
     TerminateResult,
 )
+from gpuwarden.core.api.requests import environment_too_large
 from gpuwarden.core.errors import UserError
 
 API_MAJOR = 1
@@ -199,7 +200,7 @@ class ApiClient:
             "check_inputs": check_inputs,
         }
         if environment is not None:
-            body["environment"] = dict(environment)
+            body["environment"] = carried(environment)
         return self._call(RunDetail, "POST", "/v1/runs", json=body)
 
     def submit(self, spec: dict[str, Any], environment: Mapping[str, str] | None = None) -> RunDetail:
@@ -207,7 +208,7 @@ class ApiClient:
         daemon's)."""
         body: dict[str, Any] = {"spec": spec}
         if environment is not None:
-            body["environment"] = dict(environment)
+            body["environment"] = carried(environment)
         return self._call(RunDetail, "POST", "/v1/runs", json=body)
 
     def run(self, ref: str) -> RunDetail:
@@ -292,6 +293,13 @@ class ApiClient:
             except STALE_CONNECTION:
                 if answered or last_try:
                     return  # the daemon closed the stream (shutdown)
+
+
+def carried(environment: Mapping[str, str]) -> dict[str, str]:
+    """The environment a run is to start from, refused here in one line when the daemon would."""
+    if (problem := environment_too_large(environment)) is not None:
+        raise UserError(problem)
+    return dict(environment)
 
 
 def _q(ref: str) -> str:

@@ -21,7 +21,8 @@ from gpuwarden.core.errors import ConfigError, UserError, one_line
 
 log = logging.getLogger("gpuwarden.daemon.http")
 
-MAX_BODY_BYTES = 1 << 20
+# A spec (at most 1 MB as YAML) and the submitter's environment (at most 2 MiB) with JSON's escapes.
+MAX_BODY_BYTES = 4 << 20
 VALUE_MAX = 120
 MESSAGE_MAX = 2000
 STATUS_BY_CODE = {

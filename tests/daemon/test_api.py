@@ -299,7 +299,7 @@ def test_oversized_bodies_are_refused_before_they_are_read(gw: DaemonHandle) -> 
         assert status == 413, body
         assert body["error"] == {
             "code": "too_large",
-            "message": "the request body is larger than 1 MiB, the most the API reads: send a smaller spec",
+            "message": "the request body is larger than 4 MiB, the most the API reads: send a smaller spec",
         }
     grown = daemon.memory_info().rss - before
     assert grown < 30 << 20, f"the daemon grew by {grown >> 20} MiB"

@@ -8,6 +8,8 @@ import json
 import os
 import re
 import signal
+import subprocess
+import sys
 from typing import Any
 
 import httpx
@@ -129,10 +131,16 @@ def _post(gw: DaemonHandle, body: dict[str, Any]) -> httpx.Response:
     [
         ("FOO=bar", "environment: Input should be a valid dictionary"),
         ({"FOO": 1}, "environment.FOO: Input should be a valid string"),
-        ({f"V{i}": "x" for i in range(4097)}, "environment: Dictionary should have at most 4096 items"),
+        (
+            {f"V{i}": "" for i in range(260_000)},
+            "environment: the environment is 2.1 MiB, more than the 2 MiB",
+        ),
         ({"A=B": "x"}, "environment: variable name 'A=B' is empty or holds '=' or a NUL"),
         ({"FOO": "a\0b"}, "environment: the value of FOO holds a NUL character"),
-        ({"BIG": "x" * 300_000}, "environment: 300005 characters in all, more than the 262144"),
+        (
+            {"BIG": "x" * 2_200_000},
+            "environment: the environment is 2.1 MiB, more than the 2 MiB a run carries",
+        ),
     ],
     ids=["not-an-object", "not-text", "too-many", "name-with-equals", "nul", "too-large"],
 )
@@ -168,3 +176,31 @@ def test_a_submitted_environment_is_stored_in_the_owner_only_database(daemon_fac
     assert holders and all(p.name.startswith("gpuwarden.db") for p in holders), holders
     assert all(p.stat().st_mode & 0o077 == 0 for p in holders)
     assert gw.state_dir.stat().st_mode & 0o077 == 0
+
+
+def test_a_shell_with_a_large_environment_submits_and_one_past_what_a_run_carries_is_told_why(
+    gw: DaemonHandle,
+) -> None:
+    # Exported functions and long module paths: 600 KiB, which any program of the shell gets.
+    large = {f"BASH_FUNC_big{i}%%": "() { " + "x" * 100_000 + "; }" for i in range(6)}
+    count = "import os; print(len(str(os.environ)))"
+    done = gw.cli("run", "--gpus", "0", "--follow", "--", sys.executable, "-c", count, env=large)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout.split()[0]) > 600_000  # the program got all of it
+    # A stack limit of 64 MiB lets Linux start programs with up to 16 MiB of environment: a shell
+    # so set up exports 2.4 MiB, then runs gpuwarden.
+    exports = gw.root / "huge.sh"
+    exports.write_text("".join(f"export HUGE{i}={'x' * 100_000}\n" for i in range(25)))
+    shell = f'ulimit -s 65536 && . {exports} && exec "$@"'
+    refused = subprocess.run(
+        ["sh", "-c", shell, "sh", sys.executable, "-m", "gpuwarden", "run", "--", "true"],
+        env=gw.env,
+        capture_output=True,
+        text=True,
+        cwd=gw.root,
+        timeout=60,
+    )
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert refused.stderr.startswith(
+        "gpuwarden: the environment is 2.4 MiB, more than the 2 MiB a run carries"
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -10,10 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from gpuwarden.core.config.spec_command import KnobValue
 
 MAX_SPEC_YAML = 1_000_000
-MAX_ENV_VARIABLES = 4096
-# Room for any shell's environment, well inside the request body's cap; Linux refuses more than
-# 128 KiB for one variable anyway.
-MAX_ENV_CHARS = 256 * 1024
+# What Linux passes to a program by default (ARG_MAX, a quarter of an 8 MiB stack): a shell's
+# environment that its own programs can be started with fits. The request body's cap leaves room.
+MAX_ENV_CHARS = 2 << 20
 # What execve can pass on: any name but an empty one, one with `=` or a NUL. Not the shell's
 # identifier rule: exported bash functions (`BASH_FUNC_module%%`) are in many users' environments.
 ENV_NAME_PATTERN = r"^[^=\x00]+$"
@@ -46,7 +46,6 @@ class SubmitRequest(BaseModel):
     )
     environment: dict[str, str] | None = Field(
         None,
-        max_length=MAX_ENV_VARIABLES,
         description="the submitter's environment, which the run's processes start from (absent: the"
         f" daemon's); at most {MAX_ENV_CHARS} characters in all; never shown back",
         json_schema_extra={"propertyNames": {"pattern": ENV_NAME_PATTERN}},
@@ -63,9 +62,8 @@ class SubmitRequest(BaseModel):
                 raise ValueError(f"variable name {name!r} is empty or holds '=' or a NUL")
             if "\0" in value:
                 raise ValueError(f"the value of {name} holds a NUL character")
-        size = sum(len(name) + len(value) + 2 for name, value in environment.items())
-        if size > MAX_ENV_CHARS:
-            raise ValueError(f"{size} characters in all, more than the {MAX_ENV_CHARS} a run may carry")
+        if (problem := environment_too_large(environment)) is not None:
+            raise ValueError(problem)
         return environment
 
     @model_validator(mode="after")
@@ -75,6 +73,17 @@ class SubmitRequest(BaseModel):
         if self.base_dir is not None and not os.path.isabs(self.base_dir):
             raise ValueError("base_dir must be an absolute path")
         return self
+
+
+def environment_too_large(environment: Mapping[str, str]) -> str | None:
+    """Why `environment` is more than a run carries, or None (bounds the variables' number too)."""
+    size = sum(len(name) + len(value) + 2 for name, value in environment.items())
+    if size <= MAX_ENV_CHARS:
+        return None
+    return (
+        f"the environment is {size / 2**20:.1f} MiB, more than the {MAX_ENV_CHARS >> 20} MiB a run carries"
+        " — unset large variables (`env | sort`) or submit from a shell with fewer"
+    )
 
 
 class StopRequest(BaseModel):
