@@ -121,11 +121,20 @@ def test_a_program_that_cannot_start_is_recorded_as_127_with_one_line(tmp_path: 
     assert err.decode() == "gpuwarden: cannot start '/nonexistent/program-xyz': No such file or directory\n"
 
 
-def test_the_program_starts_with_the_signal_dispositions_a_plain_start_gives(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "launcher",
+    [[], ["sh", "-c", 'trap "" INT HUP TERM && exec "$@"', "sh"]],
+    ids=["from-defaults", "from-nohup-or-a-background-job"],
+)
+def test_the_program_starts_with_the_signal_dispositions_a_plain_start_gives(
+    tmp_path: Path, launcher: list[str]
+) -> None:
     show = ["sh", "-c", "grep -E '^Sig(Ign|Blk)' /proc/self/status"]
-    plain = subprocess.run(show, capture_output=True, check=True, start_new_session=True).stdout
+    plain = subprocess.run([*launcher, *show], capture_output=True, check=True, start_new_session=True).stdout
     proc = subprocess.run(
-        recorded_argv(show, str(tmp_path / "exit.json")), capture_output=True, start_new_session=True
+        [*launcher, *recorded_argv(show, str(tmp_path / "exit.json"))],
+        capture_output=True,
+        start_new_session=True,
     )
     assert proc.returncode == 0
     assert proc.stdout == plain  # nothing ignored or blocked that the program did not ask for

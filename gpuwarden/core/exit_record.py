@@ -92,13 +92,13 @@ def _survive(signum: int, frame: FrameType | None) -> None:
     """The program got the same signal from its group; how it reacts decides what happens."""
 
 
-def _start(program: list[str]) -> int:
+def _start(program: list[str], ignored: tuple[int, ...]) -> int:
     """Fork and exec `program` (as subprocess does: posix_spawn would leave glibc's internal
     signals ignored in it); OSError when it cannot be executed."""
     report_r, report_w = os.pipe()  # close-on-exec: empty when the exec succeeded
     pid = os.fork()
     if pid == 0:
-        _exec(program, report_w)
+        _exec(program, report_w, ignored)
     os.close(report_w)
     failed = os.read(report_r, 16)
     os.close(report_r)
@@ -109,11 +109,12 @@ def _start(program: list[str]) -> int:
     return pid
 
 
-def _exec(program: list[str], report: int) -> None:
-    """In the forked child: the default dispositions back, then the program; never returns."""
+def _exec(program: list[str], report: int, ignored: tuple[int, ...]) -> None:
+    """In the forked child: the dispositions the recorder was started with back (what Python
+    ignores for itself to the default), then the program; never returns."""
     try:
         for sig in (*SURVIVED, *RESTORED):
-            signal.signal(sig, signal.SIG_DFL)
+            signal.signal(sig, signal.SIG_IGN if sig in ignored else signal.SIG_DFL)
         os.execvp(program[0], program)
     except OSError as exc:
         os.write(report, str(exc.errno or 0).encode())
@@ -156,10 +157,13 @@ def main(args: list[str]) -> None:
         sys.stderr.write(f"usage: python -I {SCRIPT} STATUS_FILE -- PROGRAM [ARGS…]\n")
         sys.exit(2)
     path, program = args[0], args[2:]
+    # Ignored where the recorder was started (`nohup`, a shell's background job): the program
+    # inherits that, as it would started directly.
+    ignored = tuple(sig for sig in SURVIVED if signal.getsignal(sig) == signal.SIG_IGN)
     for sig in SURVIVED:
         signal.signal(sig, _survive)
     try:
-        pid = _start(program)
+        pid = _start(program, ignored)
     except OSError as exc:
         _record(path, {"code": EXIT_CANNOT_START})
         sys.stderr.write(f"gpuwarden: cannot start {program[0]!r}: {exc.strerror}\n")
