@@ -264,11 +264,21 @@ def test_ps_says_how_many_finished_runs_it_leaves_out(daemon_factory: Any) -> No
     assert len(every["runs"]) == 22 and every["hidden_finished"] == 0
 
 
+# Python, with Ctrl-C's signal as a terminal gives it: the test may itself run where SIGINT is
+# ignored (a shell's background job), which every child would inherit.
+AT_A_TERMINAL = [
+    sys.executable,
+    "-c",
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.executable, sys.argv[1:])",
+    sys.executable,
+]
+
+
 def test_ctrl_c_stops_following_and_leaves_the_run_running(daemon_factory: Any) -> None:
     gw: DaemonHandle = daemon_factory()
     follow = subprocess.Popen(
         [
-            sys.executable,
+            *AT_A_TERMINAL,
             "-m",
             "gpuwarden",
             "run",
