@@ -4,10 +4,12 @@ started later starts the run's next attempts with it) and never shown back."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 from typing import Any
@@ -167,15 +169,24 @@ def test_without_an_environment_a_run_gets_the_daemons_as_before(daemon_factory:
 
 def test_a_submitted_environment_is_stored_in_the_owner_only_database(daemon_factory: Any) -> None:
     gw: DaemonHandle = daemon_factory({"GPUWARDEN_FAKE_NVML": "none"})
-    response = _post(
-        gw, {"spec": command_spec("kept", "pass", resources={"gpus": 0}), "environment": {"FOO": SECRET}}
-    )
+    failing = command_spec("kept", "raise SystemExit(1)", resources={"gpus": 0})
+    response = _post(gw, {"spec": failing, "environment": {"FOO": SECRET}})
     assert response.status_code == 201, response.text
-    assert gw.wait_state(response.json()["id"])["state"] == "succeeded"  # its files are written
+    kept = response.json()["id"]
+    assert gw.wait_state(kept)["state"] == "failed"  # its files are written; it may be resumed
     holders = [p for p in gw.state_dir.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
     assert holders and all(p.name.startswith("gpuwarden.db") for p in holders), holders
     assert all(p.stat().st_mode & 0o077 == 0 for p in holders)
     assert gw.state_dir.stat().st_mode & 0o077 == 0
+    # A run that succeeded never starts again: its environment is dropped.
+    response = _post(
+        gw, {"spec": command_spec("done", "pass", resources={"gpus": 0}), "environment": {"FOO": "x"}}
+    )
+    done = response.json()["id"]
+    assert gw.wait_state(done)["state"] == "succeeded"
+    with contextlib.closing(sqlite3.connect(gw.db)) as db:
+        stored = dict(db.execute("SELECT run_id, COUNT(*) FROM run_environments GROUP BY run_id").fetchall())
+    assert stored == {kept: 1}
 
 
 def test_a_shell_with_a_large_environment_submits_and_one_past_what_a_run_carries_is_told_why(

@@ -384,6 +384,10 @@ class RunStore:
             fields["updated_at"] = now
             if target.final:
                 fields.setdefault("ended_at", now)
+            if target is RunState.SUCCEEDED:
+                # Nothing starts a succeeded run again: the tokens and paths of the environment it
+                # was submitted with are not kept past their use.
+                self.conn.execute("DELETE FROM run_environments WHERE run_id = ?", (run_id,))
             values = [json.dumps(v) if k == "spec" else v for k, v in fields.items()]
             assignments = "".join(f", {k} = ?" for k in fields)
             self.conn.execute(
