@@ -40,13 +40,12 @@ from gpuwarden.core.api import (
 )
 from gpuwarden.core.api.requests import environment_too_large
 from gpuwarden.core.errors import UserError
+from gpuwarden.core.run_ref import MAX_REF_CHARS
 
 API_MAJOR = 1
 NOT_RUNNING = "the daemon is not running — start it with `gpuwarden up`"
 Model = TypeVar("Model", bound=BaseModel)
 IDEMPOTENT = frozenset({"GET", "HEAD"})
-# Run names are at most 64 characters and ids shorter: a longer reference names no run.
-MAX_REF_CHARS = 128
 # What a request sent on a connection the server had closed fails with (no answer came).
 STALE_CONNECTION = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 

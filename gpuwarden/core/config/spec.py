@@ -23,11 +23,10 @@ from gpuwarden.core.config.validation import StrictModel, validate
 from gpuwarden.core.config.yamlsource import YamlDocument, load_yaml_file, parse_yaml
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.oom.policy import PolicyRef, resolve_policy
+from gpuwarden.core.run_ref import NAME_RE, RUN_ID_RE
 from gpuwarden.core.safeload import check_structure
 from gpuwarden.core.units import size
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-RUN_ID_RE = re.compile(r"^r[0-9a-f]{10}$")
 # Below this an address-space limit leaves no room to start an interpreter: the process dies
 # before it can report anything (a limit of 0 killed it with SIGSEGV).
 MIN_MEMORY_LIMIT = 64 << 20

@@ -20,6 +20,7 @@ import sqlite_utils
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.gang.files import rank_events_path
 from gpuwarden.core.gang.ranks import RANK_EVENT_TYPES, rank_view
+from gpuwarden.core.run_ref import MAX_REF_CHARS
 from gpuwarden.core.run_state import RunState, check_transition
 
 _METRIC_FIELDS = (
@@ -40,7 +41,6 @@ _JSON_RUN_COLUMNS = ("spec", "submitted_spec")
 _RUN_TABLES = ("run_metrics", "retunes", "run_events", "rank_offsets", "attempts", "run_environments")
 # What a `restart` daemon event says, as an attempt's `restart` carries it.
 RESTART_FIELDS = ("cause", "restart", "max", "backoff_s")
-MAX_REF_CHARS = 128  # run names are at most 64 characters, ids shorter
 # Not "state": a state moves only through set_state, which checks the move.
 _RUN_UPDATABLE = {
     "spec",
