@@ -144,10 +144,14 @@ def up(as_json: bool) -> None:
     finally:
         os.close(log_fd)
     deadline = time.monotonic() + UP_TIMEOUT_S
+    lost_race = False
     while time.monotonic() < deadline:
-        code = proc.poll()
-        if code is not None and not (code == 1 and "already running" in _log_tail(paths.daemon_log)):
-            raise UserError(_why_it_exited(code, paths.daemon_log))
+        code = None if lost_race else proc.poll()
+        if code is not None:
+            tail = _log_tail(paths.daemon_log)
+            lost_race = code == 1 and "already running" in tail
+            if not lost_race:
+                raise UserError(_why_it_exited(code, tail, paths.daemon_log))
         # Still starting, or another `up` won the race and its daemon (the one we wanted) is
         # still binding its socket: either way, wait for an answer.
         health = _health(paths)
@@ -158,10 +162,9 @@ def up(as_json: bool) -> None:
     raise UserError(f"the daemon did not answer within {UP_TIMEOUT_S:.0f} s — see {paths.daemon_log}")
 
 
-def _why_it_exited(code: int, log: Path) -> str:
-    """The daemon's own one-line refusal when it gave one (`gpuwarden: …` as its last line), else
-    its exit status and the end of its log."""
-    tail = _log_tail(log)
+def _why_it_exited(code: int, tail: str, log: Path) -> str:
+    """The daemon's own one-line refusal when it gave one (`gpuwarden: …` as the last line of its
+    log's `tail`), else its exit status and the end of its log."""
     last = tail.splitlines()[-1] if tail.strip() else ""
     if last.startswith("gpuwarden: "):
         return last.removeprefix("gpuwarden: ")
