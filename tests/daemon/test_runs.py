@@ -305,3 +305,21 @@ def test_a_stopped_training_run_is_edited_by_dotted_keys_then_resumed(gw: Daemon
             client.edit(run.id, set={"train.batch_size": -1})
         assert "train.batch_size" in str(negative.value)
         assert client.run(run.id).spec["train"]["batch_size"] == 2  # a refused edit loses nothing
+
+
+def test_a_spec_files_command_runs_in_the_files_folder_unless_cwd_says_otherwise(gw: DaemonHandle) -> None:
+    """`argv: [./train.sh]` next to the spec works from any folder, as typed there would."""
+    project = gw.root / "project"
+    (project / "elsewhere").mkdir(parents=True)
+    script = project / "train.sh"
+    script.write_text("#!/bin/sh\necho in $(pwd)\n")
+    script.chmod(0o755)
+    for name, cwd in (("here", ""), ("there", "  cwd: elsewhere\n")):
+        spec = project / f"{name}.yaml"
+        argv = "[./train.sh]" if not cwd else f"[{script}]"
+        spec.write_text(
+            f"name: {name}\nkind: command\nresources: {{gpus: 0}}\ncommand:\n  argv: {argv}\n{cwd}"
+        )
+        done = gw.cli("run", "--follow", str(spec), cwd=gw.root)  # typed from another folder
+        assert done.returncode == 0, done.stderr
+        assert f"in {project / 'elsewhere' if cwd else project}\n" in done.stdout

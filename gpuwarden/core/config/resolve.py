@@ -1,6 +1,7 @@
 """Resolve relative paths in a run spec against a base directory (the spec file's directory).
 
-The daemon calls this at submit time: runners start in the run's own directory, so a path such
+The daemon calls this at submit time: gpuwarden's runners start in the run's own directory (a
+user's command in its `cwd`, by default the spec's directory), so a path such
 as `model: models/tiny` must already point at the right place when the spec is written to
 `attempts/<n>/resolved.yaml`. `~` is expanded too. Every `Path` field is handled, wherever it
 sits in the spec (train/infer sections, `command.cwd`), so new path fields need no change here.
@@ -39,11 +40,17 @@ def _resolve_model(model: M, base: Path) -> M:
 
 
 def resolve_relative_paths(spec: RunSpec, base: Path) -> RunSpec:
-    """A copy of `spec` with every relative path made absolute against `base` (made absolute first).
+    """A copy of `spec` with every relative path made absolute against `base` (made absolute first),
+    and a command without `cwd` run in `base`, as it would be typed there (`./train.sh`).
 
     Paths are joined, not `resolve()`d: symlinks stay as the user wrote them.
     """
-    return _resolve_model(spec, Path(base).expanduser().absolute())
+    base = Path(base).expanduser().absolute()
+    resolved = _resolve_model(spec, base)
+    if resolved.command is not None and resolved.command.cwd is None:
+        command = resolved.command.model_copy(update={"cwd": base})
+        resolved = resolved.model_copy(update={"command": command})
+    return resolved
 
 
 def relative_paths(spec: RunSpec) -> list[str]:

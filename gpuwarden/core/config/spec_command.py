@@ -158,7 +158,10 @@ class CommandSpec(StrictModel):
 
     argv: list[str] = Field(min_length=1)
     env: dict[str, str] = Field(default_factory=dict)
-    cwd: Path | None = None
+    cwd: Path | None = Field(
+        None,
+        description="working directory (default: the spec file's folder; over the API without base_dir, the run's)",
+    )
     launcher: Literal["none", "torchrun"] = Field(
         "none", description="torchrun: start one process per GPU through torch.distributed.run"
     )
