@@ -160,7 +160,7 @@ class CommandSpec(StrictModel):
     env: dict[str, str] = Field(default_factory=dict)
     cwd: Path | None = Field(
         None,
-        description="working directory (default: the spec file's folder; over the API without base_dir, the run's)",
+        description="working directory (default: the spec file's folder; without one, the run's)",
     )
     launcher: Literal["none", "torchrun"] = Field(
         "none", description="torchrun: start one process per GPU through torch.distributed.run"
