@@ -101,6 +101,10 @@ def cli(ctx: click.Context) -> None:
 def usage_line(exc: click.UsageError) -> str:
     """Click's usage error as one line, with where the help is (click prints four lines)."""
     where = exc.ctx.command_path if exc.ctx is not None else "gpuwarden"
+    if isinstance(exc, click.NoSuchOption):
+        close = [f"`{name}`" for name in (exc.possibilities or [])[:3]]
+        hint = f"did you mean {' or '.join(close)}?" if close else f"`{where} --help` lists them"
+        return f"no option '{exc.option_name}' — {hint}"
     message = exc.format_message().rstrip(".")
     unknown = re.fullmatch(r"No such command '(.+)'", message)
     if unknown:

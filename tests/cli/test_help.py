@@ -57,7 +57,9 @@ def test_every_option_of_a_command_says_what_it_does(command: str) -> None:
     [
         (["stauts"], "no command 'stauts' — did you mean `gpuwarden status`?"),
         (["frobnicate"], "no command 'frobnicate' — `gpuwarden --help` lists them"),
-        (["ps", "--bogus"], "No such option '--bogus' — see `gpuwarden ps --help`"),
+        (["ps", "--bogus"], "no option '--bogus' — `gpuwarden ps --help` lists them"),
+        (["ps", "--jsn"], "no option '--jsn' — did you mean `--json`?"),
+        (["run", "--folow", "--", "true"], "no option '--folow' — did you mean `--follow` or `--role`?"),
         (
             ["monitor", "--interval", "0"],
             "Invalid value for '--interval': 0.0 is not in the range 0.05<=x<=3600",
