@@ -74,3 +74,16 @@ def test_a_causal_lm_tokenizer_must_be_a_directory(tmp_path: Path) -> None:
     assert missing_inputs(spec("train", section)) == [
         f"train.tokenizer: directory {tmp_path / 'tok'} does not exist"
     ]
+
+
+def test_a_program_named_by_a_relative_path_must_be_in_the_commands_folder(tmp_path: Path) -> None:
+    (tmp_path / "train.sh").write_text("#!/bin/sh\n")
+    here = str(tmp_path)
+    assert missing_inputs(spec("command", {"argv": ["./train.sh"], "cwd": here})) == []
+    assert missing_inputs(spec("command", {"argv": ["python", "x.py"]})) == []  # on PATH, found per attempt
+    assert missing_inputs(spec("command", {"argv": ["./trian.sh"], "cwd": here})) == [
+        f"command.argv[0]: ./trian.sh is not in {here}"
+    ]
+    assert missing_inputs(spec("command", {"argv": ["bin/train"]})) == [
+        "command.argv[0]: bin/train is relative to no folder (set command.cwd, or give an absolute path)"
+    ]

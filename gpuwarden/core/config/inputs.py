@@ -28,9 +28,20 @@ def missing_inputs(spec: RunSpec) -> list[str]:
 
 
 def _command_problems(spec: RunSpec) -> list[str | None]:
-    if spec.command is None or spec.command.cwd is None or spec.command.cwd.is_dir():
+    command = spec.command
+    if command is None:
         return []
-    return [f"command.cwd: directory {spec.command.cwd} does not exist"]
+    if command.cwd is not None and not command.cwd.is_dir():
+        return [f"command.cwd: directory {command.cwd} does not exist"]
+    program = command.argv[0]
+    if "/" not in program or "{" in program or Path(program).is_absolute():
+        return []  # looked up on PATH, filled in per attempt, or named whole
+    if command.cwd is None:
+        # Sent without the folder it is relative to (a spec over the API without base_dir).
+        return [f"command.argv[0]: {program} is relative to no folder (set command.cwd, or give an absolute path)"]
+    if not (command.cwd / program).exists():
+        return [f"command.argv[0]: {program} is not in {command.cwd}"]
+    return []
 
 
 def _train_problems(spec: RunSpec) -> list[str | None]:
