@@ -38,7 +38,8 @@ def _command_problems(spec: RunSpec) -> list[str | None]:
         return []  # looked up on PATH, filled in per attempt, or named whole
     if command.cwd is None:
         # Sent without the folder it is relative to (a spec over the API without base_dir).
-        return [f"command.argv[0]: {program} is relative to no folder (set command.cwd, or give an absolute path)"]
+        where = "set command.cwd, or give an absolute path"
+        return [f"command.argv[0]: {program} is relative to no folder ({where})"]
     if not (command.cwd / program).exists():
         return [f"command.argv[0]: {program} is not in {command.cwd}"]
     return []
