@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwarden.core.exit_record import read_status, recorded_argv
+from gpuwarden.core.exit_record import is_recorder, read_status, recorded_argv
 from tests.daemon.conftest import wait_for
 
 # Counts the signal named in argv[2] into the folder argv[1], says it is ready, then waits for a
@@ -152,3 +152,12 @@ def test_the_recorder_loads_only_light_standard_modules() -> None:
     assert "gpuwarden" in tops
     assert tops - set(sys.stdlib_module_names) == {"gpuwarden"}
     assert not tops & {"pathlib", "json", "subprocess"}
+
+
+def test_a_recorder_is_known_by_its_command_line_from_any_install_of_gpuwarden() -> None:
+    py = sys.executable
+    assert is_recorder(recorded_argv(["sleep", "9"], "/r/exit.json"))
+    assert is_recorder([py, "-I", "/old/venv/site-packages/gpuwarden/core/exit_record.py", "s", "--", "x"])
+    assert is_recorder([py, "-P", "-m", "gpuwarden.core.exit_record", "s", "--", "x"])  # an earlier daemon's
+    assert not is_recorder([py, "train.py", "--", "gpuwarden.core.exit_record"])  # past where it would be
+    assert not is_recorder([py, "/home/me/exit_record.py", "s", "--", "x"])

@@ -12,6 +12,7 @@ milliseconds to every attempt's start).
 
 from __future__ import annotations
 
+import itertools
 import os
 import resource
 import signal
@@ -32,6 +33,7 @@ RESTORED = (signal.SIGPIPE, signal.SIGXFSZ)
 # The recorder is started as this file, not as a module: it needs nothing outside the standard
 # library, so it runs isolated (`-I`) wherever gpuwarden is installed.
 SCRIPT = os.path.abspath(__file__)
+SCRIPT_TAIL = os.path.join("", "gpuwarden", "core", "exit_record.py")
 
 
 def recorded_argv(argv: list[str], status_file: str) -> list[str]:
@@ -45,9 +47,11 @@ def recorded_argv(argv: list[str], status_file: str) -> list[str]:
 
 
 def is_recorder(cmdline: list[str]) -> bool:
-    """Whether a process's command line is the recorder's (started as a file, or as a module by
-    an earlier gpuwarden whose runs a newer daemon may adopt)."""
-    return any(arg in (SCRIPT, MODULE) for arg in cmdline[:4])
+    """Whether a process's command line is the recorder's: started as this file (from wherever
+    gpuwarden was installed when it started), or as a module by an earlier gpuwarden whose runs a
+    newer daemon may adopt."""
+    pairs = itertools.pairwise(cmdline[1:4])  # the interpreter's own options come first
+    return any((a == "-I" and b.endswith(SCRIPT_TAIL)) or (a == "-m" and b == MODULE) for a, b in pairs)
 
 
 def read_status(path: str) -> tuple[int | None, int | None] | None:

@@ -56,8 +56,8 @@ class RunControl(Protocol):
         """Process-group id → run id of every watched attempt."""
         ...
 
-    def programs(self) -> dict[str, int]:
-        """Run id → pid of the program each watched attempt runs."""
+    def program_of(self, run_id: str) -> int | None:
+        """The pid of the program the run's watched attempt runs, if any."""
         ...
 
 

@@ -56,7 +56,7 @@ def run_detail(daemon: DaemonView, run: RunRow) -> RunDetail:
 def attempt_models(daemon: DaemonView, run: RunRow) -> list[Attempt]:
     """The run's attempts; the one running names its program's pid too."""
     rows = with_records(Path(run["run_dir"]), daemon.runs().attempts(run["id"]))
-    program = daemon.supervisor.programs().get(run["id"]) if run["state"] == RunState.RUNNING else None
+    program = daemon.supervisor.program_of(run["id"]) if run["state"] == RunState.RUNNING else None
     return [
         Attempt.model_validate({**a, "program_pid": program if a["state"] != "ended" else None}) for a in rows
     ]

@@ -214,12 +214,13 @@ class Supervisor:
                 owners.update({pid: a.run_id for pid in a.rank_pids.values()})
             return owners
 
-    def programs(self) -> dict[str, int]:
-        """Run id → the pid of the program each watched attempt runs (a command run's attempt
+    def program_of(self, run_id: str) -> int | None:
+        """The pid of the program the run's watched attempt runs, if any (a command run's attempt
         process is gpuwarden's exit-status recorder; a signal meant for the program goes here)."""
         with self.lock:
-            pids = {a.run_id: a.child.pid for a in self.ctx.active.values() if a.child.pid}
-        return {run_id: self.ctx.backends.processes.program(pid) for run_id, pid in pids.items()}
+            active = self.ctx.active.get(run_id)
+            pid = active.child.pid if active is not None else 0
+        return self.ctx.backends.processes.program(pid) if pid else None
 
 
 def owner_of(pid: int, groups: Mapping[int, str]) -> str | None:
