@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from gpuwarden.cli.format import note, print_json
+from gpuwarden.core.errors import UserError
 
 
 @click.command("example-models")
@@ -27,7 +28,13 @@ def example_models(directory: Path, as_json: bool) -> None:
         raise click.BadParameter(f"{directory} exists and is not a directory", param_hint="DIRECTORY")
     if not as_json:
         note(f"building tiny example models and data in {directory} …")
-    built = {**build_example_assets(directory), **build_infer_example_assets(directory)}
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        built = {**build_example_assets(directory), **build_infer_example_assets(directory)}
+    except OSError as exc:  # a folder that cannot be made or written, a full disk
+        where = exc.filename or directory
+        problem = f"cannot write the example models in {where}: {exc.strerror or exc}"
+        raise UserError(f"{problem} — choose a folder you can write") from None
     if as_json:
         print_json({name: str(path) for name, path in built.items()})
         return
