@@ -127,7 +127,13 @@ class DatabaseLock:
 
     def acquire(self, socket: Path) -> None:
         """Take the lock, recording who holds it, or raise DatabaseInUse naming the holder."""
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:  # a folder we may not write in
+            raise UserError(
+                f"paths.db: cannot write {self.path} ({exc.strerror or exc}) — "
+                "set paths.db to a file in a folder you can write"
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

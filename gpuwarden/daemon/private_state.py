@@ -4,9 +4,18 @@ readable tightened. See `gpuwarden.core.private` for why."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
+from gpuwarden.core.errors import UserError
 from gpuwarden.core.paths import Paths
-from gpuwarden.core.private import OWNER_ONLY_UMASK, OwnerOf, check_owner, ensure_private_dir, make_private
+from gpuwarden.core.private import (
+    DIR_MODE,
+    OWNER_ONLY_UMASK,
+    OwnerOf,
+    check_owner,
+    ensure_private_dir,
+    make_private,
+)
 
 
 def enter_owner_only_umask() -> int:
@@ -22,8 +31,9 @@ def enter_owner_only_umask() -> int:
 def prepare_private_state(paths: Paths, owner_of: OwnerOf) -> None:
     """Create or check the runtime and state folders (ours, 0700), refuse a database another
     user owns, and tighten run folders, the database and the daemon log left readable."""
-    ensure_private_dir(paths.runtime_dir, owner_of, setting="paths.runtime_dir")
-    ensure_private_dir(paths.state_dir, owner_of, setting="paths.state_dir")
+    _private_folder(paths.runtime_dir, owner_of, "paths.runtime_dir")
+    _private_folder(paths.state_dir, owner_of, "paths.state_dir")
+    _database_folder(paths.db)
     check_owner(paths.db, owner_of, setting="paths.db")
     ensure_private_dir(paths.runs_dir, owner_of, setting="paths.state_dir")
     for run_dir in paths.runs_dir.iterdir():
@@ -31,3 +41,28 @@ def prepare_private_state(paths: Paths, owner_of: OwnerOf) -> None:
     make_private(paths.daemon_log)
     if paths.tune_cache.exists():
         make_private(paths.tune_cache)
+
+
+def _private_folder(path: Path, owner_of: OwnerOf, setting: str) -> None:
+    try:
+        ensure_private_dir(path, owner_of, setting=setting)
+    except OSError as exc:  # under /proc, a read-only mount, a file in the way
+        raise _cannot(path, exc, setting) from None
+
+
+def _database_folder(db: Path) -> None:
+    """Create the folder `paths.db` names when it is missing. One that exists is left as it is:
+    it may be shared (a data disk), and only the database in it is ours to make private."""
+    if db.parent.is_dir():
+        return
+    try:
+        db.parent.mkdir(parents=True, mode=DIR_MODE)
+    except OSError as exc:
+        raise _cannot(db.parent, exc, "paths.db") from None
+
+
+def _cannot(path: Path, exc: OSError, setting: str) -> UserError:
+    why = exc.strerror or str(exc)
+    return UserError(
+        f"{setting}: cannot create the folder {path} ({why}) — set {setting} to a place you can write"
+    )

@@ -6,8 +6,10 @@ import json
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -117,6 +119,37 @@ def test_a_second_daemon_on_the_same_database_is_refused_in_one_line(daemon_fact
     )
     assert f"GPUWARDEN_SOCKET={gw.socket} gpuwarden" in second.stderr
     assert gw.cli_json("status")["daemon"]["pid"] == pid  # the first one goes on
+
+
+def test_a_database_in_a_folder_not_made_yet_is_made_and_one_that_cannot_be_is_one_line(
+    daemon_factory: Any,
+) -> None:
+    gw: DaemonHandle = daemon_factory(start=False)
+    up = [sys.executable, "-m", "gpuwarden", "up"]
+    for where, says in (
+        ("/proc/gpuwarden/x.db", "paths.db: cannot create the folder /proc/gpuwarden"),
+        ("/dev/null/x.db", "paths.db: cannot create the folder /dev/null"),
+    ):
+        env = {**gw.env, "GPUWARDEN_PATHS__DB": where}
+        refused = subprocess.run(up, env=env, capture_output=True, text=True, timeout=60, cwd=gw.root)
+        assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+        assert refused.stderr.startswith(f"gpuwarden: {says}"), refused.stderr
+    db = gw.root / "data" / "new" / "gw.db"
+    gw.env["GPUWARDEN_PATHS__DB"] = str(db)
+    gw.start()
+    assert Path(gw.cli_json("status")["daemon"]["db"]) == db
+    assert stat.S_IMODE(db.parent.stat().st_mode) == 0o700
+
+
+def test_an_unknown_fake_gpu_scenario_is_one_line(daemon_factory: Any) -> None:
+    gw: DaemonHandle = daemon_factory(start=False)
+    env = {**gw.env, "GPUWARDEN_FAKE_NVML": "bogus"}
+    for args in (["up"], ["gpus"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "gpuwarden", *args], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+        assert done.stderr.startswith("gpuwarden: GPUWARDEN_FAKE_NVML: unknown fake NVML scenario 'bogus'")
 
 
 def test_run_refs_that_name_no_run_are_one_line(daemon_factory: Any) -> None:

@@ -8,6 +8,7 @@ import types
 
 import pytest
 
+from gpuwarden.core.errors import UserError
 from gpuwarden.core.telemetry.fake_nvml import FakeNvml
 from gpuwarden.core.telemetry.nvml import (
     FAKE_ENV,
@@ -50,7 +51,7 @@ def test_env_var_selects_a_fake(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_unknown_fake_scenario_is_refused() -> None:
-    with pytest.raises(ValueError, match="unknown fake NVML scenario 'h200'"):
+    with pytest.raises(UserError, match="unknown fake NVML scenario 'h200'"):
         open_gpu_reader("h200")
 
 

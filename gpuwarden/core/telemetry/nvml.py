@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Any
 
+from gpuwarden.core.errors import UserError
 from gpuwarden.core.telemetry.host import ProcessEnricher
 from gpuwarden.core.telemetry.nvml_topology import TopologyGpu, read_topology
 from gpuwarden.core.telemetry.topology import NO_TOPOLOGY, GpuTopology
@@ -725,7 +726,7 @@ def open_gpu_reader(
     one, else real NVML; when NVML cannot start, a NoGpuReader whose status says why.
 
     A retryable failure (driver/library mismatch, driver not loaded) returns an NvmlReader that
-    keeps retrying nvmlInit with back-off from `sample()`. Raises ValueError for an unknown fake
+    keeps retrying nvmlInit with back-off from `sample()`. Raises UserError for an unknown fake
     scenario name.
     """
     scenario = fake or os.environ.get(FAKE_ENV) or None
@@ -733,7 +734,10 @@ def open_gpu_reader(
     if scenario:
         from gpuwarden.core.telemetry.fake_nvml import FakeNvml
 
-        nvml = FakeNvml(scenario, clock=time.time)
+        try:
+            nvml = FakeNvml(scenario, clock=time.time)
+        except ValueError as exc:
+            raise UserError(f"{FAKE_ENV}: {exc} (e.g. h100x2) — or unset it to read the real GPUs") from None
     reader = NvmlReader(nvml, enrich=enrich)
     if reader.status is None or reader.retrying:
         return reader
