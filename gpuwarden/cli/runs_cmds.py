@@ -11,6 +11,7 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -120,7 +121,8 @@ def run_cmd(words: tuple[str, ...], follow: bool, no_check_inputs: bool, as_json
         if not as_json:
             click.echo(f"{run.id}  {run.name}  submitted", err=True)
         try:
-            final = _follow(client, run.id, as_json)
+            with _while_following(run.id):
+                final = _follow(client, run.id, as_json)
         except KeyboardInterrupt:
             # Ctrl-C leaves the run to the daemon, as `docker logs -f` leaves its container.
             click.echo(
@@ -169,6 +171,22 @@ def _names_a_spec(word: str) -> bool:
         f"{word}: no such spec file or program — give a spec (gpuwarden run SPEC.yaml) "
         "or a command (gpuwarden run -- CMD ARGS…)"
     )
+
+
+@contextlib.contextmanager
+def _while_following(run: str) -> Iterator[None]:
+    """A daemon that stops under a follower (`gpuwarden down`, a restart) leaves its runs going:
+    say that, rather than that no daemon runs, which reads as if the run had died with it."""
+    try:
+        yield
+    except UserError as exc:
+        if exc.code not in ("not_running", "transport"):
+            raise
+        raise UserError(
+            f"the daemon stopped while following {run}; the run goes on — "
+            f"`gpuwarden up`, then `gpuwarden logs -f {run}`",
+            code=exc.code,
+        ) from None
 
 
 def _follow(client: ApiClient, run_id: str, as_json: bool) -> RunDetail:
@@ -268,11 +286,14 @@ def logs(
         collected: list[LogChunk] = [chunk]
         if not as_json:
             click.echo(chunk.data, nl=False)
-        while follow and not chunk.eof:
-            chunk = client.logs(run, stream=stream, attempt=chunk.attempt, offset=chunk.next_offset, wait=5.0)
-            collected.append(chunk)
-            if not as_json:
-                click.echo(chunk.data, nl=False)
+        with _while_following(run):
+            while follow and not chunk.eof:
+                chunk = client.logs(
+                    run, stream=stream, attempt=chunk.attempt, offset=chunk.next_offset, wait=5.0
+                )
+                collected.append(chunk)
+                if not as_json:
+                    click.echo(chunk.data, nl=False)
     if as_json:
         print_json(
             {

@@ -93,7 +93,7 @@ class ApiClient:
         try:
             response = self._send(method, path, **kwargs)
         except (httpx.ConnectError, FileNotFoundError, ConnectionRefusedError):
-            raise UserError(NOT_RUNNING, code="not_running") from None
+            raise self._not_running() from None
         except httpx.TimeoutException:
             raise UserError(
                 f"the gpuwarden daemon did not answer {method} {path} in time", code="timeout"
@@ -101,6 +101,18 @@ class ApiClient:
         except httpx.TransportError as exc:
             raise UserError(f"lost the connection to the gpuwarden daemon: {exc}", code="transport") from None
         return _decode(response)
+
+    def _not_running(self) -> UserError:
+        """No daemon at the socket. One named by GPUWARDEN_SOCKET is said so: `up`, `down` and the
+        daemon itself go by the settings' runtime folder, so they may see a daemon this does not."""
+        named = os.environ.get("GPUWARDEN_SOCKET")
+        if named and Path(named).expanduser() == self.socket_path:
+            return UserError(
+                f"no daemon answers on {self.socket_path}, the socket GPUWARDEN_SOCKET names — "
+                "unset it to reach the daemon `gpuwarden up` starts",
+                code="not_running",
+            )
+        return UserError(NOT_RUNNING, code="not_running")
 
     def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """One request. The daemon closes a keep-alive connection after a few idle seconds; a read
@@ -288,7 +300,7 @@ class ApiClient:
                     yield from parse_sse(response.iter_lines())
                 return
             except (httpx.ConnectError, FileNotFoundError, ConnectionRefusedError):
-                raise UserError(NOT_RUNNING, code="not_running") from None
+                raise self._not_running() from None
             except STALE_CONNECTION:
                 if answered or last_try:
                     return  # the daemon closed the stream (shutdown)

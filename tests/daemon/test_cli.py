@@ -36,6 +36,56 @@ def test_cli_without_a_daemon_says_so_in_one_line(daemon_factory: Any) -> None:
         assert result.stderr.strip() == f"gpuwarden: {NOT_RUNNING}", args
 
 
+def test_a_socket_named_by_the_environment_is_named_when_nothing_answers(daemon_factory: Any) -> None:
+    gw: DaemonHandle = daemon_factory()
+    nowhere = gw.root / "nope.sock"
+    result = gw.cli("status", env={"GPUWARDEN_SOCKET": str(nowhere)})
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(
+        f"gpuwarden: no daemon answers on {nowhere}, the socket GPUWARDEN_SOCKET names"
+    )
+    assert gw.cli("status").returncode == 0  # the daemon the settings name is there
+
+
+def test_follow_says_the_run_goes_on_when_the_daemon_stops_under_it(daemon_factory: Any) -> None:
+    gw: DaemonHandle = daemon_factory()
+    ticks = "import time\nfor i in range(600):\n    print('tick', i, flush=True)\n    time.sleep(0.1)\n"
+    run = _cli_popen(
+        gw, "run", "--gpus", "0", "--name", "ticking", "--follow", "--", sys.executable, "-c", ticks
+    )
+    run_id = wait_for(lambda: _running_id(gw, "ticking"), "the run to start")
+    followers = [run, _cli_popen(gw, "logs", "-f", run_id)]
+    with gw.client() as client:
+        wait_for(lambda: "tick 3" in client.logs(run_id).data, "the run's output")
+    gw.stop()
+    for follower in followers:
+        _, err = follower.communicate(timeout=60)
+        assert follower.returncode == 2, err
+        assert err.splitlines()[-1] == (
+            f"gpuwarden: the daemon stopped while following {run_id}; the run goes on — "
+            f"`gpuwarden up`, then `gpuwarden logs -f {run_id}`"
+        )
+    gw.start()
+    assert gw.cli_json("show", run_id)["state"] == "running"
+
+
+def _cli_popen(gw: DaemonHandle, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "gpuwarden", *args],
+        env=gw.env,
+        cwd=gw.root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _running_id(gw: DaemonHandle, name: str) -> str | None:
+    with gw.client() as client:
+        runs = [r for r in client.runs() if r.name == name and r.state == "running"]
+    return runs[0].id if runs else None
+
+
 def test_up_run_follow_json_outputs_and_down(daemon_factory: Any) -> None:
     gw: DaemonHandle = daemon_factory(start=False)
     up = gw.cli_json("up")
