@@ -80,10 +80,11 @@ def _cli_popen(gw: DaemonHandle, *args: str) -> subprocess.Popen[str]:
     )
 
 
-def _running_id(gw: DaemonHandle, name: str) -> str | None:
+def _running_id(gw: DaemonHandle, name: str) -> str:
+    """The id of the running run called `name`; empty while there is none."""
     with gw.client() as client:
         runs = [r for r in client.runs() if r.name == name and r.state == "running"]
-    return runs[0].id if runs else None
+    return runs[0].id if runs else ""
 
 
 def test_up_run_follow_json_outputs_and_down(daemon_factory: Any) -> None:
