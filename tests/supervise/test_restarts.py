@@ -162,3 +162,20 @@ def test_an_adopted_command_run_restarts_by_its_recorded_exit_code(rig: Rig) -> 
     assert rig.events(listed, "restart")[0]["cause"] == "exit code 5"
     assert rig.run(unlisted)["message"] == "attempt 1: exit code 5"
     assert rig.state(unlisted) == RunState.FAILED
+
+
+def test_a_stop_during_the_backoff_says_the_run_ran_and_it_is_not_restarted(rig: Rig) -> None:
+    run_id = rig.submit(command(restart=ON_SIGNAL))
+    rig.step()
+    _killed(rig, run_id)
+    assert rig.state(run_id) == RunState.QUEUED  # waiting out its 30 s
+    rig.sup.stop_run(run_id)
+    run = rig.run(run_id)
+    assert run["state"] == RunState.STOPPED
+    assert run["message"] == "stopped while waiting to start attempt 2 (attempt 1 ran)"
+    rig.clock.advance(31)
+    rig.step(2)
+    assert rig.state(run_id) == RunState.STOPPED and len(rig.procs.spawned) == 1  # never restarted
+    never_started = rig.submit(command(name="later"))
+    rig.sup.stop_run(never_started)
+    assert rig.run(never_started)["message"] == "stopped before it started"

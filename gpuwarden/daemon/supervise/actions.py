@@ -77,7 +77,7 @@ def stop(ctx: Context, run_id: str, grace: float | None) -> dict[str, Any]:
         if state.final:
             raise Conflict(f"run {run_id} is already {state}")
         if state is RunState.QUEUED:
-            ctx.set_state(run_id, RunState.STOPPED, "stopped before it started", stop_requested=1)
+            ctx.set_state(run_id, RunState.STOPPED, _stopped_while_queued(ctx, run_id), stop_requested=1)
             return ctx.run(run_id)
         ctx.store(lambda s: s.update_run(run_id, stop_requested=1))
         active = ctx.active.get(run_id)
@@ -93,6 +93,15 @@ def stop(ctx: Context, run_id: str, grace: float | None) -> dict[str, Any]:
             active.kill_at = None
         ctx.wake()
         return ctx.run(run_id)
+
+
+def _stopped_while_queued(ctx: Context, run_id: str) -> str:
+    """A queued run either never started or waits for its next attempt (a restart's back-off, a
+    retune's restart): say which, so a run that ran is not read as one that never did."""
+    ran = len(ctx.store(lambda s: s.attempts(run_id)))
+    if not ran:
+        return "stopped before it started"
+    return f"stopped while waiting to start attempt {ran + 1} (attempt {ran} ran)"
 
 
 def resume(ctx: Context, run_id: str) -> dict[str, Any]:
