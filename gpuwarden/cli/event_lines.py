@@ -45,6 +45,9 @@ def value_text(name: str, value: Any) -> str:
         return ", ".join(f"{k}={value_text(str(k), v)}" for k, v in value.items())
     if isinstance(value, list | tuple):
         return ", ".join(value_text(name, v) for v in value)
+    moment = name == "at" or name.endswith("_at")
+    if moment and isinstance(value, int | float) and not isinstance(value, bool):
+        return _clock(value)  # not a quantity: 14:05:33 rather than 1.795e+09
     return named(name, value)
 
 
@@ -73,12 +76,28 @@ def _body(event: RunEvent, extra: dict[str, Any], with_message: bool) -> str:
         changes = extra.get("changes")
         return edit_text(changes) if isinstance(changes, Mapping) else ""
     if kind == "stopping" and isinstance(extra.get("kill_at"), int | float):
-        at = dt.datetime.fromtimestamp(extra["kill_at"]).strftime("%H:%M:%S")
+        at = _clock(extra["kill_at"])
         return f"SIGTERM sent; SIGKILL at {at} if still running (grace {extra.get('grace_seconds')} s)"
+    if kind == "restart":
+        return _restart_text(extra)
     report = extra.get("report")
     if kind == "finished" and isinstance(report, Mapping):
         return " ".join(f"{k}={named(k, report[k])}" for k in REPORT_KEYS if report.get(k) is not None)
     return fields_text(extra)
+
+
+def _restart_text(extra: Mapping[str, Any]) -> str:
+    """`restart 1 of 3 after exit code 75, at 14:05:33 (back-off 3 s)`."""
+    line = f"restart {extra.get('restart', '?')} of {extra.get('max', '?')} after {extra.get('cause', '?')}"
+    if isinstance(extra.get("at"), int | float):
+        line += f", at {_clock(extra['at'])}"
+        if extra.get("backoff_s"):
+            line += f" (back-off {named('backoff_s', extra['backoff_s'])})"
+    return line
+
+
+def _clock(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts).strftime("%H:%M:%S")
 
 
 def edit_text(changes: Mapping[str, Any]) -> str:

@@ -78,3 +78,11 @@ def test_a_stopping_event_says_when_the_sigkill_comes() -> None:
     at = dt.datetime(2026, 11, 23, 14, 5, 30).timestamp()
     line = event_line(_event("stopping", grace_seconds=30, kill_at=at))
     assert line.endswith("stopping: SIGTERM sent; SIGKILL at 14:05:30 if still running (grace 30 s)")
+
+
+def test_a_restart_event_reads_as_a_sentence_with_its_clock_time() -> None:
+    at = dt.datetime(2026, 11, 23, 14, 5, 33).timestamp()
+    line = event_line(_event("restart", cause="exit code 75", restart=1, max=3, backoff_s=3, at=at))
+    assert line.endswith("restart: restart 1 of 3 after exit code 75, at 14:05:33 (back-off 3 s)")
+    # Any other moment a generic event carries is a clock time too, not a number of seconds.
+    assert "noted: when=x resume_at=14:05:33" in event_line(_event("noted", when="x", resume_at=at))
