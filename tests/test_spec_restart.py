@@ -43,6 +43,10 @@ def test_the_stored_document_validates_again_unchanged() -> None:
         ("restart: {on: [exit_code: [0]]}", "exit_code 0 is no failure exit code — give codes from 1 to 255"),
         ("restart: {on: [exit_code: [256]]}", "exit_code 256 is no failure exit code"),
         ("restart: {on: [exit_code: ['x']]}", "exit_code 'x' is no failure exit code"),
+        (
+            "restart: {on: [exit_code: [75, 143]]}",
+            "exit_code 143 means stopped by SIGTERM, which never restarts",
+        ),
         ("restart: {on: [{exit_code: [1], when: 2}]}", "is not a restart trigger"),
         ("restart: {on: [signal], max: 0}", "restart.max: must be greater than or equal to 1"),
         ("restart: {on: [signal], backoff: -1}", "restart.backoff: must be greater than or equal to 0"),

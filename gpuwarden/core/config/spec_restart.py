@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from gpuwarden.core.config.validation import StrictModel
+from gpuwarden.core.events import EXIT_TERMINATED
 
 TRIGGER_HINT = "use `signal`, `hang` or `exit_code: [1, 2]`"
 
@@ -94,3 +95,9 @@ def _check_codes(codes: list[Any]) -> None:
     for code in codes:
         if isinstance(code, bool) or not isinstance(code, int) or not 1 <= code <= 255:
             raise ValueError(f"exit_code {_short(code)} is no failure exit code — give codes from 1 to 255")
+        if code == EXIT_TERMINATED:
+            # 128 + SIGTERM: how a program says it was stopped, and a stop is a person's decision.
+            raise ValueError(
+                f"exit_code {code} means stopped by SIGTERM, which never restarts — leave it out"
+                " (`signal` restarts a run killed by another signal)"
+            )
