@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwarden.core.exit_record import is_recorder, read_status, recorded_argv
+from gpuwarden.core.exit_record import is_recorder, read_program_pid, read_status, recorded_argv
 from tests.daemon.conftest import wait_for
 
 # Counts the signal named in argv[2] into the folder argv[1], says it is ready, then waits for a
@@ -60,8 +60,13 @@ def _ready(tmp_path: Path) -> list[int]:
     return [int(n) for n in wait_for(said, "the program to start").split()]
 
 
-def _status(tmp_path: Path) -> object:
-    return json.loads((tmp_path / "exit.json").read_text())
+def _status(tmp_path: Path) -> dict[str, int]:
+    """The record without the program's pid (the tests that know the pid check it; a program
+    that could not start had none)."""
+    doc = json.loads((tmp_path / "exit.json").read_text())
+    assert isinstance(doc, dict)
+    doc.pop("pid", None)
+    return doc
 
 
 @pytest.mark.parametrize(("code", "recorded"), [(0, {"code": 0}), (7, {"code": 7})])
@@ -88,6 +93,28 @@ def test_sigkill_to_the_program_alone_is_recorded(tmp_path: Path) -> None:
     os.kill(pid, signal.SIGKILL)  # as the kernel's OOM killer does
     assert proc.wait(timeout=60) == -signal.SIGKILL
     assert _status(tmp_path) == {"signal": signal.SIGKILL}
+    # The pid the program had, not the recorder's: what `show` gives once the program is gone.
+    assert read_program_pid(str(tmp_path / "exit.json")) == pid != proc.pid
+
+
+@pytest.mark.parametrize(
+    ("text", "status", "pid"),
+    [
+        ('{"code": 3}', (3, None), None),  # written by an earlier recorder: no pid
+        ('{"signal": 9, "pid": 4242}', (None, 9), 4242),
+        ('{"code": 0, "signal": 9}', None, None),
+        ('{"pid": 4242}', None, None),
+        ('{"code": 300, "pid": 1}', None, None),
+        ('{"code": 0, "pid": "1"}', None, None),
+        ('{"code": 0, "pid": -5}', (0, None), None),
+        ("[0]", None, None),
+    ],
+)
+def test_records_are_read_strictly(tmp_path: Path, text: str, status: object, pid: int | None) -> None:
+    path = tmp_path / "exit.json"
+    path.write_text(text)
+    assert read_status(str(path)) == status
+    assert read_program_pid(str(path)) == pid
 
 
 def test_sigkill_to_the_group_leaves_no_record(tmp_path: Path) -> None:

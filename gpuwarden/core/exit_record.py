@@ -1,6 +1,6 @@
 """Exit-status recorder: `python -I exit_record.py STATUS_FILE -- PROGRAM ARGS…` runs
-PROGRAM as its child, writes how it ended to STATUS_FILE (`{"code": N}` or `{"signal": N}`), then
-ends the same way.
+PROGRAM as its child, writes how it ended to STATUS_FILE (`{"code": N}` or `{"signal": N}`, with
+the program's `"pid"`), then ends the same way.
 
 A daemon restarted while a run goes on is not the run's parent and cannot read its exit status;
 the file tells it (as containerd-shim or conmon do for containers). The recorder stays in the
@@ -56,6 +56,22 @@ def is_recorder(cmdline: list[str]) -> bool:
 
 def read_status(path: str) -> tuple[int | None, int | None] | None:
     """(exit code, signal) as recorded in `path`; None when there is no valid record."""
+    doc = _valid_record(path)
+    if doc is None:
+        return None
+    return (doc["code"], None) if "code" in doc else (None, doc["signal"])
+
+
+def read_program_pid(path: str) -> int | None:
+    """The pid the program had, from a valid record that names it (an older recorder's does not):
+    once the program has ended, the pid a person saw it print, rather than the recorder's."""
+    doc = _valid_record(path)
+    pid = doc.get("pid") if doc is not None else None
+    return pid if pid is not None and pid > 0 else None
+
+
+def _valid_record(path: str) -> dict[str, int] | None:
+    """The record in `path`: one of code or signal (0–255), perhaps the pid; None for anything else."""
     import json  # the daemon's side: the recorder itself never reads a status
 
     try:
@@ -69,12 +85,12 @@ def read_status(path: str) -> tuple[int | None, int | None] | None:
         doc = json.loads(raw)
     except ValueError:
         return None
-    if not isinstance(doc, dict) or len(doc) != 1:
+    if not isinstance(doc, dict) or not set(doc) <= {"code", "signal", "pid"}:
         return None
-    ((key, value),) = doc.items()
-    if key not in ("code", "signal") or type(value) is not int or not 0 <= value <= 255:
+    if any(type(value) is not int for value in doc.values()) or len(set(doc) & {"code", "signal"}) != 1:
         return None
-    return (value, None) if key == "code" else (None, value)
+    ends: int = doc["code"] if "code" in doc else doc["signal"]
+    return doc if 0 <= ends <= 255 else None
 
 
 def write_status(path: str, status: dict[str, int]) -> None:
@@ -173,7 +189,7 @@ def main(args: list[str]) -> None:
         sys.stderr.write(f"gpuwarden: cannot start {program[0]!r}: {exc.strerror}\n")
         sys.exit(EXIT_CANNOT_START)
     status = _wait(pid)
-    _record(path, status)
+    _record(path, {**status, "pid": pid})
     _end_like(status)
 
 

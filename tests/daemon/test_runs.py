@@ -78,11 +78,15 @@ def test_command_run_succeeds_with_output_events_and_placement(gw: DaemonHandle)
 
 
 def test_failing_run_is_failed_with_its_exit_code(gw: DaemonHandle) -> None:
-    run = gw.submit(command_spec("bad", "import sys; sys.exit(7)"))
+    run = gw.submit(command_spec("bad", "import os, sys; print('pid', os.getpid()); sys.exit(7)"))
     done = gw.wait_state(run["id"])
     assert done["state"] == "failed"
     assert done["attempts"][0]["exit_code"] == 7
     assert "exit code 7" in done["message"]
+    # Once it ended, the pid shown is still the one the program had, not its recorder's.
+    program = int(gw.cli("logs", run["id"]).stdout.split()[1])
+    assert done["attempts"][0]["program_pid"] == program != done["attempts"][0]["pid"]
+    assert f"pid {program} " in gw.cli("show", run["id"]).stdout
 
 
 def test_missing_program_fails_with_one_line(gw: DaemonHandle) -> None:

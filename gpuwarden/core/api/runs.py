@@ -105,7 +105,9 @@ class Attempt(BaseModel):
         description="the attempt's process (a command run's: gpuwarden's exit-status recorder)"
     )
     program_pid: int | None = Field(
-        None, description="the program itself while it runs (differs from `pid` for command runs)"
+        None,
+        description="the program itself (differs from `pid` for command runs): read live while it "
+        "runs, from its exit record once it ended",
     )
     create_time: float | None = Field(description="psutil create time: (pid, create_time) names the process")
     started_at: float | None

@@ -18,10 +18,11 @@ from gpuwarden.core.api import (
     SubmitRequest,
 )
 from gpuwarden.core.api.runs import Attempt, Retune
-from gpuwarden.core.command.record import with_records
+from gpuwarden.core.command.record import attempt_dir, with_records
 from gpuwarden.core.config.resolve import relative_paths, resolve_relative_paths
 from gpuwarden.core.config.spec import RunSpec, parse_spec, spec_from_mapping
 from gpuwarden.core.errors import UserError
+from gpuwarden.core.exit_record import STATUS_FILE, read_program_pid
 from gpuwarden.core.oom.roles import effective_batch_of
 from gpuwarden.core.report.energy import stored_energy
 from gpuwarden.core.run_state import RunState
@@ -54,12 +55,18 @@ def run_detail(daemon: DaemonView, run: RunRow) -> RunDetail:
 
 
 def attempt_models(daemon: DaemonView, run: RunRow) -> list[Attempt]:
-    """The run's attempts; the one running names its program's pid too."""
-    rows = with_records(Path(run["run_dir"]), daemon.runs().attempts(run["id"]))
-    program = daemon.supervisor.program_of(run["id"]) if run["state"] == RunState.RUNNING else None
-    return [
-        Attempt.model_validate({**a, "program_pid": program if a["state"] != "ended" else None}) for a in rows
-    ]
+    """The run's attempts with their program's pid: read live for the one running, from the exit
+    record for one that ended (a command's own program, not the recorder that started it)."""
+    run_dir = Path(run["run_dir"])
+    rows = with_records(run_dir, daemon.runs().attempts(run["id"]))
+    live = daemon.supervisor.program_of(run["id"]) if run["state"] == RunState.RUNNING else None
+    return [Attempt.model_validate({**a, "program_pid": _program_pid(run_dir, a, live)}) for a in rows]
+
+
+def _program_pid(run_dir: Path, attempt: dict[str, Any], live: int | None) -> int | None:
+    if attempt["state"] != "ended":
+        return live
+    return read_program_pid(str(attempt_dir(run_dir, int(attempt["attempt"])) / STATUS_FILE))
 
 
 def read_report(path: Path) -> dict[str, Any] | None:

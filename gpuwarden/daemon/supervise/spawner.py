@@ -200,6 +200,15 @@ def _failed_to_start(ctx: Context, run_id: str, number: int, program: str, exc: 
     ctx.set_state(run_id, RunState.FAILED, message)
 
 
+def _started(child: ChildProcess, spec: RunSpec, world_size: int) -> str:
+    if world_size > 1:
+        return f"torchrun pid {child.pid}, {world_size} ranks"
+    if spec.kind == "command":
+        # `child` is the exit-status recorder; the program's own pid is in the attempt's detail.
+        return "started"
+    return f"pid {child.pid}"
+
+
 def _watch(
     ctx: Context,
     run_id: str,
@@ -235,5 +244,4 @@ def _watch(
         rank_tails={r: EventsTail(rank_events_path(files.events, r), 0) for r in range(1, world_size)},
         steps=step_watch(spec, world_size),
     )
-    what = f"torchrun pid {child.pid}, {world_size} ranks" if world_size > 1 else f"pid {child.pid}"
-    ctx.set_state(run_id, RunState.RUNNING, f"attempt {number}: {what}")
+    ctx.set_state(run_id, RunState.RUNNING, f"attempt {number}: {_started(child, spec, world_size)}")
