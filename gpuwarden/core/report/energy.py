@@ -34,18 +34,6 @@ class AttemptEnergy:
         }
 
 
-def attempt_samples(events: list[dict[str, Any]], attempt: int) -> int:
-    """Samples (or items) an attempt did: its last progress event's count over the count its
-    `started` event resumed from."""
-    own = [e for e in events if e.get("attempt") == attempt and e.get("source", "runner") == "runner"]
-    progress = [e for e in own if e.get("type") == "progress"]
-    if not progress:
-        return 0
-    started = [e for e in own if e.get("type") == "started"]
-    base = int(started[-1].get("samples_seen") or 0) if started else 0
-    return max(0, int(progress[-1].get("samples_seen") or 0) - base)
-
-
 def energy_block(attempts: list[AttemptEnergy], tokens: int | None = None) -> dict[str, Any]:
     """The run's joules, J/sample and samples/kWh (over the attempts with a reading), J/token, and
     the same per attempt."""

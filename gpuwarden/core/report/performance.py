@@ -12,7 +12,8 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from gpuwarden.core.report.energy import AttemptEnergy, attempt_samples, energy_block
+from gpuwarden.core.report.energy import AttemptEnergy, energy_block
+from gpuwarden.core.report.samples import progress_counts, samples_done
 from gpuwarden.core.report.snapshot import RunSnapshot
 from gpuwarden.core.report.stats import distribution, mean
 
@@ -39,8 +40,14 @@ def util_metric(snap: RunSnapshot) -> str:
     return "util_gpu_fine" if _values(snap, "util_gpu_fine") else "util_gpu"
 
 
+def attempt_samples(snap: RunSnapshot) -> dict[int, int]:
+    """Samples (items) each attempt did, each counted once across resumes."""
+    return samples_done(progress_counts(snap.events), snap.events)
+
+
 def throughput(snap: RunSnapshot) -> dict[str, Any]:
     """Samples/items and tokens done, and their rates: the loop's and over wall time."""
+    done = attempt_samples(snap)
     samples = tokens = 0
     loop_samples = loop_tokens = 0.0
     loop_s = 0.0
@@ -49,7 +56,7 @@ def throughput(snap: RunSnapshot) -> dict[str, Any]:
         if not progress:
             continue
         last = progress[-1]
-        samples += attempt_samples(snap.events, a.attempt)
+        samples += done.get(a.attempt, 0)
         tokens += int(last.get("tokens_seen") or 0) - int(progress[0].get("tokens_seen") or 0)
         if len(progress) >= 2:
             first = progress[0]
@@ -138,11 +145,12 @@ def memory(snap: RunSnapshot) -> dict[str, Any]:
 def energy(snap: RunSnapshot, tokens: int | None) -> dict[str, Any]:
     """Joules over the attempts' windows, per sample, per kWh and per token, for the run and for
     each attempt; None without a GPU counter."""
+    done = attempt_samples(snap)
     attempts = []
     for a in snap.attempts:
         readings = [w.energy_j for w in snap.gpus if w.attempt == a.attempt and w.energy_j is not None]
         joules = sum(readings) if readings else None
-        attempts.append(AttemptEnergy(a.attempt, joules, attempt_samples(snap.events, a.attempt)))
+        attempts.append(AttemptEnergy(a.attempt, joules, done.get(a.attempt, 0)))
     return energy_block(attempts, tokens)
 
 

@@ -20,6 +20,7 @@ import sqlite_utils
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.gang.files import rank_events_path
 from gpuwarden.core.gang.ranks import RANK_EVENT_TYPES, rank_view
+from gpuwarden.core.report.samples import samples_done
 from gpuwarden.core.run_ref import MAX_REF_CHARS
 from gpuwarden.core.run_state import RunState, check_transition
 
@@ -41,6 +42,10 @@ _JSON_RUN_COLUMNS = ("spec", "submitted_spec")
 _RUN_TABLES = ("run_metrics", "retunes", "run_events", "rank_offsets", "attempts", "run_environments")
 # What a `restart` daemon event says, as an attempt's `restart` carries it.
 RESTART_FIELDS = ("cause", "restart", "max", "backoff_s")
+# What tells where an attempt resumed (see gpuwarden.core.report.samples); every one of them,
+# however long the run: a base read from a cut-off page would count samples twice.
+_RESUME_EVENT_TYPES = ("started", "checkpoint", "prepared")
+_RESUME_EVENTS_LIMIT = 1_000_000
 # Not "state": a state moves only through set_state, which checks the move.
 _RUN_UPDATABLE = {
     "spec",
@@ -279,19 +284,18 @@ class RunStore:
 
     def samples_done(self, run_id: str) -> dict[int, int]:
         """Samples each attempt did: its last progress count over the count it resumed from."""
-        last = {
-            row["attempt"]: row["n"]
+        counts = {
+            int(row["attempt"]): (int(row["first"] or 0), int(row["last"] or 0))
             for row in self._query(
-                "SELECT attempt, max(samples_seen) AS n FROM run_metrics WHERE run_id = ? GROUP BY attempt",
+                "SELECT attempt, min(samples_seen) AS first, max(samples_seen) AS last FROM run_metrics"
+                " WHERE run_id = ? GROUP BY attempt",
                 (run_id,),
             )
         }
-        base = {
-            int(e["attempt"]): int(e.get("samples_seen") or 0)
-            for e in self.events(run_id, types=["started"])
-            if e.get("attempt") is not None
-        }
-        return {int(a): max(0, int(n or 0) - base.get(int(a), 0)) for a, n in last.items()}
+        if not counts:
+            return {}
+        events = self.events(run_id, types=_RESUME_EVENT_TYPES, limit=_RESUME_EVENTS_LIMIT)
+        return samples_done(counts, events)
 
     def metrics(self, run_id: str, limit: int = 10_000) -> list[dict[str, Any]]:
         """Progress metrics of a run, oldest first."""

@@ -83,6 +83,7 @@ class Launch:
     cwd: Path
     note: str  # one line for the run's events; "" when there is nothing to say
     world_size: int = 1
+    resume_from: str | None = None  # a command run's: the checkpoint its program is handed
 
 
 def start(ctx: Context, start: Start) -> None:
@@ -115,7 +116,8 @@ def start(ctx: Context, start: Start) -> None:
         _failed_to_start(ctx, run_id, number, "the run", exc)
         return
     if launch.note:
-        ctx.event(run_id, number, "prepared", message=launch.note)
+        # The path as data, not only in the line: the report finds the samples it resumed at.
+        ctx.event(run_id, number, "prepared", message=launch.note, resume_from=launch.resume_from)
     env = launch.env
     env.update(placement.env())  # placement and tag are the daemon's: nothing overrides them
     env[RUN_TAG] = run_tag(run_id, number)
@@ -162,6 +164,7 @@ def command_line(
     on `gpus`."""
     env = dict(base)
     env.update(spec.env)  # retunes put allocator settings here
+    resume_from: str | None = None
     if spec.kind != "command":
         program = runner_program(sys.executable, files.resolved, run_dir, number)
         argv = [sys.executable, "-m", program.target, *program.args]
@@ -171,13 +174,14 @@ def command_line(
         env.update(prepared.env)
         env.update(spec.env)
         argv, cwd, note = prepared.argv, prepared.cwd, prepared.note
+        resume_from = prepared.record.resume_from
         if uses_torchrun(spec):
             program = program_from_argv(argv, sys.executable)
     if not uses_torchrun(spec):
-        return Launch(argv, env, cwd, note)
+        return Launch(argv, env, cwd, note, resume_from=resume_from)
     gang = gang_launch(spec, program, gpus, attempt_dir=files.dir, python=sys.executable, cpu_count=_cpus())
     env.update(gang.env)
-    return Launch(gang.argv, env, cwd, note, gang.world_size)
+    return Launch(gang.argv, env, cwd, note, gang.world_size, resume_from)
 
 
 def _cpus() -> int:
