@@ -1,5 +1,5 @@
 """A user's script that stops halfway and resumes from its checkpoint, supervised by a real
-daemon: `gpuwarden report` and the run detail count each sample once."""
+daemon: `gpuwarden report` and the run detail count each sample once and read its loss."""
 
 from __future__ import annotations
 
@@ -71,3 +71,12 @@ def test_the_run_detail_counts_the_samples_of_a_resumed_script_once(
         energy = client.run(resumed["id"]).energy.model_dump()
     assert [a["samples"] for a in energy["per_attempt"]] == [50, 50]
     assert energy["samples"] == 100
+
+
+def test_report_reads_the_loss_a_script_reports_in_its_progress(
+    gw: DaemonHandle, resumed: dict[str, Any]
+) -> None:
+    assert gw.cli_json("report", resumed["id"])["loss"] == {"first": 1.0, "last": pytest.approx(0.1)}
+    shown = gw.cli("report", resumed["id"])
+    assert shown.returncode == 0, shown.stderr
+    assert "1.0000 → 0.1000" in shown.stdout

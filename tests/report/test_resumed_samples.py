@@ -1,4 +1,4 @@
-"""Samples of a user's script (a `kind: command` run) stopped and resumed: its events
+"""Samples and loss of a user's script (a `kind: command` run) stopped and resumed: its events
 as the daemon stores them — the SDK's `progress` and `checkpoint`, the daemon's `prepared` —
 with no runner `started` event to say where an attempt resumed."""
 
@@ -112,3 +112,10 @@ def test_without_a_recorded_resume_point_a_lower_first_count_is_counted_from_its
     first = [*_progress(T0, range(10, 51, 10)), _checkpoint(T0 + 3.5, 30)]
     second = _progress(T0 + 200, range(40, 101, 10))
     assert _samples(_record(tmp_path, [first, second], {})) == [50, 60]
+
+
+def test_the_loss_of_a_script_is_its_first_and_last_progress_loss(tmp_path: Path) -> None:
+    first = [*_progress(T0, range(10, 51, 10)), _checkpoint(T0 + 5.5, 50)]
+    second = _progress(T0 + 200, range(60, 101, 10))
+    report = _record(tmp_path, [first, second], {2: CKPT.format(5)})
+    assert report["loss"] == {"first": 1.0, "last": 0.1}

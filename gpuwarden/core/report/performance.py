@@ -171,6 +171,17 @@ def utilisation(snap: RunSnapshot) -> dict[str, Any]:
     return {"metric": metric, **distribution(_values(snap, metric))}
 
 
+def loss(snap: RunSnapshot, last_report: dict[str, Any]) -> dict[str, Any]:
+    """First and last loss: the runner's finished report's, else (a user's script reports its
+    loss only in progress) the run's first and last progress event's."""
+    first, last = _num(last_report.get("loss_first")), _num(last_report.get("loss_last"))
+    if first is None and last is None:
+        losses = [v for e in snap.runner_events("progress") if (v := _num(e.get("loss"))) is not None]
+        if losses:
+            first, last = losses[0], losses[-1]
+    return {"first": first, "last": last}
+
+
 def retunes(snap: RunSnapshot) -> list[dict[str, Any]]:
     return [
         {
@@ -215,7 +226,7 @@ def build_report(snap: RunSnapshot) -> dict[str, Any]:
         "energy": energy(snap, tp["tokens"]),
         "power": power(snap),
         "utilisation": utilisation(snap),
-        "loss": {"first": last_report.get("loss_first"), "last": last_report.get("loss_last")},
+        "loss": loss(snap, last_report),
         "gpus": [
             {
                 "uuid": uuid,
