@@ -32,9 +32,11 @@ def report(run: str, as_json: bool, as_md: bool, plots: Path | None, db: Path | 
         data.close()
     result = build_report(snap)
     if plots is not None:
-        from gpuwarden.cli.report_plots import write_plots
+        from gpuwarden.cli.report_plots import why_no_plots, write_plots
 
         result["plots"] = write_plots(snap, plots)
+        if not result["plots"]:
+            click.echo(why_no_plots(snap), err=True)
     if as_json:
         print_json(result)
     elif as_md:

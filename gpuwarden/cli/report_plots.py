@@ -17,29 +17,41 @@ def _t0(snap: RunSnapshot) -> float:
 
 
 def write_plots(snap: RunSnapshot, folder: Path) -> list[str]:
-    """loss.png, throughput.png, memory.png and power_util.png where the run has the data."""
+    """loss.png, throughput.png, memory.png and power_util.png where the run has the data; the
+    folder is made only for a run with something to draw (none: [], and no empty folder)."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display needed (SSH sessions, CI)
     import matplotlib.pyplot as plt
 
+    t0 = _t0(snap)
+    progress = snap.runner_events("progress")
+    figures = [(name, fig) for name, plot in _PLOTS if (fig := plot(plt, snap, t0, progress)) is not None]
+    if not figures:
+        return []
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
+        plt.close("all")
         raise UserError(f"{folder}: cannot create the plot folder ({exc.strerror})") from None
-    t0 = _t0(snap)
-    progress = snap.runner_events("progress")
     written: list[str] = []
-    for name, plot in _PLOTS:
-        fig = plot(plt, snap, t0, progress)
-        if fig is None:  # the run has no data for this plot: no empty file
-            continue
+    for name, fig in figures:
         path = folder / name
         fig.tight_layout()
         fig.savefig(path, dpi=100)
         plt.close(fig)
         written.append(str(path))
     return written
+
+
+def why_no_plots(snap: RunSnapshot) -> str:
+    """One line for a run `write_plots` drew nothing of."""
+    if snap.runner_events("progress"):
+        return "no plots: the run's progress events carry no loss, rate or memory"
+    on_gpu = any(a.gpus for a in snap.attempts)
+    return "no plots: the run reported no progress" + (
+        " and no GPU telemetry is stored for its attempts" if on_gpu else ""
+    )
 
 
 def _loss(plt: Any, snap: RunSnapshot, t0: float, progress: list[dict[str, Any]]) -> Any:

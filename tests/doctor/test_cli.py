@@ -120,6 +120,16 @@ def test_report_json_and_markdown_and_plots(db: Path, tmp_path: Path) -> None:
     assert all((tmp_path / "plots" / p).read_bytes().startswith(b"\x89PNG") for p in pngs)
 
 
+def test_report_plots_of_a_run_without_progress_say_so_and_make_no_folder(tmp_path: Path) -> None:
+    rec = Recorder(tmp_path / "g.db")
+    spec = {"version": 1, "name": "quiet", "kind": "command", "command": {"argv": ["true"]}}
+    rec.run("quiet", spec, [(T0, T0 + 30, [], 0)], {1: []}, kind="command")
+    proc = gw("report", "quiet", "--db", str(tmp_path / "g.db"), "--plots", str(tmp_path / "plots"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "no plots: the run reported no progress\n"
+    assert not (tmp_path / "plots").exists() and "plot:" not in proc.stdout
+
+
 def test_compare_json(db: Path) -> None:
     c = ok_json("compare", "before", "after", "--db", str(db), "--json")
     rows = {r["metric"]: r for r in c["rows"]}
