@@ -29,12 +29,7 @@ def report_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
         ("device", f"{run['device']} ({run.get('dtype') or 'n/a'})" if run.get("device") else "n/a"),
         ("wall time", f"{_n(report['wall_s'], '.1f', ' s')} over {len(report['attempts'])} attempt(s)"),
         (f"{unit}", _samples_text(tp)),
-        (
-            f"{unit}/s",
-            f"{_n(tp['samples_per_s'])} (loop); {_n(tp['samples_per_s_wall'])} over wall time"
-            if tp["samples_per_s"] is not None
-            else "n/a",
-        ),
+        (f"{unit}/s", _rate_text(tp)),
         ("tokens/s", _n(tp["tokens_per_s"], ".1f")),
         ("peak memory", _memory_text(report["memory"])),
         ("energy", _energy_text(report["energy"], unit)),
@@ -49,6 +44,13 @@ def _loss_text(loss: dict[str, Any]) -> str:
     if loss["first"] is None and loss["last"] is None:
         return "n/a"
     return f"{_n(loss['first'], '.4f')} → {_n(loss['last'], '.4f')}"
+
+
+def _rate_text(tp: dict[str, Any]) -> str:
+    if tp["samples_per_s"] is None:
+        return "n/a"
+    text = f"{_n(tp['samples_per_s'])} (loop); {_n(tp['samples_per_s_wall'])} over wall time"
+    return text + (f" ({tp['loop_note']})" if tp.get("loop_note") else "")
 
 
 def _samples_text(tp: dict[str, Any]) -> str:
@@ -206,4 +208,4 @@ def render_comparison(result: dict[str, Any]) -> str:
         else:
             va, vb = _n(r["a"], fmt), _n(r["b"], fmt)
         rows.append([r["metric"], va, vb, _n(r["ratio"], ".2f", "×")])
-    return "\n".join(_table(header, rows))
+    return "\n".join(_table(header, rows) + [f"note {n}" for n in result.get("notes", [])])

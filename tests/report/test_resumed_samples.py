@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from gpuwarden.cli.report_format import render_comparison, render_text
+from gpuwarden.core.report.compare import compare_reports
 from gpuwarden.core.report.db_data import DbRunData
 from gpuwarden.core.report.performance import build_report
 from gpuwarden.core.report.snapshot import collect_run
@@ -119,3 +121,24 @@ def test_the_loss_of_a_script_is_its_first_and_last_progress_loss(tmp_path: Path
     second = _progress(T0 + 200, range(60, 101, 10))
     report = _record(tmp_path, [first, second], {2: CKPT.format(5)})
     assert report["loss"] == {"first": 1.0, "last": 0.1}
+
+
+def test_a_loop_rate_that_leaves_out_an_attempt_says_so_and_compare_shows_the_wall_rate(
+    tmp_path: Path,
+) -> None:
+    for side in ("a", "b"):
+        (tmp_path / side).mkdir()
+    # A: 100 samples at 10/s in one attempt. B: the same loop, but its second attempt reported
+    # progress once, so B's loop rate is its first attempt's.
+    a = _record(tmp_path / "a", [_progress(T0, range(10, 101, 10))], {})
+    first = [*_progress(T0, range(10, 51, 10)), _checkpoint(T0 + 5.5, 50)]
+    b = _record(tmp_path / "b", [first, _progress(T0 + 200, range(100, 101, 10))], {2: CKPT.format(5)})
+    note = "the loop rate is attempt 1's only: attempt 2 reported progress once"
+    assert a["throughput"]["loop_note"] is None and b["throughput"]["loop_note"] == note
+    assert "10.00 (loop); 0.50 over wall time (" + note + ")" in render_text(b)
+    result = compare_reports(a, b)
+    rows = {row["metric"]: row for row in result["rows"]}
+    assert rows["samples_per_s"]["ratio"] == pytest.approx(1.0)
+    assert rows["samples_per_s_wall"]["ratio"] == pytest.approx(0.5)
+    assert result["notes"] == ["B: " + note]
+    assert render_comparison(result).splitlines()[-1] == "note B: " + note

@@ -9,6 +9,7 @@ from gpuwarden.core.report.stats import ratio
 # (row name, path into a report, unit, True when higher is better)
 ROWS: tuple[tuple[str, tuple[str, ...], str, bool], ...] = (
     ("samples_per_s", ("throughput", "samples_per_s"), "/s", True),
+    ("samples_per_s_wall", ("throughput", "samples_per_s_wall"), "/s", True),
     ("tokens_per_s", ("throughput", "tokens_per_s"), "/s", True),
     ("power_mean_w", ("power", "mean_w"), "W", False),
     ("power_pct_of_limit", ("power", "mean_pct"), "%", False),
@@ -34,7 +35,8 @@ def _get(report: dict[str, Any], path: tuple[str, ...]) -> float | None:
 
 
 def compare_reports(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """{a, b: run identities, rows: [{metric, a, b, ratio, unit, higher_is_better}]}."""
+    """{a, b: run identities, rows: [{metric, a, b, ratio, unit, higher_is_better}], notes: what
+    a row holds that its name does not say (a loop rate over only some attempts)}."""
     rows = []
     for name, path, unit, higher in ROWS:
         va, vb = _get(a, path), _get(b, path)
@@ -48,4 +50,9 @@ def compare_reports(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
                 "higher_is_better": higher,
             }
         )
-    return {"a": a.get("run"), "b": b.get("run"), "rows": rows}
+    notes = [
+        f"{side}: {note}"
+        for side, report in (("A", a), ("B", b))
+        if (note := (report.get("throughput") or {}).get("loop_note"))
+    ]
+    return {"a": a.get("run"), "b": b.get("run"), "rows": rows, "notes": notes}

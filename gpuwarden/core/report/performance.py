@@ -51,14 +51,18 @@ def throughput(snap: RunSnapshot) -> dict[str, Any]:
     samples = tokens = 0
     loop_samples = loop_tokens = 0.0
     loop_s = 0.0
+    reported: list[int] = []  # attempts with progress
+    covered: list[int] = []  # those with an interval between two progress events
     for a in snap.attempts:
         progress = snap.runner_events("progress", a.attempt)
         if not progress:
             continue
+        reported.append(a.attempt)
         last = progress[-1]
         samples += done.get(a.attempt, 0)
         tokens += int(last.get("tokens_seen") or 0) - int(progress[0].get("tokens_seen") or 0)
         if len(progress) >= 2:
+            covered.append(a.attempt)
             first = progress[0]
             loop_s += float(last["ts"]) - float(first["ts"])
             loop_samples += int(last.get("samples_seen") or 0) - int(first.get("samples_seen") or 0)
@@ -82,7 +86,22 @@ def throughput(snap: RunSnapshot) -> dict[str, Any]:
         "tokens_per_s": token_rate,
         "samples_per_s_wall": samples / wall if wall > 0 and samples else None,
         "source": source,
+        "loop_note": _loop_note(reported, covered) if source == "progress" else None,
     }
+
+
+def _loop_note(reported: list[int], covered: list[int]) -> str | None:
+    """Which attempts the loop rate leaves out, where it leaves any out. An attempt that reported
+    progress once has no interval between two reports, and its process's start (imports, model
+    and data loading) is no start of its loop: the rate is the other attempts' alone."""
+    once = [a for a in reported if a not in covered]
+    if not once:
+        return None
+    return f"the loop rate is {_attempts(covered)}'s only: {_attempts(once)} reported progress once"
+
+
+def _attempts(numbers: list[int]) -> str:
+    return ("attempts " if len(numbers) > 1 else "attempt ") + ", ".join(map(str, numbers))
 
 
 def per_batch_size(snap: RunSnapshot) -> dict[str, dict[str, Any]]:
