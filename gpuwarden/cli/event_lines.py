@@ -75,6 +75,8 @@ def _body(event: RunEvent, extra: dict[str, Any], with_message: bool) -> str:
     if kind == "edited":
         changes = extra.get("changes")
         return edit_text(changes) if isinstance(changes, Mapping) else ""
+    if kind == "prepared":  # its message names the checkpoint already
+        return fields_text(extra, _SKIP | {"resume_from"})
     if kind == "stopping" and isinstance(extra.get("kill_at"), int | float):
         at = _clock(extra["kill_at"])
         return f"SIGTERM sent; SIGKILL at {at} if still running (grace {extra.get('grace_seconds')} s)"

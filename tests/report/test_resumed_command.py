@@ -80,3 +80,11 @@ def test_report_reads_the_loss_a_script_reports_in_its_progress(
     shown = gw.cli("report", resumed["id"])
     assert shown.returncode == 0, shown.stderr
     assert "1.0000 → 0.1000" in shown.stdout
+
+
+def test_the_events_name_the_checkpoint_of_a_resume_once(gw: DaemonHandle, resumed: dict[str, Any]) -> None:
+    shown = gw.cli("events", resumed["id"])
+    assert shown.returncode == 0, shown.stderr
+    (line,) = [x for x in shown.stdout.splitlines() if "] prepared: " in x]
+    checkpoint = str(Path(resumed["run_dir"]) / "ckpt-5")
+    assert line.endswith(f"[2] prepared: message=attempt 2 resumes from {checkpoint} (step 5)")
