@@ -6,9 +6,9 @@ import difflib
 import types
 import typing
 from collections.abc import Callable
-from typing import Any, TypeVar, Union, get_args, get_origin
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
 from gpuwarden.core.config.yamlsource import KeyPath, _dotted
 from gpuwarden.core.errors import ConfigError
@@ -20,6 +20,43 @@ class StrictModel(BaseModel):
     """Base for every user-facing model: unknown keys are errors, values re-validated on assignment."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        # pydantic reads `true` as 1 where a number goes: `stop_grace_seconds: true` would be a
+        # one-second grace nobody asked for. Text stays accepted: variables and flags are text.
+        if isinstance(value, bool) and info.field_name is not None:
+            annotation = cls.model_fields[info.field_name].annotation
+            if _takes_number(annotation) and not _takes_bool(annotation):
+                raise ValueError(f"must be a number, not {str(value).lower()}")
+        return value
+
+
+def _leaf_types(annotation: Any) -> list[Any]:
+    """The types a value may take under `annotation`: `float | None` → [float, NoneType]; a
+    Literal's values are kept as they are."""
+    origin = get_origin(annotation)
+    if origin in (Union, types.UnionType):
+        return [leaf for arg in get_args(annotation) for leaf in _leaf_types(arg)]
+    if origin is typing.Annotated:
+        return _leaf_types(get_args(annotation)[0])
+    if origin is Literal:
+        return list(get_args(annotation))
+    return [annotation]
+
+
+def _takes_number(annotation: Any) -> bool:
+    numbers = (int, float)
+    return any(
+        (isinstance(leaf, type) and issubclass(leaf, numbers) and not issubclass(leaf, bool))
+        or (isinstance(leaf, numbers) and not isinstance(leaf, bool))
+        for leaf in _leaf_types(annotation)
+    )
+
+
+def _takes_bool(annotation: Any) -> bool:
+    return any(leaf is bool or isinstance(leaf, bool) or leaf is Any for leaf in _leaf_types(annotation))
 
 
 def _model_in(annotation: Any) -> type[BaseModel] | None:
@@ -113,6 +150,17 @@ def clean_location(model: type[BaseModel], loc: KeyPath) -> tuple[KeyPath, bool]
     return tuple(out), tagged
 
 
+# What pydantic's own words name in Python terms (`instance of RetentionSettings`, `<class
+# 'pathlib.Path'>`), said as what a YAML file or a JSON body holds.
+_MAPPING = "a mapping (key: value lines)"
+_PLAIN_WORDS = {
+    "dict_type": _MAPPING,
+    "model_type": _MAPPING,
+    "model_attributes_type": _MAPPING,
+    "dataclass_type": _MAPPING,
+    "path_type": "a path (text)",
+}
+
 _SCALAR_NAMES = {
     "string_type": "a string",
     "int_type": "an integer",
@@ -123,8 +171,8 @@ _SCALAR_NAMES = {
     "bool_type": "true/false",
     "bool_parsing": "true/false",
     "list_type": "a list",
-    "dict_type": "a mapping",
-    "model_type": "a mapping",
+    "dict_type": _MAPPING,
+    "model_type": _MAPPING,
 }
 _SCALAR_TYPE_ERRORS = set(_SCALAR_NAMES)
 
@@ -139,7 +187,8 @@ def _suggest(word: str, choices: list[str]) -> str:
 
 
 def _describe_input(value: Any) -> str:
-    text = repr(value)
+    # As the file or body wrote it: `true`, `null`, not Python's `True`, `None`.
+    text = "null" if value is None else str(value).lower() if isinstance(value, bool) else repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
 
 
@@ -173,7 +222,8 @@ def format_validation_error(
             hint = _suggest(str(loc[-1]) if loc else "", allowed_keys(model, loc[:-1]))
             problems.append(f"{where(loc)}: {key}: unknown key — {hint}")
             continue
-        msg = err["msg"]
+        plain = _PLAIN_WORDS.get(kind)
+        msg = f"must be {plain}" if plain else err["msg"]
         msg = msg.replace("Input should be", "must be").replace("Value error, ", "")
         if kind == "missing":
             problems.append(f"{where(loc)}: {key}: required key is missing — add it")
