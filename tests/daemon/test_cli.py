@@ -286,7 +286,7 @@ def test_run_refuses_a_spec_whose_model_is_missing_unless_told(daemon_factory: A
     refused = gw.cli("run", str(spec))
     assert refused.returncode == 2 and refused.stdout == ""
     assert refused.stderr.strip() == (
-        f"gpuwarden: {spec}: train.model: model directory {spec.parent / 'no-such-model'} does not exist"
+        f"gpuwarden: {spec}:4: train.model: model directory {spec.parent / 'no-such-model'} does not exist"
         " (and 1 more) — fix the path, or submit with --no-check-inputs when a run creates it"
     )
     with gw.client() as client:

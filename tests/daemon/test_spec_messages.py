@@ -61,3 +61,24 @@ def test_config_values_of_the_wrong_kind_are_named_in_plain_words(
         cwd=gw.root,
     )
     assert (result.returncode, result.stderr) == (2, f"gpuwarden: {path}:1: {expected}\n")
+
+
+def test_checks_after_validation_are_placed_at_the_key_they_name(gw: DaemonHandle) -> None:
+    cases = {
+        "name: a\nkind: command\ncommand:\n  argv: ['{nosuch}']\n": (
+            "4: command.argv[0]: unknown placeholder {nosuch} — knobs and built-ins are: attempt,"
+        ),
+        "name: a\nkind: command\ncommand:\n  argv: [echo]\n  env: {A: '{zz}'}\n": (
+            "5: command.env.A: unknown placeholder {zz} — knobs and built-ins are: attempt,"
+        ),
+        "name: a\nkind: command\ncommand:\n  argv: [echo, '{bs}']\n  roles: {micro_batch: bs}\nknobs:\n  bs: x\n": (
+            "7: knobs.bs (command.roles.micro_batch) is 'x': a micro_batch must be a whole number ≥ 1"
+        ),
+        COMMAND + "resources:\n  gpus: 5\n": "5: resources.gpus: asks for 5 GPUs but this machine has 2",
+    }
+    for n, (text, expected) in enumerate(cases.items()):
+        spec = gw.write_spec(f"s{n}", text)
+        result = gw.cli("run", str(spec))
+        assert (result.returncode, result.stdout) == (2, ""), result.stderr
+        assert result.stderr.startswith(f"gpuwarden: {spec}:{expected}"), result.stderr
+        assert result.stderr.count("\n") == 1, result.stderr

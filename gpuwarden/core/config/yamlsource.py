@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import re
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +24,9 @@ from gpuwarden.core.safeload import (
 # A key path such as ("train", "batch_size") or ("command", "argv", 0).
 KeyPath = tuple[str | int, ...]
 
+_KEY = re.compile(r"[A-Za-z_][\w-]*(?:\.[\w-]+|\[\d+\])*")
+_KEY_PART = re.compile(r"\.?([\w-]+)|\[(\d+)\]")
+
 
 @dataclass
 class YamlDocument:
@@ -37,6 +43,51 @@ class YamlDocument:
             if line is not None:
                 return f"{self.label}:{line}"
         return self.label
+
+    def locate(self, message: str, keys: Collection[str] = ()) -> str:
+        """`message` prefixed by the place of the key path it starts with (after this document's
+        label, when it has one): its line, or the label alone for one of `keys` the document
+        leaves out. Unchanged when it starts with no key, or is placed already."""
+        if re.match(rf"{re.escape(self.label)}:\d", message):
+            return message
+        text = message.removeprefix(f"{self.label}: ")
+        key = leading_key(text)
+        if key is None or ((key[0],) not in self.lines and key[0] not in keys):
+            return message
+        return f"{self.where(key)}: {text}"
+
+    @contextlib.contextmanager
+    def locating(self, keys: Collection[str] = ()) -> Iterator[None]:
+        """Checks made after validation (placeholders, inputs, GPUs) name a key path but not
+        where it is: a UserError leaving this block gets its place in this document (`keys`:
+        the top-level names that are keys even where the document leaves them out)."""
+        try:
+            yield
+        except ConfigError as exc:
+            exc.problems = [self.locate(p, keys) for p in exc.problems]
+            exc.args = ("\n".join(exc.problems),)
+            raise
+        except UserError as exc:
+            exc.args = (self.locate(exc.message, keys),)
+            raise
+
+
+def leading_key(text: str) -> KeyPath | None:
+    """The key path `text` starts with, as every check writes it: `command.argv[0]: …`, or a
+    dotted one followed by words (`knobs.bs (command.roles.micro_batch) is …`). A lone word
+    followed by a space is plain text (`name 'x' …`), not a key."""
+    found = _KEY.match(text)
+    if found is None:
+        return None
+    after = text[found.end() : found.end() + 1]
+    if after == ":" or (after == " " and any(c in found[0] for c in ".[")):
+        return key_path(found[0])
+    return None
+
+
+def key_path(dotted: str) -> KeyPath:
+    """`command.argv[0]` → ("command", "argv", 0)."""
+    return tuple(int(index) if index else name for name, index in _KEY_PART.findall(dotted))
 
 
 def _walk(node: yaml.Node, path: KeyPath, lines: dict[KeyPath, int], label: str, seen: set[int]) -> None:

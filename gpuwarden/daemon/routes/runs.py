@@ -20,7 +20,8 @@ from gpuwarden.core.api import (
 from gpuwarden.core.api.runs import Attempt, Retune
 from gpuwarden.core.command.record import attempt_dir, with_records
 from gpuwarden.core.config.resolve import relative_paths, resolve_relative_paths
-from gpuwarden.core.config.spec import RunSpec, parse_spec, spec_from_mapping
+from gpuwarden.core.config.spec import RunSpec, spec_from_document, spec_from_mapping
+from gpuwarden.core.config.yamlsource import parse_yaml
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.exit_record import STATUS_FILE, read_program_pid
 from gpuwarden.core.oom.roles import effective_batch_of
@@ -104,7 +105,17 @@ def list_runs(
 )
 def submit(daemon: DaemonDep, body: SubmitRequest) -> RunDetail:
     label = body.label or "spec"
-    spec = _spec_of(body, label)
+    if body.spec_yaml is None:
+        assert body.spec is not None  # the request model allows exactly one of the two
+        return _submit(daemon, body, spec_from_mapping(body.spec, label=label), label)
+    # Both readers bound size, depth and alias expansion before anything walks the document.
+    document = parse_yaml(body.spec_yaml, label)
+    # Checks after validation (placeholders, inputs, GPUs) name a key; the user reads file:line.
+    with document.locating(RunSpec.model_fields):
+        return _submit(daemon, body, spec_from_document(document), label)
+
+
+def _submit(daemon: DaemonView, body: SubmitRequest, spec: RunSpec, label: str) -> RunDetail:
     if body.base_dir is not None:
         spec = resolve_relative_paths(spec, Path(body.base_dir))
     elif relative := relative_paths(spec):
@@ -122,14 +133,6 @@ def submit(daemon: DaemonDep, body: SubmitRequest) -> RunDetail:
         environment=body.environment,
     )
     return run_detail(daemon, run)
-
-
-def _spec_of(body: SubmitRequest, label: str) -> RunSpec:
-    """Both readers bound size, depth and alias expansion before anything walks the document."""
-    if body.spec_yaml is not None:
-        return parse_spec(body.spec_yaml, label=label)
-    assert body.spec is not None  # the request model allows exactly one of the two
-    return spec_from_mapping(body.spec, label=label)
 
 
 @router.get(
