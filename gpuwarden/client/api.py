@@ -226,6 +226,8 @@ class ApiClient:
         return self._call(RunDetail, "GET", f"/v1/runs/{_q(ref)}")
 
     def edit(self, ref: str, **changes: Any) -> RunDetail:
+        """Change a run that is not running (the fields of EditRequest): `knobs={"lr": 0.01}`
+        changes that knob and keeps the others, None removes one."""
         return self._call(RunDetail, "PATCH", f"/v1/runs/{_q(ref)}", json=changes)
 
     def stop(self, ref: str, grace_seconds: float | None = None) -> RunDetail:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gpuwarden.core.config.knob_edit import not_a_knob
 from gpuwarden.core.oom.retune import KIND_KNOBS
 
 # The order a person reads them in (the sets in KIND_KNOBS have none).
@@ -49,8 +50,7 @@ def knob_changes(kind: str, typed: Mapping[str, Any], knobs: Mapping[str, Any]) 
         if "." in key:
             out[key] = value
         elif key not in known:
-            names = ", ".join(knobs) or "none declared"
-            raise ValueError(f"'{key}' is not a knob of this run (its knobs: {names})")
+            raise ValueError(not_a_knob(key, list(knobs), kind))
         else:
             out[key if kind == "command" else f"{kind}.{key}"] = value
     return out

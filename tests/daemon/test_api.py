@@ -337,3 +337,51 @@ def test_stream_sends_samples_runs_and_events(gw: DaemonHandle) -> None:
     sample = next(f for f in frames if f.event == "sample")
     assert len(sample.data["gpus"]) == 2 and sample.data["host"] is not None
     assert all(f.dropped == 0 for f in frames)
+
+
+# More free memory than either fake GPU has: the run waits in the queue, where it may be edited.
+WAITS = {"gpus": 1, "min_free_memory": "200GiB"}
+
+
+def _patch(gw: DaemonHandle, ref: str, body: dict[str, Any]) -> httpx.Response:
+    """PATCH as curl sends it: the JSON a user typed, `null`s included."""
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(gw.socket)), base_url="http://gw") as http:
+        return http.patch(f"/v1/runs/{ref}", json=body)
+
+
+def test_patch_knobs_changes_the_named_ones_and_keeps_the_others(gw: DaemonHandle) -> None:
+    spec = command_spec("knobbed", "pass", knobs={"bs": 16, "lr": 0.1, "tag": "a"}, resources=WAITS)
+    spec["command"]["argv"] += ["{bs}", "{lr}"]
+    run = gw.submit(spec)
+    answer = _patch(gw, run["id"], {"knobs": {"lr": 0.01, "tag": None}})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["spec"]["knobs"] == {"bs": 16, "lr": 0.01}
+    with gw.client() as client:
+        (edited,) = [e for e in client.events(run["id"]).events if e.type == "edited"]
+    assert edited.model_dump()["changes"] == {"knobs.lr": [0.1, 0.01], "knobs.tag": ["a", None]}
+
+
+def test_patch_refuses_a_knob_the_run_does_not_have_naming_its_knobs(gw: DaemonHandle) -> None:
+    spec = command_spec("knobbed", "pass", knobs={"bs": 16, "lr": 0.1}, resources=WAITS)
+    command_run = gw.submit(spec)
+    train_run = gw.submit(
+        {"name": "t5", "kind": "train", "resources": WAITS, "train": {"task": "image", "max_steps": 1}}
+    )
+    refusals: list[tuple[dict[str, Any], dict[str, Any], str]] = [
+        (command_run, {"knobs": {"nosuch": 1}}, "'nosuch' is not a knob of this run (its knobs: bs, lr)"),
+        (command_run, {"knobs": {"lrr": None}}, "'lrr' is not a knob of this run (its knobs: bs, lr)"),
+        (command_run, {"set": {"knobs.nosuch": 1}}, "'nosuch' is not a knob of this run (its knobs: bs, lr)"),
+        (
+            train_run,
+            {"knobs": {"nosuch": 1}},
+            "'nosuch' is not a knob of this run (it has none — a train run's settings are keys such as"
+            " train.batch_size: set them by that name)",
+        ),
+    ]
+    for run, body, message in refusals:
+        answer = _patch(gw, run["id"], body)
+        assert answer.status_code == 400, (body, answer.text)
+        assert answer.json()["error"] == {"code": "bad_input", "message": message}
+    with gw.client() as client:  # a refused edit changes nothing
+        assert client.run(command_run["id"]).spec["knobs"] == {"bs": 16, "lr": 0.1}
+        assert client.run(train_run["id"]).spec["knobs"] == {}

@@ -95,13 +95,20 @@ class StopRequest(BaseModel):
 
 
 class EditRequest(BaseModel):
-    """Fields of a queued run that may change; each replaces the spec's section whole."""
+    """What may change in a run that is not running: the given knobs over its own, `resources`
+    replaced whole, any spec key by its dotted path. The result is validated as a whole spec."""
 
     model_config = ConfigDict(extra="forbid")
 
     name: str | None = None
-    knobs: dict[str, KnobValue] | None = None
-    resources: dict[str, Any] | None = None
+    knobs: dict[str, KnobValue | None] | None = Field(
+        None,
+        description="new values of some of the run's knobs, the others kept; null removes one. A name"
+        " the run has no knob of is refused (a 400 listing its knobs)",
+    )
+    resources: dict[str, Any] | None = Field(None, description="replaces the spec's `resources` whole")
     set: dict[str, KnobValue] | None = Field(
-        None, description='dotted spec keys to set, e.g. {"train.batch_size": 4, "train.grad_accum_steps": 8}'
+        None,
+        description='dotted spec keys to set, e.g. {"train.batch_size": 4, "train.grad_accum_steps": 8};'
+        " `knobs.NAME` only for a knob the run has",
     )

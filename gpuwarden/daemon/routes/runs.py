@@ -149,7 +149,7 @@ def get_run(daemon: DaemonDep, ref: str) -> RunDetail:
     "/v1/runs/{ref}",
     response_model=RunDetail,
     responses=errors(WITH_A_BODY, *ON_A_RUN, 409),
-    summary="edit a queued run's name, knobs or resources",
+    summary="edit a run that is not running: name, some knobs, resources, dotted spec keys",
 )
 def edit_run(daemon: DaemonDep, ref: str, body: EditRequest) -> RunDetail:
     run = resolve(daemon, ref)

@@ -17,6 +17,7 @@ import yaml
 
 from gpuwarden.core.command.complete import complete_command
 from gpuwarden.core.config.inputs import require_inputs
+from gpuwarden.core.config.knob_edit import check_knob_names, merged_knobs
 from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.run_state import ACTIVE_STATES, CHANGEABLE_STATES, RESUMABLE_STATES, RunState
@@ -181,14 +182,21 @@ def new_run_id() -> str:
 
 
 def changed(spec: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of the spec document with whole sections replaced and dotted keys (`set`) set."""
+    """A copy of the spec document with the given knobs over the run's, whole sections replaced
+    and dotted keys (`set`) set. No way of naming knobs adds one the run does not have."""
     document = copy.deepcopy(dict(spec))
+    kind, knobs = str(spec.get("kind")), list(spec.get("knobs") or {})
     for key, value in changes.items():
         if key == "set":
             for dotted, new in (value or {}).items():
                 set_dotted(document, dotted, new)
+        elif key == "knobs" and value is not None:
+            document["knobs"] = merged_knobs(document.get("knobs") or {}, value, kind)
         elif value is not None:
             document[key] = value
+    after = document.get("knobs")
+    if isinstance(after, Mapping):  # `set` may have named `knobs.lr` or the section whole
+        check_knob_names(list(after), knobs, kind)
     return document
 
 
