@@ -390,7 +390,7 @@ class ApiBackend:
         if dotted:
             edit["set"] = dotted
         if plain:
-            edit["knobs"] = {**dict(run.spec.get("knobs") or {}), **plain}
+            edit["knobs"] = plain  # the daemon keeps the knobs not named
         self.client.edit(run_id, **edit)
         if run.state != RunState.QUEUED:
             self.client.resume(run_id)

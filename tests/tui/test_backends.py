@@ -376,7 +376,7 @@ def test_api_backend_controls() -> None:
     backend.restart_with("r2", {"train.batch_size": 2, "x": 1})  # r2 failed: edit first, then resume
     edits = [c for c in client.calls if c[0] in ("edit", "resume")]
     assert edits[0][0] == "edit" and edits[0][2]["set"] == {"train.batch_size": 2}
-    assert edits[0][2]["knobs"] == {"bs": 8, "x": 1} and edits[1] == ("resume", "r2")
+    assert edits[0][2]["knobs"] == {"x": 1} and edits[1] == ("resume", "r2")
     backend.tune("r1")
     assert ("tune", "r1") in client.calls
     # the daemon decides what may be terminated (its own checks are tested in tests/daemon)
