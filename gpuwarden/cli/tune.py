@@ -56,7 +56,8 @@ def tune(  # Long: eleven options passed to tune_spec by name; the body is one s
     a tuned spec."""
     from gpuwarden.core.config.resolve import relative_paths, resolve_relative_paths
     from gpuwarden.core.config.settings import load_settings
-    from gpuwarden.core.config.spec import load_spec
+    from gpuwarden.core.config.spec import RunSpec, load_spec, spec_from_document
+    from gpuwarden.core.config.yamlsource import load_yaml_file
     from gpuwarden.core.telemetry.nvml import open_gpu_reader
     from gpuwarden.core.tune.cache import TuneCache
     from gpuwarden.core.tune.devices import tune_devices
@@ -64,7 +65,8 @@ def tune(  # Long: eleven options passed to tune_spec by name; the body is one s
     from gpuwarden.core.tune.target import pick_target
     from gpuwarden.core.tune.write import write_tuned_spec
 
-    spec = resolve_relative_paths(load_spec(spec_path), spec_path.resolve().parent)
+    document = load_yaml_file(spec_path)
+    spec = resolve_relative_paths(spec_from_document(document), spec_path.resolve().parent)
     settings = load_settings()
     paths = settings.resolve_paths()
     out_path = output or spec_path.with_name(spec_path.stem + ".tuned.yaml")
@@ -78,33 +80,35 @@ def tune(  # Long: eleven options passed to tune_spec by name; the body is one s
     # limit in a sweep).
     reader = open_gpu_reader()
     try:
-        target = pick_target(spec, reader.gpus())
+        # Checks made on the validated spec (inputs, roles) name a key: placed at its line.
+        with document.locating(RunSpec.model_fields):
+            target = pick_target(spec, reader.gpus())
 
-        def probing() -> None:
-            if target.note and not as_json:
-                note(target.note)  # what the search covers on this device
+            def probing() -> None:
+                if target.note and not as_json:
+                    note(target.note)  # what the search covers on this device
 
-        energy, limiter = tune_devices(reader, target, settings.power_limit_command)
-        outcome = tune_spec(
-            spec,
-            target,
-            TuneCache(paths.tune_cache),
-            paths.state_dir,
-            env=_environ(),
-            force=force,
-            max_trials=max_trials,
-            headroom=headroom,
-            min_gain=min_gain,
-            change_effective_batch=change_effective_batch,
-            max_batch=max_batch,
-            on_result=report,
-            on_probing=probing,
-            label=str(spec_path),
-            objective=objective,
-            energy=energy,
-            sweep_power=power_sweep,
-            limiter=limiter,
-        )
+            energy, limiter = tune_devices(reader, target, settings.power_limit_command)
+            outcome = tune_spec(
+                spec,
+                target,
+                TuneCache(paths.tune_cache),
+                paths.state_dir,
+                env=_environ(),
+                force=force,
+                max_trials=max_trials,
+                headroom=headroom,
+                min_gain=min_gain,
+                change_effective_batch=change_effective_batch,
+                max_batch=max_batch,
+                on_result=report,
+                on_probing=probing,
+                label=str(spec_path),
+                objective=objective,
+                energy=energy,
+                sweep_power=power_sweep,
+                limiter=limiter,
+            )
     finally:
         reader.close()
     if outcome.cached and not as_json:

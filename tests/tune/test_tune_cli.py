@@ -97,7 +97,7 @@ def test_tune_with_a_missing_model_says_so_before_probing(tmp_path: Path) -> Non
     result = _tune(tmp_path, str(spec))
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.strip() == (
-        f"gpuwarden: {spec}: train.model: model directory {tmp_path / 'no-such-model'} does not exist"
+        f"gpuwarden: {spec}:4: train.model: model directory {tmp_path / 'no-such-model'} does not exist"
         " — fix the path, then tune"
     )
     assert not (tmp_path / "lm.tuned.yaml").exists()
