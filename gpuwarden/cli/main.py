@@ -111,7 +111,18 @@ def usage_line(exc: click.UsageError) -> str:
         close = difflib.get_close_matches(unknown[1], list(COMMANDS), n=1, cutoff=0.7)
         hint = f"did you mean `gpuwarden {close[0]}`?" if close else "`gpuwarden --help` lists them"
         return f"no command '{unknown[1]}' — {hint}"
+    for click_words, plain in _TYPE_WORDS:
+        message = message.replace(click_words, plain)
     return f"{message} — see `{where} --help`"
+
+
+# Click names its parameter types ("'abc' is not a valid float range"); a person reads a number.
+_TYPE_WORDS = (
+    ("is not a valid float range", "is not a number"),
+    ("is not a valid integer range", "is not a whole number"),
+    ("is not a valid float", "is not a number"),
+    ("is not a valid integer", "is not a whole number"),
+)
 
 
 def main(argv: list[str] | None = None) -> Any:

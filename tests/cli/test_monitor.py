@@ -131,6 +131,7 @@ def test_monitor_human_output_has_summary_and_verdict() -> None:
         (["--interval", "nan"], "Invalid value for '--interval': 'nan' is not a number of seconds"),
         (["--interval", "1e308"], "Invalid value for '--interval': 1e+308 is not in the range 0.05<=x<=3600"),
         (["--json", "--jsonl"], "--json and --jsonl: pick one"),
+        (["--duration", "abc"], "Invalid value for '--duration': 'abc' is not a number — see"),
     ],
 )
 def test_monitor_bad_input_is_one_line(args: list[str], message: str) -> None:
