@@ -24,6 +24,7 @@ from gpuwarden.core.errors import UserError
 from gpuwarden.core.oom.classify import read_oom_kill_count
 from gpuwarden.core.paths import Paths
 from gpuwarden.core.private import OwnerOf, file_owner
+from gpuwarden.core.run_state import RunState
 from gpuwarden.core.store import sqlite_utils
 from gpuwarden.core.store.db import open_db
 from gpuwarden.core.store.runs import RunStore
@@ -111,6 +112,7 @@ class Daemon:
                 gpu_processes=lambda: self.latest_processes,
                 retunes_of=lambda run_id: self.writer.call(lambda db: RunStore(db).retunes(run_id)),
                 environment_of=self._stored_environment,
+                stopped=self._no_longer_retuning,
             )
         autotune = Autotuner(
             self._gpu_statics,
@@ -205,6 +207,11 @@ class Daemon:
 
     def runs(self) -> RunStore:
         return RunStore(self.read_db())
+
+    def _no_longer_retuning(self, run_id: str) -> bool:
+        """Whether a run whose retune is probing was stopped or removed meanwhile."""
+        run = self.writer.call(lambda db: RunStore(db).get_run(run_id))
+        return run is None or run["state"] != RunState.RETUNING
 
     def _stored_environment(self, run_id: str) -> dict[str, str] | None:
         """The environment run `run_id` was submitted with, for its probes (on their threads)."""

@@ -33,6 +33,8 @@ from gpuwarden.daemon.placement import GpuState
 from gpuwarden.daemon.process import RUN_TAG, run_tag
 from gpuwarden.daemon.supervise.hooks import AttemptEnd, NextAttempt, RetuneGiveUp
 
+# A measurement at a micro-batch: (peak memory or None, ran out of memory).
+Probe = Callable[[int], tuple[int | None, bool]]
 log = logging.getLogger("gpuwarden.daemon.oom_retune")
 
 RELEASE_TIMEOUT_S = 30.0
@@ -48,6 +50,7 @@ class OomRetune:
         gpu_processes: Callable[[], list[GpuProcess]],
         retunes_of: Callable[[str], list[dict[str, Any]]],
         environment_of: Callable[[str], Mapping[str, str] | None] = lambda run_id: None,
+        stopped: Callable[[str], bool] = lambda run_id: False,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.time,
         release_timeout: float = RELEASE_TIMEOUT_S,
@@ -56,6 +59,7 @@ class OomRetune:
         self._gpu_processes = gpu_processes
         self._retunes_of = retunes_of
         self._environment_of = environment_of
+        self._stopped = stopped
         self._sleep = sleep
         self._clock = clock
         self._release_timeout = release_timeout
@@ -91,6 +95,7 @@ class OomRetune:
             probe = self._probe_for(run_id, spec, end, run_dir, probe_dir)
         elif spec.command is not None:
             probe = self._command_probe_for(spec, run, end, probe_dir)
+        probe = self._unless_stopped(run_id, probe)
         try:
             plan = plan_recovery(
                 spec,
@@ -121,6 +126,22 @@ class OomRetune:
             prediction=decision.prediction,
         )
 
+    def _unless_stopped(self, run_id: str, probe: Probe | None) -> Probe | None:
+        """`probe`, giving up once the run was stopped: its stop ends the probe running (the
+        probes carry the run's tag), and no other one may start after it."""
+        if probe is None:
+            return None
+
+        def guarded(batch: int) -> tuple[int | None, bool]:
+            if self._stopped(run_id):
+                raise RetuneGiveUp("stopped while probing")
+            measured = probe(batch)
+            if self._stopped(run_id):
+                raise RetuneGiveUp("stopped while probing")
+            return measured
+
+        return guarded
+
     def _wait_released(self, end: AttemptEnd) -> None:
         """Until no process of the attempt's groups (a gang's ranks lead their own) holds GPU
         memory (bounded): a restart that starts while the old CUDA context is still being torn
@@ -140,9 +161,7 @@ class OomRetune:
             self._release_timeout,
         )
 
-    def _probe_for(
-        self, run_id: str, spec: RunSpec, end: AttemptEnd, run_dir: Path, work_dir: Path
-    ) -> Callable[[int], tuple[int | None, bool]]:
+    def _probe_for(self, run_id: str, spec: RunSpec, end: AttemptEnd, run_dir: Path, work_dir: Path) -> Probe:
         env = run_environment.base(self._environment_of(run_id))  # as the run's attempts start
         env.update(spec.env)
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
@@ -182,7 +201,7 @@ class OomRetune:
 
     def _command_probe_for(
         self, spec: RunSpec, run: Mapping[str, Any], end: AttemptEnd, work_dir: Path
-    ) -> Callable[[int], tuple[int | None, bool]] | None:
+    ) -> Probe | None:
         """The user's program itself as the probe (None when its spec does not name the knobs
         a probe needs: then the ladder decides without measurements)."""
         env = run_environment.base(self._environment_of(str(run["id"])))  # as the run's attempts start

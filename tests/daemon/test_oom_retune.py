@@ -3,9 +3,11 @@ never shrink the run (the classic "25.84 GiB allocated on a 12 GB card?")."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from gpuwarden.core.telemetry.types import GpuProcess
 from gpuwarden.daemon.oom_retune import OomRetune, rank_events
@@ -13,6 +15,7 @@ from gpuwarden.daemon.placement import GpuState
 from gpuwarden.daemon.supervise import AttemptEnd, RetuneGiveUp
 
 GIB = 1 << 30
+REPO = Path(__file__).resolve().parents[2]
 CONTENTION = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
     "79.10 GiB of which 512.00 MiB is free. Process 4242 has 70.00 GiB memory in use. Including non-PyTorch "
@@ -142,3 +145,34 @@ def test_with_no_gpu_to_move_to_a_gang_shrinks_when_its_policy_allows() -> None:
     assert decision.to == {"train.world_size": 1, "train.grad_accum_steps": 2, "resources.gpus": 1}
     train = decision.spec["train"]
     assert train["batch_size"] * train["grad_accum_steps"] * train["world_size"] == 16  # kept
+
+
+def test_a_run_stopped_before_a_probe_gives_up_instead_of_probing(tmp_path: Path) -> None:
+    # The shipped out-of-memory example: its recovery probes two micro-batches, each a process.
+    spec = yaml.safe_load((REPO / "configs" / "examples" / "oom-recovery-cpu.yaml").read_text())
+    run = {"id": "r1", "run_dir": str(tmp_path), "spec": spec}
+    end = AttemptEnd(
+        number=1, outcome="oom", reason="oom", exit_code=3, signal=None, oom_kill=None,
+        stderr_tail="RuntimeError: DefaultCPUAllocator: can't allocate memory: you tried to allocate 1073741824 bytes.",
+        gpus=[], gpu_capacity=None, host_capacity=int(1.6 * GIB), adopted=False, pid=None,
+    )  # fmt: skip
+    oom = {
+        "type": "oom",
+        "attempt": 1,
+        "source": "runner",
+        "verdict": "host_oom",
+        "batch_size": 32,
+        "step": 0,
+    }
+    asked: list[str] = []
+
+    def stopped(run_id: str) -> bool:
+        asked.append(run_id)
+        return True
+
+    hook = OomRetune(
+        gpu_states=lambda: [], gpu_processes=lambda: [], retunes_of=lambda run_id: [], stopped=stopped
+    )
+    with pytest.raises(RetuneGiveUp, match="stopped while probing"):
+        hook(run, end, [oom])
+    assert asked == ["r1"]  # asked once, before the first probe: none started

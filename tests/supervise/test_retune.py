@@ -136,8 +136,10 @@ def test_a_run_stopped_while_the_policy_thinks_stays_stopped(rig: Rig) -> None:
     _oom(rig, run_id)
     rig.step()
     assert rig.state(run_id) == RunState.RETUNING
+    probe = rig.procs.start_probe(run_id, rig.paths.state_dir / "probe")
     rig.sup.stop_run(run_id)
     assert rig.state(run_id) == RunState.STOPPED
+    assert not probe.running  # the probe does not outlive the stop (it would hold the GPU)
     rig.workers.release()
     rig.step()
     assert rig.state(run_id) == RunState.STOPPED

@@ -84,6 +84,11 @@ def stop(ctx: Context, run_id: str, grace: float | None) -> dict[str, Any]:
         active = ctx.active.get(run_id)
         if active is None:
             ctx.set_state(run_id, RunState.STOPPED, "stopped between attempts", stop_requested=1)
+            if state is RunState.RETUNING:
+                # Its retune may be probing (a probe holds the GPU for its whole length): the
+                # probes carry the run's tag, and the retune starts no other once it is stopped.
+                probes = [t for t in ctx.backends.processes.tagged() if t.run_id == run_id]
+                ctx.backends.processes.kill(probes)
             return ctx.run(run_id)
         grace = ctx.settings.stop_grace_seconds if grace is None else grace
         active.stop_requested = True
