@@ -6,6 +6,9 @@ from __future__ import annotations
 import signal
 from typing import Any
 
+import pytest
+
+from gpuwarden.core.errors import UserError
 from gpuwarden.core.events import EXIT_OOM
 from gpuwarden.core.run_state import RunState
 from gpuwarden.daemon.placement import GpuState
@@ -179,3 +182,16 @@ def test_a_stop_during_the_backoff_says_the_run_ran_and_it_is_not_restarted(rig:
     never_started = rig.submit(command(name="later"))
     rig.sup.stop_run(never_started)
     assert rig.run(never_started)["message"] == "stopped before it started"
+
+
+def test_a_run_waiting_for_its_restart_is_not_removed_until_stopped(rig: Rig) -> None:
+    run_id = rig.submit(command(restart=ON_SIGNAL))
+    rig.step()
+    _killed(rig, run_id)
+    assert rig.state(run_id) == RunState.QUEUED  # its back-off: attempt 1 ran, checkpoints kept
+    with pytest.raises(UserError, match=rf"run {run_id} is queued — stop it first"):
+        rig.sup.delete_run(run_id)
+    assert rig.state(run_id) == RunState.QUEUED
+    rig.sup.stop_run(run_id)
+    rig.sup.delete_run(run_id)
+    assert rig.sup.ctx.find(run_id) is None

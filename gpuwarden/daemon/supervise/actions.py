@@ -172,10 +172,14 @@ def edit(ctx: Context, run_id: str, changes: Mapping[str, Any]) -> dict[str, Any
 
 
 def delete(ctx: Context, run_id: str) -> None:
-    """Forget a run that is not active, and remove its directory."""
+    """Forget a run that is not active, and remove its directory. A queued run that never
+    started goes as a queued task does in pueue; one that waits for its next attempt (a restart's
+    back-off, GPUs after a retune) has progress a removal would take along: stopped first."""
     with ctx.lock:
         run = ctx.run(run_id)
-        if RunState(run["state"]) in ACTIVE_STATES or run_id in ctx.active:
+        state = RunState(run["state"])
+        waits_to_go_on = state is RunState.QUEUED and bool(ctx.store(lambda s: s.attempts(run_id)))
+        if state in ACTIVE_STATES or run_id in ctx.active or waits_to_go_on:
             raise Conflict(f"run {run_id} is {run['state']} — stop it first (`gpuwarden stop {run_id}`)")
         ctx.store(lambda s: s.delete_run(run_id))
         shutil.rmtree(run["run_dir"], ignore_errors=True)
