@@ -16,6 +16,7 @@ from gpuwarden.client import ApiClient
 from gpuwarden.core.api import Attempt, RankStatus, RunDetail, RunEvent
 from gpuwarden.core.command.record import summary_lines
 from gpuwarden.core.oom.explain import oom_phases, retune_sentence
+from gpuwarden.core.oom.roles import world_size_of
 from gpuwarden.core.units import duration, named, size
 
 EVENT_PAGE = 1000
@@ -98,10 +99,11 @@ def detail_lines(detail: RunDetail, events: list[RunEvent]) -> Iterator[str]:
     for a in detail.attempts:
         yield from attempt_lines(a)
     phases = oom_phases(events)
+    world = world_size_of(detail.spec)
     for r in detail.retunes:
         outcome = f", then {r.outcome}" if r.outcome else ""
         yield f"retune after attempt {r.attempt} ({r.verdict or '?'}{outcome}):"
-        yield f"    {retune_sentence(r, phases.get(r.attempt))}"
+        yield f"    {retune_sentence(r, phases.get(r.attempt), world)}"
     for e in events:
         if e.type == "edited":
             changes = (e.model_extra or {}).get("changes") or {}

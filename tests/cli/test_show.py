@@ -86,3 +86,13 @@ def test_a_restart_event_reads_as_a_sentence_with_its_clock_time() -> None:
     assert line.endswith("restart: restart 1 of 3 after exit code 75, at 14:05:33 (back-off 3 s)")
     # Any other moment a generic event carries is a clock time too, not a number of seconds.
     assert "noted: when=x resume_at=14:05:33" in event_line(_event("noted", when="x", resume_at=at))
+
+
+def test_a_gangs_retune_keeps_the_effective_batch_of_all_its_ranks() -> None:
+    # The retune records micro-batch and accumulation per rank, not the world size it left as it
+    # was: the sentence multiplies by the run's two ranks, as its effective batch does.
+    spec = {"kind": "train", "train": {"batch_size": 16, "grad_accum_steps": 4, "world_size": 2}}
+    gang = DETAIL.model_copy(update={"spec": spec, "effective_batch": 128})
+    text = "\n".join(detail_lines(gang, []))
+    assert "effective batch: 128" in text
+    assert "micro-batch 64 → 16, accumulation 1 → 4, effective batch 128 kept" in text

@@ -122,8 +122,9 @@ def _batch_pairs(retune: Retune) -> tuple[tuple[float, float], tuple[float, floa
     return (m0, m1), (a0, a1)
 
 
-def change_text(retune: Retune) -> str:
-    """`micro-batch 64 → 16, accumulation 1 → 4, effective batch 64 kept`."""
+def change_text(retune: Retune, world_size: int = 1) -> str:
+    """`micro-batch 64 → 16, accumulation 1 → 4, effective batch 64 kept` (`world_size`: the
+    run's processes, where the retune did not change their number)."""
     parts = [_knob_text(k, a, b) for k, (a, b) in changes_of(retune).items()]
     decision = _decision(retune)
     env = decision.get("env")
@@ -133,7 +134,7 @@ def change_text(retune: Retune) -> str:
     if pairs is not None:
         (m0, m1), (a0, a1) = pairs
         if m0 * a0 == m1 * a1:
-            parts.append(f"effective batch {m0 * a0 * _world_size(retune):g} kept")
+            parts.append(f"effective batch {m0 * a0 * _world_size(retune, world_size):g} kept")
     action = str(decision.get("action") or "")
     if not parts and action in _ACTIONS:
         parts.append(_ACTIONS[action])
@@ -143,13 +144,14 @@ def change_text(retune: Retune) -> str:
     return ", ".join(parts) or "restarted unchanged"
 
 
-def _world_size(retune: Retune) -> float:
-    """Ranks training together: the effective batch is micro × accumulation × world size."""
+def _world_size(retune: Retune, unchanged: int) -> float:
+    """Ranks training together: the effective batch is micro × accumulation × world size. A
+    retune records the number only where it changed it; else it is the run's (`unchanged`)."""
     for record in (retune.after, retune.before):
         world = _number(record.get("train.world_size"))
         if world:
             return float(world)
-    return 1.0
+    return float(unchanged)
 
 
 def model_text(retune: Retune) -> str:
@@ -172,9 +174,10 @@ def model_text(retune: Retune) -> str:
     return text
 
 
-def retune_sentence(retune: Retune, phase: str | None = None) -> str:
-    """The whole sentence: where → what changed; what the memory model said."""
-    sentence = f"{where_text(retune, phase)} → {change_text(retune)}"
+def retune_sentence(retune: Retune, phase: str | None = None, world_size: int = 1) -> str:
+    """The whole sentence: where → what changed; what the memory model said (`world_size`: the
+    run's processes, for the effective batch)."""
+    sentence = f"{where_text(retune, phase)} → {change_text(retune, world_size)}"
     model = model_text(retune)
     return f"{sentence}; {model}" if model else sentence
 

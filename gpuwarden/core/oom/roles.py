@@ -62,19 +62,30 @@ def effective_batch_of(spec: Mapping[str, Any]) -> int | None:
         return int(train["batch_size"]) * int(train["grad_accum_steps"]) * int(train["world_size"])
     if spec.get("kind") != "command":
         return None
+    micro = _role_value(spec, "micro_batch")
+    if micro is None:
+        return None
+    return micro * (_role_value(spec, "accum_steps") or 1) * (_role_value(spec, "world_size") or 1)
+
+
+def world_size_of(spec: Mapping[str, Any]) -> int:
+    """Processes training together in a stored spec document (1 where it names none)."""
+    train = spec.get("train")
+    if spec.get("kind") == "train" and isinstance(train, Mapping):
+        return int(train.get("world_size") or 1)
+    if spec.get("kind") != "command":
+        return 1
+    return _role_value(spec, "world_size") or 1
+
+
+def _role_value(spec: Mapping[str, Any], role: str) -> int | None:
+    """The whole number a command run's role names: through its roles, or its knobs' names."""
     knobs = spec.get("knobs") or {}
     roles = (spec.get("command") or {}).get("roles") or {}
     named = any(v is not None for v in roles.values())
-
-    def number(role: str) -> int | None:
-        target = roles.get(role) if named else ROLE_NAMES[role]
-        value = knobs.get(target) if isinstance(target, str) else target
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-    micro = number("micro_batch")
-    if micro is None:
-        return None
-    return micro * (number("accum_steps") or 1) * (number("world_size") or 1)
+    target = roles.get(role) if named else ROLE_NAMES[role]
+    value = knobs.get(target) if isinstance(target, str) else target
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-__all__ = ["effective_batch_of", "knob_for", "role_knobs"]
+__all__ = ["effective_batch_of", "knob_for", "role_knobs", "world_size_of"]

@@ -22,6 +22,7 @@ from textual.widgets import Footer, Log, Static, TabbedContent, TabPane
 from gpuwarden.core.api import Attempt, Retune, RunMetric
 from gpuwarden.core.command.record import summary_lines
 from gpuwarden.core.oom.explain import retune_sentence
+from gpuwarden.core.oom.roles import world_size_of
 from gpuwarden.core.units import compact, duration, named, num, size
 from gpuwarden.tui.backend import DashboardBackend, DoctorFinding, RunDetailView, RunRow
 from gpuwarden.tui.controls import CONTROL_KEYS, RUN_CONTROLS, refusal
@@ -123,7 +124,7 @@ def timeline_renderable(detail: RunDetailView, raw: bool) -> Group:
     for a in detail.attempts:
         parts += attempt_lines(a, detail)
         for rt in by_attempt.get(a.attempt, []):
-            parts += retune_lines(rt, detail.oom_phases.get(rt.attempt), raw)
+            parts += retune_lines(rt, detail.oom_phases.get(rt.attempt), raw, world_size_of(detail.spec))
     if detail.retunes and not raw:
         parts.append(Text("v shows each retune's raw evidence", style="dim"))
     if detail.events:
@@ -131,14 +132,17 @@ def timeline_renderable(detail: RunDetailView, raw: bool) -> Group:
     return Group(*parts)
 
 
-def retune_lines(rt: Retune, oom_phase: str | None, raw: bool) -> list[RenderableType]:
+def retune_lines(rt: Retune, oom_phase: str | None, raw: bool, world_size: int = 1) -> list[RenderableType]:
     """A retune under the attempt it ended: when, how it went, why in a sentence (raw: the evidence)."""
     head = Text("retune ", style="bold magenta")
     head.append(f"at {clock(rt.ts)}")
     if rt.outcome:
         head.append("  then ", style="dim")
         head.append(rt.outcome, style="green" if rt.outcome == "succeeded" else "yellow")
-    out: list[RenderableType] = [_indented(head, 3), _indented(Text(retune_sentence(rt, oom_phase)))]
+    out: list[RenderableType] = [
+        _indented(head, 3),
+        _indented(Text(retune_sentence(rt, oom_phase, world_size))),
+    ]
     if raw and rt.evidence:
         evidence = json.dumps({"evidence": rt.evidence, "prediction": rt.prediction}, indent=2)
         out.append(_indented(Text(evidence, style="dim")))
