@@ -129,3 +129,17 @@ def test_delete_forgets_the_run_and_its_folder(rig: Rig) -> None:
     with pytest.raises(UserError) as gone:
         rig.sup.resume_run(run_id)
     assert gone.value.code == "not_found"
+
+
+def test_an_edit_that_changes_nothing_is_refused_and_not_recorded(rig: Rig) -> None:
+    run_id = rig.submit(command(knobs={"bs": 4}, resources=NEVER_FITS))
+    nothing: list[dict[str, Any]] = [{}, {"knobs": {}}, {"knobs": {"bs": 4}}]
+    for changes in nothing:
+        with pytest.raises(
+            UserError, match=f"nothing to change: run {run_id} already has what the edit asks"
+        ):
+            rig.sup.edit_run(run_id, changes)
+    assert rig.events(run_id, "edited") == []
+    rig.sup.edit_run(run_id, {"knobs": {"bs": 2}})
+    (edited,) = rig.events(run_id, "edited")
+    assert edited["changes"] == {"knobs.bs": [4, 2]}

@@ -163,9 +163,12 @@ def edit(ctx: Context, run_id: str, changes: Mapping[str, Any]) -> dict[str, Any
             raise not_changeable(run_id, RunState(run["state"]), "change it")
         spec = complete_command(spec_from_mapping(changed(run["spec"], changes), label="PATCH"))
         check_feasible(spec.resources, ctx.backends.gpu_states())
+        record = edit_record(run["spec"], spec_document(spec), changes)
+        if not record:  # an empty request, or values the run already has: no story to tell
+            raise UserError(f"nothing to change: run {run_id} already has what the edit asks for")
         ctx.store(lambda s: s.update_run(run_id, spec=spec_document(spec), name=spec.name))
         # A person's change is part of the run's story: the timeline and `show` list it.
-        ctx.event(run_id, None, "edited", changes=edit_record(run["spec"], spec_document(spec), changes))
+        ctx.event(run_id, None, "edited", changes=record)
         updated = ctx.run(run_id)
         ctx.publish_run(updated)
         return updated
