@@ -7,6 +7,7 @@ from __future__ import annotations
 import click
 
 from gpuwarden.cli.format import print_json
+from gpuwarden.cli.gpu_choice import select_gpus
 from gpuwarden.client import ApiClient
 from gpuwarden.core.units import gib
 
@@ -24,10 +25,12 @@ def clean(gpu_filter: str | None, grace: float, yes: bool, as_json: bool) -> Non
 
     me = pwd.getpwuid(os.getuid()).pw_name
     with ApiClient() as client:
-        index = {g.uuid: g.index for g in client.gpus().gpus}
+        gpus = client.gpus().gpus
+        index = {g.uuid: g.index for g in gpus}
         rows = [p for p in client.processes() if p.run_id is None and p.user == me]
         if gpu_filter is not None:
-            rows = [p for p in rows if str(index.get(p.uuid)) == gpu_filter or p.uuid.startswith(gpu_filter)]
+            (chosen,) = select_gpus(gpus, [gpu_filter])  # one that names no GPU is an error
+            rows = [p for p in rows if p.uuid == chosen.uuid]
         if not rows:
             if as_json:
                 print_json({"terminated": []})

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from gpuwarden.cli.format import gpu_line, host_line, note, print_json
+from gpuwarden.cli.gpu_choice import select_gpus
 from gpuwarden.core.config.settings import load_settings
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.monitor import SummaryAccumulator
@@ -24,22 +25,6 @@ from gpuwarden.core.units import gib, num
 if TYPE_CHECKING:
     from gpuwarden.core.store.telemetry import TelemetryStore
     from gpuwarden.core.telemetry.sampler import Sampler
-
-
-def select_gpus(gpus: list[GpuStatic], wanted: tuple[str, ...]) -> list[GpuStatic]:
-    """Match --gpu values by index, full UUID or a UUID prefix; unknown values are errors."""
-    if not wanted:
-        return gpus
-    chosen: list[GpuStatic] = []
-    for w in wanted:
-        matches = [g for g in gpus if str(g.index) == w or g.uuid == w or g.uuid.startswith(w)]
-        if len(matches) != 1:
-            known = ", ".join(f"{g.index} ({g.uuid})" for g in gpus) or "none"
-            what = "matches several GPUs" if matches else "matches no GPU"
-            raise UserError(f"--gpu {w}: {what} — use an index or UUID from: {known}")
-        if matches[0] not in chosen:
-            chosen.append(matches[0])
-    return chosen
 
 
 def _filter(tick: Tick, uuids: set[str]) -> Tick:

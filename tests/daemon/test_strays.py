@@ -86,6 +86,10 @@ def test_api_and_cli(gw: DaemonHandle) -> None:
     clean = gw.cli("clean", "--yes")
     assert clean.returncode == 0 and "no stray GPU processes" in clean.stdout
     assert gw.cli_json("clean") == {"terminated": []}
+    assert gw.cli("clean", "--gpu", "1", "--yes").returncode == 0
+    nowhere = gw.cli("clean", "--gpu", "7", "--yes")  # the daemon's two fake GPUs are 0 and 1
+    assert nowhere.returncode == 2 and nowhere.stderr.count("\n") == 1, nowhere.stderr
+    assert nowhere.stderr.startswith("gpuwarden: --gpu 7: matches no GPU — use an index or UUID from: 0 (")
 
 
 def test_tune_a_command_run_is_refused_and_a_running_one_conflicts(gw: DaemonHandle) -> None:
