@@ -106,6 +106,8 @@ def monitor(
 
     if as_json and as_jsonl:
         raise UserError("--json and --jsonl: pick one")
+    if db_path is not None and not record:
+        raise UserError("--db is where --record stores the samples: add --record, or leave --db out")
     settings = load_settings(config_file, flags={"sample_interval": interval})
     reader = open_gpu_reader()
     sampler = Sampler(reader, HostReader(), process_interval=settings.process_interval)

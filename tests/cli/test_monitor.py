@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -132,6 +133,11 @@ def test_monitor_human_output_has_summary_and_verdict() -> None:
         (["--interval", "1e308"], "Invalid value for '--interval': 1e+308 is not in the range 0.05<=x<=3600"),
         (["--json", "--jsonl"], "--json and --jsonl: pick one"),
         (["--duration", "abc"], "Invalid value for '--duration': 'abc' is not a number — see"),
+        (["--db", "/tmp/x.db"], "--db is where --record stores the samples: add --record, or leave --db out"),
+        (
+            ["--record", "--db", "/proc/gpuwarden.db"],
+            "/proc/gpuwarden.db: cannot create the database there (",
+        ),
     ],
 )
 def test_monitor_bad_input_is_one_line(args: list[str], message: str) -> None:
@@ -142,11 +148,12 @@ def test_monitor_bad_input_is_one_line(args: list[str], message: str) -> None:
 
 
 def test_monitor_record_stores_history(tmp_path: Path) -> None:
-    db = tmp_path / "g.db"
+    db = tmp_path / "new" / "g.db"  # its folder made, owner-only
     r = _cli(
         "monitor", "--duration", "1", "--interval", "0.25", "--record", "--db", str(db), "--json", fake="h100"
     )
     assert r.returncode == 0, r.stderr
+    assert stat.S_IMODE(db.parent.stat().st_mode) == 0o700
     from gpuwarden.core.store.db import open_db
     from gpuwarden.core.store.telemetry import TelemetryStore
 

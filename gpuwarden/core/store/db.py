@@ -13,7 +13,7 @@ from pathlib import Path
 import sqlite_utils
 
 from gpuwarden.core.errors import UserError
-from gpuwarden.core.private import FILE_MODE, make_private
+from gpuwarden.core.private import DIR_MODE, FILE_MODE, make_private
 from gpuwarden.core.store.migrations import MIGRATIONS, SCHEMA_VERSION
 
 
@@ -42,7 +42,6 @@ def _open(path: Path | str, readonly: bool) -> sqlite_utils.Database:
         conn = sqlite3.connect(f"file:{p}?mode=ro", uri=True, check_same_thread=False, isolation_level=None)
     else:
         p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
         _create_private(p)
         conn = sqlite3.connect(str(p), check_same_thread=False, isolation_level=None, timeout=10)
     try:
@@ -76,11 +75,15 @@ def _create_private(path: Path) -> None:
     if path.is_dir():
         return
     try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)  # a new folder is owner-only too
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, FILE_MODE))
         for part in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
             make_private(part)
     except OSError as exc:
-        raise UserError(f"{path}: cannot open the database ({exc.strerror}) — check paths.db") from None
+        raise UserError(
+            f"{path}: cannot create the database there ({exc.strerror or exc}) — "
+            "choose a place you can write (--db, or paths.db in the config)"
+        ) from None
 
 
 def schema_version(db: sqlite_utils.Database) -> int:
