@@ -13,6 +13,7 @@ from gpuwarden.core.config.spec import Resources
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.gang.gpu_choice import Candidate, choose_gpus
 from gpuwarden.core.telemetry.topology import NO_TOPOLOGY, GpuTopology
+from gpuwarden.core.units import gib
 
 
 @dataclass(frozen=True)
@@ -111,3 +112,28 @@ def place(
     if len(candidates) < wanted:
         return None
     return Placement(choose_gpus(candidates, wanted, topology))
+
+
+def why_waiting(
+    resources: Resources, gpus: Sequence[GpuState], busy: Mapping[str, int], max_runs_per_gpu: int
+) -> str:
+    """Why `place` gave a run no GPUs now, as its queued message says it: what it waits for and
+    what there is (a run of several GPUs waits for all of them at once)."""
+    if not gpus:
+        return "waiting for a GPU: none found (resources.allow_cpu: true runs it on the CPU)"
+    need = resources.min_free_memory
+    with_memory = f" with {gib(int(need))} GiB free" if need is not None else ""
+
+    def free(g: GpuState) -> bool:
+        if g.lost or busy.get(g.uuid, 0) >= max_runs_per_gpu:
+            return False
+        return need is None or (g.free is not None and g.free >= int(need))
+
+    wanted = resources.gpus
+    if isinstance(wanted, list):
+        waits = [str(g.index) for g in _named(gpus, [str(w) for w in wanted]) if not free(g)]
+        return (
+            f"waiting for GPU {', '.join(waits)}{with_memory} (another run has it, or its memory is in use)"
+        )
+    ready = sum(free(g) for g in gpus)
+    return f"waiting for {wanted} GPU{'s' if wanted != 1 else ''}{with_memory}: {ready} free now"

@@ -55,3 +55,25 @@ def test_memory_limit_reaches_the_process_layer(rig: Rig) -> None:
     run_id = rig.submit(command(resources={"gpus": 1, "memory_limit": "3GiB"}))
     rig.step()
     assert rig.proc_of(run_id).memory_limit == 3 << 30
+
+
+def test_a_waiting_run_says_what_it_waits_for(rig: Rig) -> None:
+    a = rig.submit(command("a"))
+    rig.step()
+    pair = rig.submit(command("pair", resources={"gpus": 2}))
+    big = rig.submit(command("big", resources={"gpus": 1, "min_free_memory": "100GiB"}))
+    named = rig.submit(command("named", resources={"gpus": ["0", "1"]}))
+    rig.step(2)
+    assert rig.run(pair)["message"] == "waiting for 2 GPUs: 1 free now"
+    assert rig.run(big)["message"] == "waiting for 1 GPU with 100.0 GiB free: 0 free now"
+    taken = rig.proc_of(a).env["CUDA_VISIBLE_DEVICES"].removeprefix("GPU-")
+    assert rig.run(named)["message"] == (
+        f"waiting for GPU {taken} (another run has it, or its memory is in use)"
+    )
+    said = [d["message"] for kind, d in rig.broadcaster.frames if kind == "run" and d["id"] == pair]
+    rig.step(3)
+    again = [d["message"] for kind, d in rig.broadcaster.frames if kind == "run" and d["id"] == pair]
+    assert again == said and said.count("waiting for 2 GPUs: 1 free now") == 1  # once, not every pass
+    rig.proc_of(a).exit(0)
+    rig.step(2)
+    assert rig.state(pair) == RunState.RUNNING

@@ -26,7 +26,7 @@ from gpuwarden.core.run_state import RunState
 from gpuwarden.core.store import sqlite_utils
 from gpuwarden.core.store.runs import RunStore
 from gpuwarden.daemon.events_tail import EventsTail
-from gpuwarden.daemon.placement import Placement, place
+from gpuwarden.daemon.placement import Placement, place, why_waiting
 from gpuwarden.daemon.process import ExitStatus, ExitVerdict, Outcome
 from gpuwarden.daemon.stream import Broadcaster
 from gpuwarden.daemon.supervise.backends import Backends, ChildProcess
@@ -229,6 +229,10 @@ class Context:
         if topology is None:
             return place(resources, states, taken, self.settings.max_runs_per_gpu)
         return place(resources, states, taken, self.settings.max_runs_per_gpu, topology)
+
+    def why_waiting(self, resources: Resources, busy: Mapping[str, int]) -> str:
+        """Why `place` gave none: what the run waits for, and what there is."""
+        return why_waiting(resources, self.backends.gpu_states(), busy, self.settings.max_runs_per_gpu)
 
     # -- the loop's inbox ----------------------------------------------------------------------------
 

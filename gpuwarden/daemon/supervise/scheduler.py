@@ -4,6 +4,7 @@ blocking the ones behind it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from gpuwarden.core.config.spec import spec_from_mapping
 from gpuwarden.core.errors import UserError
@@ -34,6 +35,7 @@ def due(ctx: Context, *, can_tune: bool) -> list[Scheduled]:
             continue
         placement = ctx.place(spec.resources, busy)
         if placement is None:
+            _say_why_it_waits(ctx, run, ctx.why_waiting(spec.resources, busy))
             continue
         ctx.not_before.pop(run["id"], None)
         for uuid in placement.gpus:  # later runs of this pass see these GPUs taken
@@ -42,3 +44,13 @@ def due(ctx: Context, *, can_tune: bool) -> list[Scheduled]:
         # after `tune_run` asked for it.
         out.append(Scheduled(Start(run, spec, placement), tune=spec.autotune and can_tune))
     return out
+
+
+def _say_why_it_waits(ctx: Context, run: dict[str, Any], why: str) -> None:
+    """Put what a queued run waits for in its message, where that message is only a wait (not a
+    restart's or a retune's, which say more): written when it changes, not on every pass."""
+    message = str(run.get("message") or "")
+    if message == why or not message.startswith("waiting"):
+        return
+    ctx.store(lambda s: s.update_run(run["id"], message=why))
+    ctx.publish_run(ctx.run(run["id"]))
