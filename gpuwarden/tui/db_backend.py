@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gpuwarden.core.api import Attempt, HistoryAnswer, LogChunk, Retune, RunEvent, RunMetric, RunSummary
+from gpuwarden.core.command.record import with_records
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.logtail import NO_LOG, log_chunk, read_log
 from gpuwarden.core.oom.explain import oom_phases
@@ -168,7 +169,10 @@ class DbBackend:
         with self._lock:
             run = self.store.resolve(run_id)
             summary = self._summary(run)
-            attempts = [Attempt.model_validate(a) for a in self.store.attempts(run["id"])]
+            # With the record of what each attempt was handed (knobs, config diff, resume point),
+            # as the API's run detail has it.
+            rows = with_records(Path(run["run_dir"]), self.store.attempts(run["id"]))
+            attempts = [Attempt.model_validate(a) for a in rows]
             retunes = [Retune.model_validate(r) for r in self.store.retunes(run["id"])]
             events = [RunEvent.model_validate(e) for e in self.store.events(run["id"], limit=100_000)]
             report = self._report(Path(run["run_dir"]))

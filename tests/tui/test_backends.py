@@ -25,6 +25,8 @@ from gpuwarden.core.api import (
     RunMetric,
     RunSummary,
 )
+from gpuwarden.core.api.runs import AttemptRecord
+from gpuwarden.core.command.record import write_record
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.store.db import open_db
 from gpuwarden.core.store.runs import RunStore
@@ -68,6 +70,10 @@ def db_file(tmp_path: Path) -> Path:
     runs.set_state("r1", "starting", "attempt 1")
     runs.set_state("r1", "running", "attempt 1")
     (tmp_path / "out.log").write_text("".join(f"line {i}\n" for i in range(1000)))
+    handed = AttemptRecord(
+        prepared_at=FROZEN_TS, argv=["python", "train.py"], cwd="/w", knobs={"lr": 0.1}, env={}
+    )
+    write_record(tmp_path / "r1", 1, handed)  # what the daemon wrote in the run's folder
     db.conn.close()
     return path
 
@@ -91,6 +97,8 @@ def test_db_backend_reads_everything_and_writes_nothing(db_file: Path) -> None:
     assert (run.state, run.samples_seen, run.total, run.retunes, run.placed) == ("running", 40, 160, 1, (0,))
     detail = backend.run_detail("r1")
     assert detail.retunes[0].before == {"batch_size": 8} and detail.retunes[0].verdict == "gpu_capacity"
+    prepared = detail.attempts[0].prepared  # as the API's run detail has it
+    assert prepared is not None and prepared.knobs == {"lr": 0.1}
     assert detail.metrics[0].loss == 1.5 and detail.mem_capacity == 24 * GIB
     assert {e.type for e in detail.events} == {"state"}  # progress events became the charts
     tail = backend.logs("r1", -64)
