@@ -153,8 +153,11 @@ def doctor(
         return
     click.echo(render(diagnosis))
     if fixed is not None:
-        what = ", ".join(fixed["fixed"]) or "nothing"
-        note(f"wrote {fixed['path']}: {len(fixed['changes'])} change(s) for {what}")
+        if fixed["changes"]:
+            what = ", ".join(fixed["fixed"])
+            note(f"wrote {fixed['path']}: {len(fixed['changes'])} change(s) for {what}")
+        else:  # still written: `doctor --fix OUT && gpuwarden run OUT` holds either way
+            note(f"wrote {fixed['path']}: the spec as it was, nothing needed fixing")
         if fixed["remaining_fixable"]:
             note(f"still fixable in it: {', '.join(fixed['remaining_fixable'])}")
         for n in fixed["notes"]:

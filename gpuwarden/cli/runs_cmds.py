@@ -42,7 +42,7 @@ def _when(ts: float | None) -> str:
 @click.option("--all", "show_all", is_flag=True, help="Every finished run (default: the newest 20 of them).")
 @json_option
 def ps(show_all: bool, as_json: bool) -> None:
-    """List runs: id, name, state, attempt, started."""
+    """List runs: id, name, state, attempt, when created, message."""
     with ApiClient() as client:
         runs = client.runs()
     hidden = 0

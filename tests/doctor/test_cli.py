@@ -72,6 +72,10 @@ def test_doctor_fix_writes_a_spec_doctor_finds_clean(tmp_path: Path) -> None:
     from gpuwarden.core.config.spec import load_spec
 
     assert load_spec(out).train is not None
+    # Fixed again: nothing left to change, and it says so rather than "0 change(s) for nothing".
+    twice = gw("doctor", str(out), "--gpu-memory", "24GiB", "--fix", str(tmp_path / "twice.yaml"))
+    assert twice.returncode == 0, twice.stderr
+    assert "the spec as it was, nothing needed fixing" in twice.stderr and "0 change(s)" not in twice.stderr
 
 
 def test_doctor_human_output_is_sorted_and_shows_evidence() -> None:
