@@ -109,7 +109,9 @@ def detail_lines(detail: RunDetail, events: list[RunEvent]) -> Iterator[str]:
             changes = (e.model_extra or {}).get("changes") or {}
             yield f"edited {when(e.ts)}: {edit_text(changes)}"
     if detail.report is not None:
-        yield f"report:   {Path(detail.run_dir) / 'report.json'}"
+        # A gang's report.json is rank 0's own: said, so it is not read as the gang's whole.
+        whose = f" (rank 0 of {world}; `gpuwarden report` covers every rank)" if world > 1 else ""
+        yield f"report:   {Path(detail.run_dir) / 'report.json'}{whose}"
         for line in report_lines(detail.report):
             yield f"    {line}"
 

@@ -96,3 +96,6 @@ def test_a_gangs_retune_keeps_the_effective_batch_of_all_its_ranks() -> None:
     text = "\n".join(detail_lines(gang, []))
     assert "effective batch: 128" in text
     assert "micro-batch 64 → 16, accumulation 1 → 4, effective batch 128 kept" in text
+    # Its report.json is rank 0's: said so.
+    assert "/report.json (rank 0 of 2; `gpuwarden report` covers every rank)" in text
+    assert "(rank 0" not in "\n".join(detail_lines(DETAIL, []))  # one process: no such note
