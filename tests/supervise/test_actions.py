@@ -143,3 +143,17 @@ def test_an_edit_that_changes_nothing_is_refused_and_not_recorded(rig: Rig) -> N
     rig.sup.edit_run(run_id, {"knobs": {"bs": 2}})
     (edited,) = rig.events(run_id, "edited")
     assert edited["changes"] == {"knobs.bs": [4, 2]}
+
+
+def test_a_key_of_another_kinds_section_is_named_as_such(rig: Rig) -> None:
+    run_id = rig.submit(command(knobs={"bs": 4}, resources=NEVER_FITS))
+    with pytest.raises(UserError) as err:
+        rig.sup.edit_run(run_id, {"set": {"train.batch_size": 2}})
+    assert str(err.value) == (
+        "train.batch_size: a command run has no train section — its settings are in knobs (knobs.NAME)"
+    )
+    trained = rig.submit(train(resources=NEVER_FITS))
+    with pytest.raises(
+        UserError, match=r"^infer.batch_size: a train run has no infer section — .* \(train.KEY\)"
+    ):
+        rig.sup.edit_run(trained, {"set": {"infer.batch_size": 2}})

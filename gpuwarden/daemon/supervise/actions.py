@@ -201,6 +201,7 @@ def changed(spec: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, An
     for key, value in changes.items():
         if key == "set":
             for dotted, new in (value or {}).items():
+                _check_section(dotted, kind)
                 set_dotted(document, dotted, new)
         elif key == "knobs" and value is not None:
             document["knobs"] = merged_knobs(document.get("knobs") or {}, value, kind)
@@ -210,6 +211,19 @@ def changed(spec: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, An
     if isinstance(after, Mapping):  # `set` may have named `knobs.lr` or the section whole
         check_knob_names(list(after), knobs, kind)
     return document
+
+
+# The section that holds a kind's own settings; the others' sections it does not have.
+_OWN_SECTION = {"train": "train", "infer": "infer", "command": "command"}
+
+
+def _check_section(dotted: str, kind: str) -> None:
+    """A dotted key into another kind's section (`train.batch_size` on a command run) would only
+    surface as that section's missing keys: say what the run has instead."""
+    section = dotted.split(".", 1)[0]
+    if section in _OWN_SECTION and section != _OWN_SECTION.get(kind):
+        where = "knobs (knobs.NAME)" if kind == "command" else f"the {kind} section ({kind}.KEY)"
+        raise UserError(f"{dotted}: a {kind} run has no {section} section — its settings are in {where}")
 
 
 def edit_record(
