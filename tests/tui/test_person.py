@@ -405,3 +405,21 @@ def test_the_status_line_names_the_host() -> None:
             assert status.startswith("gpuwarden  gpu-box  fake in-memory fake")
 
     run(body())
+
+
+def test_v_on_a_run_without_a_retune_says_why_it_shows_nothing() -> None:
+    async def body() -> None:
+        fake = FakeBackend(clock=lambda: FROZEN_TS)
+        fake.add_cpu_run("r1111111111", "cpu-train", "running", 777)  # it never ran out of memory
+        app = make_app(fake)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot)
+            screen = await open_run_screen(pilot, "r1111111111")
+            await wait_workers(pilot)
+            assert screen.detail is not None and not screen.detail.retunes
+            await pilot.press("v")
+            await until(
+                pilot, lambda: any("no retune in this run" in m for m in messages(app)), "why v shows nothing"
+            )
+
+    run(body())

@@ -438,6 +438,13 @@ class RunDetailScreen(Screen[None]):
         """A control key the run does not offer now says why."""
         action = _KEY_ACTION.get(event.key)
         why = self.refusal(action) if action else None
+        if (
+            event.key == "v"
+            and self.tab == "timeline"
+            and self.detail is not None
+            and not self.detail.retunes
+        ):
+            why = "no retune in this run: the raw evidence is a retune's"
         if why:
             event.stop()
             self.notify(why, timeout=4)
