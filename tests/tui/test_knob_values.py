@@ -22,3 +22,8 @@ def test_hostile_values_are_refused_in_one_short_line(raw: str) -> None:
         parse_knob(f"train.batch_size={raw}")
     message = str(caught.value)
     assert "is not a value" in message and "\n" not in message and len(message) < 200
+
+
+def test_a_knob_given_twice_is_refused_rather_than_the_last_one_kept() -> None:
+    with pytest.raises(ValueError, match=r"^lr is given twice: give each knob once$"):
+        parse_knob("lr=abc def, lr=2")

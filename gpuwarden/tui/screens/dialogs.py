@@ -217,6 +217,8 @@ def parse_knob(text: str) -> dict[str, Any]:
         key, sep, raw = part.partition("=")
         if not sep or not key.strip():
             raise ValueError(f"'{part.strip()}': write name=value, e.g. batch_size=4")
+        if key.strip() in changes:
+            raise ValueError(f"{key.strip()} is given twice: give each knob once")
         try:
             changes[key.strip()] = load_yaml_value(raw.strip(), key.strip()) if raw.strip() else None
         except UserError:
