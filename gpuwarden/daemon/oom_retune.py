@@ -90,12 +90,7 @@ class OomRetune:
         )
         run_dir = Path(str(run["run_dir"]))
         probe_dir = run_dir / "probes" / f"after-{end.number}"
-        probe = None
-        if spec.kind in ("train", "infer"):
-            probe = self._probe_for(run_id, spec, end, run_dir, probe_dir)
-        elif spec.command is not None:
-            probe = self._command_probe_for(spec, run, end, probe_dir)
-        probe = self._unless_stopped(run_id, probe)
+        probe = self._unless_stopped(run_id, self._probe(spec, run, end, probe_dir))
         try:
             plan = plan_recovery(
                 spec,
@@ -125,6 +120,14 @@ class OomRetune:
             evidence=plan.evidence(),
             prediction=decision.prediction,
         )
+
+    def _probe(self, spec: RunSpec, run: Mapping[str, Any], end: AttemptEnd, probe_dir: Path) -> Probe | None:
+        """Short processes that measure the restart's memory (None: the ladder decides unmeasured)."""
+        if spec.kind in ("train", "infer"):
+            return self._probe_for(str(run["id"]), spec, end, Path(str(run["run_dir"])), probe_dir)
+        if spec.command is not None:
+            return self._command_probe_for(spec, run, end, probe_dir)
+        return None
 
     def _unless_stopped(self, run_id: str, probe: Probe | None) -> Probe | None:
         """`probe`, giving up once the run was stopped: its stop ends the probe running (the
