@@ -213,15 +213,12 @@ def changed(spec: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, An
     return document
 
 
-# The section that holds a kind's own settings; the others' sections it does not have.
-_OWN_SECTION = {"train": "train", "infer": "infer", "command": "command"}
-
-
 def _check_section(dotted: str, kind: str) -> None:
     """A dotted key into another kind's section (`train.batch_size` on a command run) would only
-    surface as that section's missing keys: say what the run has instead."""
+    surface as that section's missing keys: say what the run has instead. Each kind's own
+    settings live in the section named as it is."""
     section = dotted.split(".", 1)[0]
-    if section in _OWN_SECTION and section != _OWN_SECTION.get(kind):
+    if section in ("train", "infer", "command") and section != kind:
         where = "knobs (knobs.NAME)" if kind == "command" else f"the {kind} section ({kind}.KEY)"
         raise UserError(f"{dotted}: a {kind} run has no {section} section — its settings are in {where}")
 
