@@ -352,6 +352,32 @@ def test_submit_lists_the_completions_and_selects_the_new_run(tmp_path: Any) -> 
     run(body())
 
 
+def test_tab_right_after_typing_completes_what_was_typed_not_the_stale_list(tmp_path: Any) -> None:
+    # Tab can reach the dialog before the message of the keystroke before it (fast typing, a
+    # paste): it must complete what the field holds, not what the list showed a moment ago.
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "finetune.yaml").write_text("name: x\n")
+    (tmp_path / "specs" / "serve.yaml").write_text("name: y\n")
+
+    async def body() -> None:
+        app = GpuwardenApp(FakeBackend(), clock=lambda: FROZEN_TS, cwd=tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot)
+            await pilot.press("n", *"specs/")
+            dialog = app.screen
+            assert isinstance(dialog, SubmitScreen)
+            field = dialog.query_one(Input)
+            field.insert_text_at_cursor("s")  # typed, its message not yet handled …
+            await dialog.run_action("accept")  # … when tab arrives
+            assert field.value == "specs/serve.yaml"
+            await pilot.pause()  # the late message must not undo the completion or the list
+            assert field.value == "specs/serve.yaml"
+            options = dialog.candidates
+            assert [str(options.get_option_at_index(i).prompt) for i in range(options.option_count)] == []
+
+    run(body())
+
+
 def test_a_refused_spec_stays_in_the_dialog(tmp_path: Any) -> None:
     (tmp_path / "notes.txt").write_text("no spec\n")
 

@@ -119,6 +119,7 @@ class SubmitScreen(ModalScreen[str | None]):
         super().__init__()
         self.cwd = cwd
         self.submit = submit  # None: the dialog only answers the path (the caller submits)
+        self._listed_for: str | None = None  # the typed value the candidates were listed for
 
     def compose(self) -> ComposeResult:
         with Vertical():
@@ -136,6 +137,7 @@ class SubmitScreen(ModalScreen[str | None]):
         return self.query_one("#candidates", OptionList)
 
     def show_candidates(self, value: str) -> None:
+        self._listed_for = value
         found = path_candidates(value or "", self.cwd)
         options = self.candidates
         options.clear_options()
@@ -145,7 +147,8 @@ class SubmitScreen(ModalScreen[str | None]):
 
     def on_input_changed(self, event: Input.Changed) -> None:
         self.query_one("#submit-error", Static).update("")
-        self.show_candidates(event.value)
+        if event.input.value != self._listed_for:  # a late message keeps the list (and the choice)
+            self.show_candidates(event.input.value)
 
     def action_move(self, step: int) -> None:
         options = self.candidates
@@ -154,6 +157,11 @@ class SubmitScreen(ModalScreen[str | None]):
             options.highlighted = (current + step) % options.option_count
 
     def highlighted(self) -> str | None:
+        # A key can arrive before the Changed message of the keystroke before it (tab right after
+        # typing, a paste): list for what the field holds now, not for what it held.
+        typed = self.query_one("#spec-path", Input).value
+        if typed != self._listed_for:
+            self.show_candidates(typed)
         options = self.candidates
         if options.highlighted is None or not options.option_count:
             return None
