@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 
+from rich.text import Text
+
 from gpuwarden.tui.backend import RunRow
 
 
@@ -42,3 +44,14 @@ def bar(fraction: float | None, width: int) -> str:
 def cut(text: str, width: int) -> str:
     """`text` in at most `width` cells, an ellipsis marking what was cut."""
     return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+
+
+def first_that_fit(parts: list[Text], width: int, gap: str = "  ") -> Text:
+    """The leading parts that fit in `width` (the first always): the least needed come last."""
+    line = parts[0].copy()
+    for part in parts[1:]:
+        if line.cell_len + len(gap) + part.cell_len > width:
+            break
+        line.append(gap)
+        line.append_text(part)
+    return line

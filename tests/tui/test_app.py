@@ -4,11 +4,14 @@ was asked to do out."""
 from __future__ import annotations
 
 import io
+import re
 import time
 from typing import Any
 
+import pytest
 from rich.console import Console
 from textual.command import CommandPalette
+from textual.geometry import Region
 from textual.widgets import DataTable, Footer, Input, Log, SelectionList, Static
 
 from gpuwarden.tui.app import GpuwardenApp
@@ -91,6 +94,30 @@ def test_active_throttle_reasons_are_highlighted() -> None:
             # The idle-clock bit of the second card is not throttling, so no badge there.
             assert snap.gpus[1].throttle_reasons in (0, 1)
             assert "GPU_IDLE" not in text_of(app.query(GpuCard).last().text)
+
+    run(body())
+
+
+@pytest.mark.parametrize("size", [(60, 20), (44, 20), (80, 24)])
+def test_a_narrow_overview_keeps_each_cards_lines_and_the_host_line_whole(size: tuple[int, int]) -> None:
+    # Over SSH in a small pane: a long GPU name and a throttle badge must not wrap the header
+    # into the next line and push the power line out of the card.
+    async def body() -> None:
+        fake = FakeBackend()
+        app = make_app(fake, clock=lambda: FROZEN_TS)
+        fake.clock = lambda: FROZEN_TS + 90  # the first card at its power cap
+        async with app.run_test(size=size) as pilot:
+            await settle(pilot)
+            text = app.query(GpuCard).first().text
+            shown = [strip.text for strip in text.render_lines(Region(0, 0, *text.size))]
+            assert len(shown) == 3
+            assert shown[0].startswith("GPU 0") and "SW_POWER_CAP" in shown[0]
+            assert shown[1].startswith("util")
+            assert shown[2].startswith("power") and "W (" in shown[2] and "°C" in shown[2]
+            host = app.query_one("#host", Static)
+            line = "".join(strip.text for strip in host.render_lines(Region(0, 0, *host.size)))
+            assert "GiB" in line and (re.search(r"load \d+\.\d\d", line) or size[0] < 60)
+            assert "…" not in line and not line.rstrip().endswith("load")  # never a part cut in half
 
     run(body())
 
