@@ -41,8 +41,6 @@ def refusal(action: str, run: RunRow) -> str | None:
         return f"{who}: only a failed, stopped or interrupted run resumes"
     if action in ("edit_run", "tune_run"):
         verb = "change" if action == "edit_run" else "tune"
-        if action == "tune_run" and run.kind == "command":
-            return f"{run.name} runs your own command: only train and infer runs are tuned"
         if state in CHANGEABLE_STATES:
             return None
         if state is RunState.SUCCEEDED:

@@ -119,3 +119,32 @@ def test_a_run_submitted_from_the_dashboard_gets_the_dashboards_environment(
     assert gw.wait_state(submitted.id)["state"] == "succeeded"
     with gw.client() as client:
         assert "sees from-the-shell" in client.logs(submitted.id, stream="stdout", attempt=1).data
+
+
+def test_tune_a_stopped_script_from_the_dashboard_answers_as_the_daemon_does(
+    gw: DaemonHandle,  # noqa: F811 (the fixture)
+) -> None:
+    # Whether a command run can be tuned depends on its roles, which the daemon checks: the
+    # dashboard offers `t` and shows the daemon's answer, the fix included.
+    run_id = gw.submit(command_spec("printer", PRINTER))["id"]
+    gw.wait_state(run_id, ("running",))
+    with gw.client() as client:
+        client.stop(run_id, grace_seconds=0.5)
+    gw.wait_state(run_id)
+
+    async def body() -> None:
+        app = make_app(ApiBackend(gw.client()), clock=time.time)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await settle(pilot, timeout=10)
+            await pilot.press("2")
+            await until(pilot, lambda: app.main.runs.selected_id() == run_id, "the stopped script selected")
+            await pilot.press("t")
+            await wait_workers(pilot)
+            await until(
+                pilot,
+                lambda: any("name the knob that is the micro-batch" in n.message for n in app._notifications),
+                "the daemon's answer in the dashboard",
+            )
+
+    run(body())
+    assert gw.client().run(run_id).state == "stopped"  # refused: nothing changed

@@ -149,7 +149,7 @@ def test_each_run_offers_only_the_controls_its_state_allows() -> None:
         QUEUED: {"stop_run", "edit_run", "tune_run"},
         FAILED: {"resume_run", "edit_run", "tune_run"},
         STOPPED: {"resume_run", "edit_run", "tune_run"},
-        SCRIPT: {"resume_run", "edit_run"},  # a command run is not tuned
+        SCRIPT: {"resume_run", "edit_run", "tune_run"},  # the daemon says whether its roles let it
         SUCCEEDED: set(),
     }
 
