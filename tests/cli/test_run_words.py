@@ -98,3 +98,18 @@ def test_knob_values_that_are_no_finite_number_stay_the_text_given(tmp_path: Pat
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["knobs"] == {"bs": "nan", "lr": "1e400", "n": 8}
+
+
+def test_a_role_knob_the_command_never_uses_is_one_line(tmp_path: Path) -> None:
+    # `--batch-size 32` typed as text: halving the knob would change nothing the script sees.
+    flags = ["--knob", "bs=32", "--role", "micro_batch=bs", "--print-spec", "--"]
+    forgot = _run(*flags, "python", "train.py", "--batch-size", "32", cwd=tmp_path)
+    assert forgot.returncode == 2 and forgot.stdout == ""
+    assert (
+        forgot.stderr.startswith(
+            "gpuwarden: command.roles.micro_batch: knob 'bs' reaches your program nowhere — write {bs}"
+        )
+        and forgot.stderr.count("\n") == 1
+    ), forgot.stderr
+    used = _run(*flags, "python", "train.py", "--batch-size={bs}", cwd=tmp_path)
+    assert used.returncode == 0, used.stderr

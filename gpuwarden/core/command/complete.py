@@ -16,7 +16,7 @@ from gpuwarden.core.command.config_file import ConfigDocument, load_config
 from gpuwarden.core.command.presets import apply_preset
 from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
 from gpuwarden.core.config.spec_command import KnobBinding
-from gpuwarden.core.config.templating import check_command
+from gpuwarden.core.config.templating import check_command, placeholder_names
 from gpuwarden.core.errors import UserError
 
 _INT_ROLES = (
@@ -128,6 +128,24 @@ def _check_roles(spec: RunSpec) -> None:
             raise UserError(f"{where} is {value!r}: a precision knob holds one of {', '.join(PRECISIONS)}")
 
 
+def _check_roles_reach(spec: RunSpec) -> None:
+    """A role's knob must reach the program, or every retune of it changes nothing and the run
+    fails the same way until the ladder gives up."""
+    command = spec.command
+    assert command is not None
+    used: set[str] = set(command.bind)
+    for text in [*command.argv, *command.env.values()]:
+        used |= placeholder_names(text)
+    for role, name in command.roles.knob_names().items():
+        # Under torchrun the ranks learn the world size from torchrun itself.
+        if name in used or (role == "world_size" and command.launcher == "torchrun"):
+            continue
+        raise UserError(
+            f"command.roles.{role}: knob {name!r} reaches your program nowhere — write {{{name}}} "
+            f"where the command takes it (e.g. --flag {{{name}}}), or bind it to a config key or variable"
+        )
+
+
 def complete_command(spec: RunSpec) -> RunSpec:
     """The command run's spec with preset knobs and config values filled in, after every check
     that can be made before it runs (other kinds come back unchanged)."""
@@ -145,6 +163,7 @@ def complete_command(spec: RunSpec) -> RunSpec:
         raise UserError(f"command.bind.{unvalued[0]}: give the knob a value under `knobs:`")
     check_command(spec)
     _check_roles(spec)
+    _check_roles_reach(spec)
     # Re-validate the whole: the preset and the file's values went in after the first check.
     data: dict[str, Any] = spec.model_dump(mode="json", exclude_none=True)
     return spec_from_mapping(data)

@@ -93,6 +93,15 @@ def optional_fields(template: str) -> list[str]:
         return []
 
 
+def placeholder_names(template: str) -> set[str]:
+    """Knob or built-in names a string uses, whatever the form (`{n}`, `{n?}`, `{n=v}`, `{n:spec}`)."""
+    try:
+        fields = [f for _, f, _, _ in _FORMATTER.parse(template) if f]
+    except ValueError:
+        return set()
+    return {f.partition("=")[0].removesuffix("?") for f in fields}
+
+
 def _is_flag(item: str) -> bool:
     return item.startswith("-") and "=" not in item and "{" not in item
 
