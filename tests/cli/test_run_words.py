@@ -113,3 +113,22 @@ def test_a_role_knob_the_command_never_uses_is_one_line(tmp_path: Path) -> None:
     ), forgot.stderr
     used = _run(*flags, "python", "train.py", "--batch-size={bs}", cwd=tmp_path)
     assert used.returncode == 0, used.stderr
+
+
+def test_a_trainer_args_file_not_named_as_config_file_is_one_line(tmp_path: Path) -> None:
+    # HfArgumentParser's idiom: `python ft.py args.json`, every TrainingArguments value in the file.
+    (tmp_path / "args.json").write_text('{"output_dir": "out", "per_device_train_batch_size": 16}\n')
+    flags = ["--framework", "transformers", "--print-spec"]
+    unnamed = _run(*flags, "--", "python", "ft.py", "args.json", cwd=tmp_path)
+    assert unnamed.returncode == 2 and unnamed.stdout == ""
+    assert (
+        unnamed.stderr.startswith(
+            "gpuwarden: command.argv passes args.json, where transformers settings such as the batch size live"
+        )
+        and unnamed.stderr.count("\n") == 1
+    ), unnamed.stderr
+    named = _run(*flags, "--config-file", "args.json", "--", "python", "ft.py", "args.json", cwd=tmp_path)
+    assert named.returncode == 0 and "micro_batch: per_device_train_batch_size" in named.stdout, named.stderr
+    # a flag's value is not the program's arguments file
+    other = _run(*flags, "--", "python", "ft.py", "--deepspeed", "args.json", cwd=tmp_path)
+    assert other.returncode == 0, other.stderr

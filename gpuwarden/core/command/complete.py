@@ -15,7 +15,7 @@ from typing import Any
 from gpuwarden.core.command.config_file import ConfigDocument, load_config
 from gpuwarden.core.command.presets import apply_preset
 from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
-from gpuwarden.core.config.spec_command import KnobBinding
+from gpuwarden.core.config.spec_command import CONFIG_SUFFIXES, KnobBinding
 from gpuwarden.core.config.templating import check_command, placeholder_names
 from gpuwarden.core.errors import UserError
 
@@ -146,6 +146,27 @@ def _check_roles_reach(spec: RunSpec) -> None:
         )
 
 
+def _check_args_file(spec: RunSpec) -> None:
+    """`python train.py args.json` under a framework preset: the batch size is in that file, which
+    the preset reads only when it is named as the config file. Unnamed, the run would start
+    with nothing to retune and a resume flag the program's args-file mode rejects."""
+    command = spec.command
+    assert command is not None
+    if command.config_file is not None or "micro_batch" in command.roles.knob_names():
+        return
+    for before, item in zip(command.argv, command.argv[1:], strict=False):
+        # A positional file (HfArgumentParser's one-argument idiom) or LightningCLI's --config.
+        if before.startswith("-") and before not in ("--config", "-c"):
+            continue
+        path = Path(item) if os.path.isabs(item) or command.cwd is None else Path(command.cwd) / item
+        if path.suffix.lower() in CONFIG_SUFFIXES and path.is_file():
+            raise UserError(
+                f"command.argv passes {item}, where {command.framework} settings such as the batch "
+                f"size live — name it the config file too (--config-file {item}, or "
+                "command.config_file) so each attempt gets a retuned copy"
+            )
+
+
 def complete_command(spec: RunSpec) -> RunSpec:
     """The command run's spec with preset knobs and config values filled in, after every check
     that can be made before it runs (other kinds come back unchanged)."""
@@ -154,6 +175,8 @@ def complete_command(spec: RunSpec) -> RunSpec:
         return spec
     config = load_config(command.config_file) if command.config_file is not None else None
     spec = apply_preset(spec, config)
+    if command.framework != "none":
+        _check_args_file(spec)
     if config is not None:
         spec = _fill_from_config(spec, config)
         spec = _names_config_file(spec)
