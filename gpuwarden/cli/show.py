@@ -4,6 +4,7 @@ units a person reads; `--json` prints the API's run detail as it is."""
 from __future__ import annotations
 
 import datetime as dt
+import shlex
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,9 @@ def attempt_lines(a: Attempt) -> Iterator[str]:
             f"    restart {a.restart.restart} of {a.restart.max} after {a.restart.backoff_s:g} s:"
             f" {a.restart.cause}"
         )
+    if a.prepared is not None and a.prepared.argv:
+        # Flag knobs, and the flags a preset adds, reach the program only through its argv.
+        yield f"    command {shlex.join(a.prepared.argv)}"
     for line in summary_lines(a.prepared) if a.prepared is not None else []:
         yield f"    {line}"
     for rank in a.ranks:

@@ -408,3 +408,15 @@ def test_rm_by_a_name_several_runs_share_asks_for_the_id(daemon_factory: Any) ->
     assert gw.cli_json("show", "same")["id"] == newer  # reading by name still finds the newest
     assert gw.cli_json("rm", older) == {"deleted": [older]}
     assert gw.cli_json("rm", "same") == {"deleted": [newer]}  # the only one left of that name
+
+
+def test_show_prints_the_command_each_attempt_ran(daemon_factory: Any) -> None:
+    # A knob written as `{bs}` in a flag reaches the program only through argv: show it.
+    gw: DaemonHandle = daemon_factory()
+    script = gw.root / "train.py"
+    script.write_text("import sys\nprint(sys.argv[1:])\n")
+    flags = ["--name", "flags", "--gpus", "0", "--knob", "bs=16", "--role", "micro_batch=bs", "--follow"]
+    done = gw.cli("run", *flags, "--", sys.executable, str(script), "--batch-size", "{bs}")
+    assert done.returncode == 0, done.stderr
+    shown = gw.cli("show", "flags").stdout
+    assert f"\n    command {sys.executable} {script} --batch-size 16\n" in shown, shown
