@@ -61,6 +61,10 @@ def test_a_program_on_the_path_is_a_command(tmp_path: Path) -> None:
             ["--memory-limit", "0", "--print-spec", "--", "true"],
             "the flags: resources.memory_limit: 0 B leaves no room to start a process",
         ),
+        (
+            ["--memory-limit", "lots", "--print-spec", "--", "true"],
+            "the flags: resources.memory_limit: 'lots' is not a size — write one such as 6GiB",
+        ),
     ],
 )
 def test_a_spec_file_with_more_words_or_command_options_is_one_line(

@@ -12,7 +12,15 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import ByteSize, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    ByteSize,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from gpuwarden.core.config.spec_command import CommandSpec, KnobValue, check_env_names
 from gpuwarden.core.config.spec_infer import InferSpec
@@ -35,6 +43,9 @@ MAX_BYTES = 1 << 60
 # What names one GPU in `gpus: [...]`: an index as nvidia-smi numbers them, or a UUID as NVML
 # gives it (a MIG instance's included).
 GPU_NAME_RE = re.compile(r"^(\d{1,4}|(GPU|MIG)-[A-Za-z0-9-]{1,120})$")
+
+
+_SIZE: TypeAdapter[ByteSize] = TypeAdapter(ByteSize)
 
 
 class Resources(StrictModel):
@@ -62,6 +73,12 @@ class Resources(StrictModel):
     def _no_negative_size(cls, v: Any) -> Any:
         if (isinstance(v, str) and v.strip().startswith("-")) or (isinstance(v, int | float) and v < 0):
             raise ValueError(f"must be a positive size such as 6GiB (got {v!r})")
+        if isinstance(v, str):
+            try:
+                _SIZE.validate_python(v)
+            except ValidationError:
+                # pydantic's own words name no fix: say what a size looks like
+                raise ValueError(f"{v!r} is not a size — write one such as 6GiB or 1500MB") from None
         return v
 
     @field_validator("min_free_memory", "memory_limit")
