@@ -134,7 +134,9 @@ def up(as_json: bool) -> None:
     log_fd = os.open(paths.daemon_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "gpuwarden", "daemon"],
+            # -P: the folder `up` is typed in may hold another gpuwarden checkout; the daemon
+            # must be the installed one the CLI is, not whatever `-m` finds there first.
+            [sys.executable, "-P", "-m", "gpuwarden", "daemon"],
             stdin=subprocess.DEVNULL,
             stdout=log_fd,
             stderr=log_fd,

@@ -31,7 +31,8 @@ def default_db() -> Path:
 
 def start_daemon() -> None:
     """`gpuwarden up` as a child process; it returns once the daemon answers."""
-    code = subprocess.run([sys.executable, "-m", "gpuwarden", "up"], check=False).returncode
+    # -P: not a gpuwarden/ folder of the current directory instead of the installed package
+    code = subprocess.run([sys.executable, "-P", "-m", "gpuwarden", "up"], check=False).returncode
     if code != 0:
         raise UserError(f"`gpuwarden up` failed (exit {code}) — see `gpuwarden status` and the daemon log")
 

@@ -40,7 +40,7 @@ def unit_text(python: str | None = None, environment: dict[str, str] | None = No
         "\n"
         "[Service]\n"
         "Type=simple\n"
-        f"ExecStart={shlex.quote(exe)} -m gpuwarden daemon\n"
+        f"ExecStart={shlex.quote(exe)} -P -m gpuwarden daemon\n"  # -P: never a gpuwarden/ in its cwd
         f"{env_lines}"
         "Restart=on-failure\n"
         "RestartSec=2\n"

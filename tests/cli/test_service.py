@@ -53,7 +53,7 @@ def test_install_writes_unit_enables_it_and_warns_about_lingering(
     assert r.returncode == 0, r.stderr
     unit = tmp_path / "config" / "systemd" / "user" / "gpuwarden.service"
     text = unit.read_text()
-    assert f"ExecStart={sys.executable} -m gpuwarden daemon" in text
+    assert f"ExecStart={sys.executable} -P -m gpuwarden daemon" in text
     assert "Restart=on-failure" in text and "KillMode=mixed" in text
     assert "WantedBy=default.target" in text
     # the unit must read the same config/state as the shell that installed it

@@ -420,3 +420,18 @@ def test_show_prints_the_command_each_attempt_ran(daemon_factory: Any) -> None:
     assert done.returncode == 0, done.stderr
     shown = gw.cli("show", "flags").stdout
     assert f"\n    command {sys.executable} {script} --batch-size 16\n" in shown, shown
+
+
+def test_up_typed_in_another_gpuwarden_checkout_starts_the_installed_daemon(daemon_factory: Any) -> None:
+    gw: DaemonHandle = daemon_factory(start=False)
+    checkout = gw.root / "checkout"
+    (checkout / "gpuwarden").mkdir(parents=True)
+    (checkout / "gpuwarden" / "__init__.py").write_text("")
+    (checkout / "gpuwarden" / "__main__.py").write_text("open('shadowed', 'w').close()\n")
+    # as a user types it: the console script, which itself never looks in the current folder
+    script = Path(sys.executable).with_name("gpuwarden")
+    up = subprocess.run([str(script), "up"], cwd=checkout, env=gw.env, capture_output=True, text=True)
+    assert up.returncode == 0, up.stderr
+    assert not (checkout / "shadowed").exists()
+    assert gw.cli_json("status")["daemon"]["pid"] > 0
+    assert gw.cli_json("down")["stopped"] is True
