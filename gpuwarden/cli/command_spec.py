@@ -108,14 +108,33 @@ def _gpus(text: str | None) -> int | list[str]:
     return [g.strip() for g in text.split(",") if g.strip()]
 
 
+def _no_knob(flag: str, target: str) -> str:
+    """The fix for a role naming nothing, in the flags' words (the spec's are `knobs:`)."""
+    if "." in target:
+        return (
+            f"{flag}: {target!r} looks like a config key, but no --config-file names the file — add "
+            "--config-file FILE, or give a knob (--knob NAME=VALUE) and write {NAME} in the command"
+        )
+    return (
+        f"{flag}: no knob {target!r} — give it with --knob {target}=VALUE and write {{{target}}} "
+        "in the command"
+    )
+
+
 def _roles_and_binds(
-    roles: tuple[str, ...], binds: tuple[str, ...], config_file: Path | None, knob_names: set[str]
+    roles: tuple[str, ...],
+    binds: tuple[str, ...],
+    config_file: Path | None,
+    knob_names: set[str],
+    preset: bool,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     bind: dict[str, Any] = {}
     for name, where in _pairs(binds, "--bind"):
         kind, _, target = where.partition(":")
         if kind not in ("config", "env") or not target:
             raise UserError(f"--bind {name}={where}: write config:KEY or env:VARIABLE")
+        if kind == "env" and name not in knob_names and not preset:
+            raise UserError(f"--bind {name}={where}: give the knob its value too (--knob {name}=VALUE)")
         bind[name] = {kind: target}
     role_map: dict[str, Any] = {}
     for role, target in _pairs(roles, "--role"):
@@ -123,8 +142,10 @@ def _roles_and_binds(
             raise UserError(f"--role {role}: unknown role — one of {', '.join(_ROLES)}")
         if role == "world_size" and target.isdigit():
             role_map[role] = int(target)
-        elif target in bind or target in knob_names or config_file is None:
-            role_map[role] = target
+        elif target in bind or target in knob_names or preset:
+            role_map[role] = target  # a preset makes its knobs from the command's own flags
+        elif config_file is None:
+            raise UserError(_no_knob(f"--role {role}={target}", target))
         else:
             # A key of the config file: a knob named after the key's last part carries it.
             knob = target.rsplit(".", 1)[-1]
@@ -152,7 +173,7 @@ def command_document(
     """The spec document of `gpuwarden run [flags] -- argv`, with paths made absolute."""
     config = (cwd / config_file).absolute() if config_file is not None else None
     knob_values = {k: _value(v) for k, v in _pairs(knobs, "--knob")}
-    role_map, bind = _roles_and_binds(roles, binds, config, set(knob_values))
+    role_map, bind = _roles_and_binds(roles, binds, config, set(knob_values), framework not in (None, "none"))
     command: dict[str, Any] = {"argv": argv, "cwd": str(cwd.absolute())}
     if config is not None:
         command["config_file"] = str(config)

@@ -61,6 +61,19 @@ def test_a_program_on_the_path_is_a_command(tmp_path: Path) -> None:
             ["--memory-limit", "0", "--print-spec", "--", "true"],
             "the flags: resources.memory_limit: 0 B leaves no room to start a process",
         ),
+        # the fix in the flags' own words, not a spec file's `knobs:`
+        (
+            ["--role", "micro_batch=bs", "--print-spec", "--", "true"],
+            "--role micro_batch=bs: no knob 'bs' — give it with --knob bs=VALUE and write {bs} in the command",
+        ),
+        (
+            ["--role", "micro_batch=trainer.batch", "--print-spec", "--", "true"],
+            "--role micro_batch=trainer.batch: 'trainer.batch' looks like a config key, but no --config-file",
+        ),
+        (
+            ["--bind", "bs=env:BS", "--role", "micro_batch=bs", "--print-spec", "--", "true"],
+            "--bind bs=env:BS: give the knob its value too (--knob bs=VALUE)",
+        ),
         (
             ["--memory-limit", "lots", "--print-spec", "--", "true"],
             "the flags: resources.memory_limit: 'lots' is not a size — write one such as 6GiB",
