@@ -130,7 +130,7 @@ def test_reported_checkpoints_count_too(tmp_path: Path) -> None:
     [
         ({"bind": {"micro": {"config": "training.nope"}}}, "has no key 'training.nope'"),
         ({"bind": {"micro": {"config": "training"}}}, "is a mapping, not a single value"),
-        ({"argv": ["python", "train.py"]}, "argv never passes it — put {config_file}"),
+        ({"argv": ["python", "train.py"]}, "neither argv nor command.env passes it — put {config_file}"),
         ({"roles": {"micro_batch": "alloc"}}, "a micro_batch must be a whole number"),
     ],
 )

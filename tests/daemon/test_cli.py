@@ -435,3 +435,19 @@ def test_up_typed_in_another_gpuwarden_checkout_starts_the_installed_daemon(daem
     assert not (checkout / "shadowed").exists()
     assert gw.cli_json("status")["daemon"]["pid"] > 0
     assert gw.cli_json("down")["stopped"] is True
+
+
+def test_a_program_that_takes_its_config_path_from_a_variable_gets_the_copy(daemon_factory: Any) -> None:
+    gw: DaemonHandle = daemon_factory()
+    (gw.root / "cfg.yaml").write_text("trainer: {batch: 8}\n")
+    script = "import os; print(open(os.environ['CFG']).read(), end='')"
+    spec = gw.write_spec(
+        "envcfg",
+        f"name: envcfg\nkind: command\nresources: {{gpus: 0}}\ncommand:\n"
+        f'  argv: ["{sys.executable}", -c, "{script}"]\n'
+        '  env: {CFG: "{config_file}"}\n  config_file: cfg.yaml\n'
+        "  bind: {batch: {config: trainer.batch}}\n  roles: {micro_batch: batch}\n",
+    )
+    done = gw.cli("run", str(spec), "--follow")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "trainer: {batch: 8}\n"

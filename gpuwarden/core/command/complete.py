@@ -91,10 +91,12 @@ def _fill_from_config(spec: RunSpec, config: ConfigDocument) -> RunSpec:
 
 
 def _names_config_file(spec: RunSpec) -> RunSpec:
-    """argv must pass the copy; an item that is the user's file itself becomes `{config_file}`."""
+    """argv or command.env must pass the copy; an argv item that is the user's file itself becomes
+    `{config_file}`."""
     command = spec.command
     assert command is not None and command.config_file is not None
-    if any("{config_file" in item for item in command.argv):
+    # A program may take its config path from a variable: `env: {CFG: "{config_file}"}`.
+    if any("{config_file" in item for item in [*command.argv, *command.env.values()]):
         return spec
     target = os.path.realpath(command.config_file)
     base = command.cwd
@@ -109,8 +111,8 @@ def _names_config_file(spec: RunSpec) -> RunSpec:
             updated = command.model_copy(update={"argv": argv})
             return spec.model_copy(update={"command": updated})
     raise UserError(
-        f"command.config_file is {command.config_file}, but argv never passes it — put "
-        f"{{config_file}} where your program takes its config path (it gets the attempt's copy)"
+        f"command.config_file is {command.config_file}, but neither argv nor command.env passes "
+        f"it — put {{config_file}} where your program takes its config path (it gets the attempt's copy)"
     )
 
 
