@@ -451,3 +451,14 @@ def test_a_program_that_takes_its_config_path_from_a_variable_gets_the_copy(daem
     done = gw.cli("run", str(spec), "--follow")
     assert done.returncode == 0, done.stderr
     assert done.stdout == "trainer: {batch: 8}\n"
+
+
+def test_a_script_that_catches_its_oom_is_told_why_nothing_was_retuned(daemon_factory: Any) -> None:
+    gw: DaemonHandle = daemon_factory()
+    code = "import sys; print('ERROR: ran out of memory at step 5', file=sys.stderr); sys.exit(1)"
+    flags = ["--name", "caught", "--gpus", "0", "--knob", "bs=32", "--role", "micro_batch=bs", "--follow"]
+    done = gw.cli("run", *flags, "--", sys.executable, "-c", code, "{bs}")
+    assert done.returncode == 1
+    message = gw.cli_json("show", "caught")["message"]
+    assert message.startswith("attempt 1: exit code 1 — last stderr line: ERROR: ran out of memory at step 5")
+    assert "(not retuned: only the allocator's own out-of-memory error is evidence" in message

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -174,8 +175,22 @@ def _verdict(
         return small
     if verdict.outcome == "failed" and command and status.known and (line := last_line(stderr_tail)):
         # A program's last word on stderr (a traceback's exception line) says more than its code.
-        return ExitVerdict("failed", f"{status.describe()} — last stderr line: {line}")
+        return ExitVerdict("failed", f"{status.describe()} — last stderr line: {line}{_caught(line)}")
     return verdict
+
+
+# A script that catches the allocator's error and prints its own words: not evidence enough to
+# retune (the words could mean anything), but the user should learn why nothing was retuned.
+_OWN_OOM_WORDS = re.compile(r"out of memory|\bOOM\b", re.I)
+
+
+def _caught(line: str) -> str:
+    if not _OWN_OOM_WORDS.search(line):
+        return ""
+    return (
+        " (not retuned: only the allocator's own out-of-memory error is evidence — let it reach "
+        "stderr, or use gpuwarden.sdk's oom_guard)"
+    )
 
 
 # What the dynamic loader says when an address-space limit leaves no room to map a library (torch's
