@@ -73,8 +73,10 @@ def test_each_action_is_allowed_or_a_conflict_by_state(rig: Rig, state: RunState
     message = str(refused.value)
     assert message.startswith(f"run {run_id} ") and "\n" not in message
     # A finished run cannot be stopped: the advice is a new run, not "stop it first".
-    if state is RunState.SUCCEEDED and action in ("tune", "edit"):
-        assert "stop it" not in message and "submit a new run" in message, message
+    if state is RunState.SUCCEEDED and action in ("tune", "edit", "resume"):
+        assert (
+            " is succeeded" not in message and "stop it" not in message and "submit a new run" in message
+        ), message
 
 
 def test_resume_queues_the_next_attempt(rig: Rig) -> None:

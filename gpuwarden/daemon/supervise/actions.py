@@ -114,8 +114,14 @@ def resume(ctx: Context, run_id: str) -> dict[str, Any]:
     """Queue a new attempt of a run that failed, was stopped or was interrupted."""
     with ctx.lock:
         run = ctx.run(run_id)
-        if RunState(run["state"]) not in RESUMABLE_STATES:
-            raise Conflict(f"run {run_id} is {run['state']}: only failed, stopped or interrupted runs resume")
+        state = RunState(run["state"])
+        if state is RunState.SUCCEEDED:
+            raise Conflict(
+                f"run {run_id} succeeded: nothing to resume — submit a new run "
+                f"(`gpuwarden show {run_id} --json` holds its spec)"
+            )
+        if state not in RESUMABLE_STATES:
+            raise Conflict(f"run {run_id} is {state}: only failed, stopped or interrupted runs resume")
         ctx.set_state(run_id, RunState.QUEUED, "resumed", stop_requested=0, ended_at=None)
         ctx.not_before.pop(run_id, None)  # a person's resume starts now
     ctx.wake()
