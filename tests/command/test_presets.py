@@ -9,6 +9,7 @@ import pytest
 
 from gpuwarden.core.command.complete import complete_command
 from gpuwarden.core.command.prepare import prepare_attempt
+from gpuwarden.core.command.record import summary_lines
 from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.oom.recovery import apply_decision, current_knobs
@@ -100,6 +101,9 @@ def test_transformers_args_file_gets_its_keys_changed_in_the_copy(tmp_path: Path
         "gradient_accumulation_steps": (1, 2),
         "resume_from_checkpoint": (None, str(tmp_path / "out" / "checkpoint-3")),
     }
+    # A key the file did not hold is set, not changed from a None the user never wrote.
+    assert f"resume_from_checkpoint set to {tmp_path / 'out' / 'checkpoint-3'}" in second.note
+    assert "None" not in summary_lines(second.record)[0]
 
 
 def test_lightning_flags_and_ckpt_path() -> None:

@@ -18,7 +18,7 @@ from typing import Any
 from gpuwarden.core.api.runs import AttemptRecord, ConfigCopy
 from gpuwarden.core.command.checkpoints import FoundCheckpoint, newest_checkpoint
 from gpuwarden.core.command.config_file import ConfigDocument, load_config, unified_diff
-from gpuwarden.core.command.record import attempt_dir, read_record, write_record
+from gpuwarden.core.command.record import attempt_dir, changes_text, read_record, write_record
 from gpuwarden.core.config.spec import RunSpec
 from gpuwarden.core.config.templating import render, render_argv, template_values
 
@@ -192,6 +192,6 @@ def prepare_attempt(
     )
     write_record(run_dir, attempt, record)
     if config is not None and config.changes:
-        changed = ", ".join(f"{k}: {old} → {new}" for k, (old, new) in config.changes.items())
+        changed = changes_text(config.changes)
         note = f"{note}; config copy: {changed}" if note else f"config copy: {changed}"
     return PreparedAttempt(argv, env, cwd, record, note)

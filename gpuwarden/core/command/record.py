@@ -8,6 +8,7 @@ changed keys and its diff against the user's file, and the checkpoint it resumes
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +53,7 @@ def summary_lines(record: AttemptRecord) -> list[str]:
     lines: list[str] = []
     config = record.config
     if config is not None and config.changes:
-        shown = ", ".join(f"{k} {old} → {new}" for k, (old, new) in config.changes.items())
-        lines.append(f"config {config.path}: {shown}")
+        lines.append(f"config {config.path}: {changes_text(config.changes)}")
     elif config is not None:
         lines.append(f"config {config.path}: same as {config.source}")
     lines.extend(f"env {name}={value}" for name, value in record.env.items())
@@ -62,3 +62,11 @@ def summary_lines(record: AttemptRecord) -> list[str]:
     if config is not None:
         lines.extend(config.diff.rstrip("\n").splitlines())
     return lines
+
+
+def changes_text(changes: Mapping[str, tuple[Any, Any]]) -> str:
+    """`training.batch_size 16 → 4, resume_from_checkpoint set to /ckpt/7`: a key the user's file
+    did not have is set, not changed from a `None` the file never held."""
+    return ", ".join(
+        f"{k} set to {new}" if old is None else f"{k} {old} → {new}" for k, (old, new) in changes.items()
+    )
