@@ -62,6 +62,12 @@ def command_options(fn: F) -> F:
             help="Your program's own YAML/JSON/TOML config: each attempt gets a copy with knobs applied.",
         ),
         click.option(
+            "--checkpoints",
+            metavar="GLOB",
+            help="Where your program writes its checkpoints, e.g. 'ckpt/step-*': a restart passes the "
+            "newest as {resume_from}.",
+        ),
+        click.option(
             "--framework",
             type=click.Choice(["none", "transformers", "lightning"]),
             help="Known flag names: Trainer's TrainingArguments, Lightning's Trainer.",
@@ -166,6 +172,7 @@ def command_document(
     binds: tuple[str, ...],
     roles: tuple[str, ...],
     config_file: Path | None,
+    checkpoints: str | None,
     framework: str | None,
     envs: tuple[str, ...],
     print_spec: bool,
@@ -179,6 +186,8 @@ def command_document(
         command["config_file"] = str(config)
     if framework:
         command["framework"] = framework
+    if checkpoints is not None:
+        command["checkpoints"] = {"glob": checkpoints}
     if bind:
         command["bind"] = bind
     if role_map:

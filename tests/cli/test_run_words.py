@@ -149,3 +149,16 @@ def test_a_trainer_args_file_not_named_as_config_file_is_one_line(tmp_path: Path
     # a flag's value is not the program's arguments file
     other = _run(*flags, "--", "python", "ft.py", "--deepspeed", "args.json", cwd=tmp_path)
     assert other.returncode == 0, other.stderr
+
+
+def test_checkpoints_flag_says_where_a_flags_only_script_saves(tmp_path: Path) -> None:
+    # Without a spec file, a restart can only pass {resume_from} if the flags say where to look.
+    given = _run(
+        "--json", "--print-spec", "--checkpoints", "ckpt/step-*", "--",
+        "python", "train.py", "--resume", "{resume_from?}", cwd=tmp_path,
+    )  # fmt: skip
+    assert given.returncode == 0, given.stderr
+    assert json.loads(given.stdout)["command"]["checkpoints"] == {"glob": "ckpt/step-*"}
+    empty = _run("--print-spec", "--checkpoints", " ", "--", "python", "train.py", cwd=tmp_path)
+    assert empty.returncode == 2 and empty.stderr.count("\n") == 1
+    assert "an empty pattern matches nothing — e.g. outputs/checkpoint-*" in empty.stderr
