@@ -51,6 +51,8 @@ class Started(Event):
     parameters: int | None = None
     resumed_from: str | None = None  # checkpoint path, or None for a fresh start
     samples_seen: int = 0
+    # tokens the attempt counts on from (a checkpoint's; 0 where its count starts afresh)
+    tokens_seen: int | None = None
     pid: int | None = None  # the runner process (one per rank in a multi-process run)
     world_size: int | None = None  # processes of a multi-process run; absent for one process
 

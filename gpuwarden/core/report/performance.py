@@ -60,7 +60,7 @@ def throughput(snap: RunSnapshot) -> dict[str, Any]:
         reported.append(a.attempt)
         last = progress[-1]
         samples += done.get(a.attempt, 0)
-        tokens += int(last.get("tokens_seen") or 0) - int(progress[0].get("tokens_seen") or 0)
+        tokens += int(last.get("tokens_seen") or 0) - _tokens_base(snap, a.attempt, progress[0])
         if len(progress) >= 2:
             covered.append(a.attempt)
             first = progress[0]
@@ -88,6 +88,31 @@ def throughput(snap: RunSnapshot) -> dict[str, Any]:
         "source": source,
         "loop_note": _loop_note(reported, covered) if source == "progress" else None,
     }
+
+
+def _tokens_base(snap: RunSnapshot, attempt: int, first: dict[str, Any]) -> int:
+    """The token count attempt `attempt` started from, as `samples_done` finds its samples' base:
+    its runner's `started` event says it; an attempt the daemon handed no checkpoint counts from
+    0; one handed a checkpoint (whose tokens no event names) is sure only of what it did from its
+    first report on; else it started at most where earlier attempts got."""
+    started = snap.runner_events("started", attempt)
+    said = started[-1].get("tokens_seen") if started else None
+    if isinstance(said, int) and not isinstance(said, bool):
+        return said
+    own = _tokens(first)
+    prepared = [
+        e
+        for e in snap.events
+        if e.get("type") == "prepared" and e.get("source") == "daemon" and e.get("attempt") == attempt
+    ]
+    if prepared and "resume_from" in prepared[-1]:
+        return 0 if prepared[-1]["resume_from"] is None else own
+    earlier = [_tokens(e) for e in snap.runner_events("progress") if int(e.get("attempt") or 0) < attempt]
+    return min(max(earlier, default=0), own)
+
+
+def _tokens(event: dict[str, Any]) -> int:
+    return int(event.get("tokens_seen") or 0)
 
 
 def _loop_note(reported: list[int], covered: list[int]) -> str | None:

@@ -192,6 +192,7 @@ def _started(ctx: InferContext, parameters: int | None, resumed: Path | None, do
         parameters=parameters,
         resumed_from=str(resumed) if resumed else None,
         samples_seen=done,
+        tokens_seen=ctx.tokens_seen,  # counted from 0 by each attempt, unlike its items
     )
 
 

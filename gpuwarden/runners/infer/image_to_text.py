@@ -353,6 +353,7 @@ def _started(ctx: InferContext, parameters: int | None, done: int, out_dir: Path
         parameters=parameters,
         resumed_from=str(out_dir) if done else None,
         samples_seen=done,
+        tokens_seen=ctx.tokens_seen,  # counted from 0 by each attempt, unlike its items
     )
 
 

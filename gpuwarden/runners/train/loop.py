@@ -470,6 +470,7 @@ class Trainer:
             parameters=sum(p.numel() for p in self.model.parameters()),
             resumed_from=str(resumed) if resumed else None,
             samples_seen=self.state.samples_seen,
+            tokens_seen=self.state.tokens_seen,
             pid=os.getpid(),
             world_size=self.gang.world_size if self.gang.distributed else None,
         )

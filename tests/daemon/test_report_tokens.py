@@ -1,0 +1,55 @@
+"""`gpuwarden report`'s tokens: every token an attempt produced, its first batch's included, as
+for its samples — for gpuwarden's inference runner and for a user's script."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpuwarden.runners.infer.example_models import write_prompts
+from gpuwarden.runners.testing_models import build_tiny_causal_lm
+from tests.daemon.conftest import DaemonHandle, command_spec
+
+pytestmark = pytest.mark.slow
+
+
+def _report(gw: DaemonHandle, run_id: str) -> dict[str, object]:
+    throughput: dict[str, object] = gw.cli_json("report", run_id)["throughput"]
+    return throughput
+
+
+def test_generation_report_counts_the_tokens_of_every_batch(gw: DaemonHandle, tmp_path: Path) -> None:
+    model = build_tiny_causal_lm(tmp_path / "tiny-llm")
+    prompts = write_prompts(tmp_path / "prompts.jsonl", 12, seed=0, max_words=8)
+    infer = {
+        "task": "generate",
+        "model": str(model),
+        "input": str(prompts),
+        "batch_size": 4,
+        "max_new_tokens": 8,
+    }
+    spec = {"name": "generate-tokens", "kind": "infer", "resources": {"gpus": 0}, "infer": infer}
+    run = gw.wait_state(gw.submit(spec)["id"], timeout=180)
+    assert run["state"] == "succeeded", run["message"]
+    written = json.loads(Path(run["run_dir"], "report.json").read_text())
+
+    throughput = _report(gw, run["id"])
+    assert throughput["samples"] == 12
+    assert throughput["tokens"] == written["tokens_out"]  # three batches' tokens, not the last two's
+
+
+def test_a_scripts_report_counts_the_tokens_of_its_first_step(gw: DaemonHandle) -> None:
+    code = """
+        from gpuwarden import sdk
+        for step in (1, 2):
+            sdk.progress(step, 10 * step, tokens_seen=100 * step, batch_size=10)
+    """
+    spec = command_spec("script-tokens", code, resources={"gpus": 0})
+    run = gw.wait_state(gw.submit(spec)["id"])
+    assert run["state"] == "succeeded", run["message"]
+
+    throughput = _report(gw, run["id"])
+    assert throughput["samples"] == 20
+    assert throughput["tokens"] == 200
