@@ -23,7 +23,7 @@ from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from gpuwarden.core.run_state import RUN_STATES
+from gpuwarden.core.run_state import RUN_STATES, RunState
 from gpuwarden.core.telemetry.types import GpuSample, GpuStatic, HostSample
 
 MIB = 1024**2
@@ -61,12 +61,15 @@ _GPU_LABELS = ["gpu", "UUID", "device", "modelName", "Hostname"]
 # Run progress field → (series name after gpuwarden_run_, help). Units spelled out: promtool
 # refuses abbreviations such as `_s`.
 _PROGRESS: dict[str, tuple[str, str]] = {
-    "samples_per_s": ("samples_per_second", "Latest training/inference throughput (samples/s)."),
-    "tokens_per_s": ("tokens_per_second", "Latest throughput (tokens/s)."),
+    "samples_per_s": ("samples_per_second", "Latest throughput of a running run (samples/s)."),
+    "tokens_per_s": ("tokens_per_second", "Latest throughput of a running run (tokens/s)."),
     "samples_seen": ("samples_seen", "Samples processed so far."),
     "loss": ("loss", "Latest training loss."),
     "mem_peak": ("memory_peak_bytes", "Latest peak device memory of the run (bytes)."),
 }
+# Rates describe a running process: a run that ended (or waits) makes none, and its last rate
+# exported on would read as throughput now on every dashboard summing or plotting the series.
+_RATES = frozenset({"samples_per_s", "tokens_per_s"})
 
 
 class GpuwardenCollector(Collector):
@@ -159,9 +162,10 @@ class GpuwardenCollector(Collector):
                 )
             attempts.add_metric(ident, float(run.get("attempts") or 0))
             retunes.add_metric(ident, float(run.get("retunes") or 0))
+            running = run.get("state") == RunState.RUNNING
             for key, family in progress.items():
                 value = run.get(key)
-                if isinstance(value, int | float):
+                if isinstance(value, int | float) and (running or key not in _RATES):
                     family.add_metric(ident, float(value))
         yield state
         yield attempts

@@ -9,13 +9,14 @@ import shutil
 import socket
 import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.daemon.conftest import command_spec
+from tests.daemon.conftest import command_spec, wait_for
 
 PROMTOOL = shutil.which("promtool")
 CAMEL_LABEL_FINDING = "label names should be written in 'snake_case' not 'camelCase'"
@@ -104,3 +105,38 @@ def test_only_get_metrics_is_served_on_loopback(daemon_factory: Any) -> None:
 def _daemon_log(gw: Any) -> str:
     text: str = gw.log.read_text()
     return text
+
+
+def _run_series(port: int, run_id: str) -> dict[str, float]:
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    return {
+        s.name: s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.labels.get("run") == run_id and s.name != "gpuwarden_run_state"
+    }
+
+
+def test_a_runs_throughput_is_exported_while_it_runs_only(daemon_factory: Any, tmp_path: Path) -> None:
+    gw, port = _metrics_daemon(daemon_factory, "h100")
+    release = tmp_path / "release"
+    code = f"""
+        import os, time
+        from gpuwarden import sdk
+        sdk.progress(1, 10, samples_per_s=5.0, batch_size=10)
+        while not os.path.exists({str(release)!r}):
+            time.sleep(0.05)
+    """
+    run = gw.submit(command_spec("rates", code, resources={"gpus": 0}))
+    rate = wait_for(
+        lambda: _run_series(port, run["id"]).get("gpuwarden_run_samples_per_second"),
+        "the running run's throughput on /metrics",
+    )
+    assert rate == 5.0
+
+    release.touch()
+    assert gw.wait_state(run["id"])["state"] == "succeeded"
+    ended = _run_series(port, run["id"])
+    # what the run did stays; a rate it no longer makes does not read as throughput now
+    assert ended["gpuwarden_run_samples_seen"] == 10
+    assert "gpuwarden_run_samples_per_second" not in ended
