@@ -12,6 +12,8 @@ import pytest
 import yaml
 
 from gpuwarden.core.config.spec import load_spec
+from gpuwarden.runners.infer.example_models import write_prompts
+from gpuwarden.runners.testing_models import build_tiny_causal_lm
 
 SPEC = """\
 # my run
@@ -170,3 +172,38 @@ def test_an_output_that_cannot_be_written_is_refused_before_any_probe(
     assert not (tmp_path / "state").exists() or not any(
         (tmp_path / "state").rglob("probe*")
     )  # nothing probed
+
+
+def _generate_spec(tmp_path: Path, **infer: object) -> Path:
+    """A generation spec over a tiny local model and its prompts, `infer` keys added."""
+    model = build_tiny_causal_lm(tmp_path / "tiny-llm")
+    prompts = write_prompts(tmp_path / "prompts.jsonl", 8, seed=0, max_words=8)
+    section = {"task": "generate", "model": str(model), "input": str(prompts), "batch_size": 4, **infer}
+    spec = tmp_path / "generate.yaml"
+    spec.write_text(
+        yaml.safe_dump({"name": "gen", "kind": "infer", "resources": {"gpus": 0}, "infer": section})
+    )
+    return spec
+
+
+def test_a_prompt_field_the_prompts_lack_is_named_in_the_users_file_before_any_probe(tmp_path: Path) -> None:
+    spec = _generate_spec(tmp_path, prompt_field="question")
+    result = _tune(tmp_path, str(spec), "--json")
+    assert result.returncode == 2 and result.stdout == ""
+    prompts = tmp_path / "prompts.jsonl"
+    assert result.stderr == (
+        f"gpuwarden: {prompts}:1: no string field 'question' — set infer.prompt_field to the field "
+        "holding the prompt (this line has: id, prompt)\n"
+    )
+
+
+@pytest.mark.slow
+def test_a_spec_the_runner_cannot_run_stops_tuning_at_the_first_probe(tmp_path: Path) -> None:
+    spec = _generate_spec(tmp_path, load_in_8bit=True)  # needs CUDA: the runner exits 2
+    result = _tune(tmp_path, str(spec))
+    assert result.returncode == 2
+    probes = [line for line in result.stderr.splitlines() if line.startswith("probe ")]
+    assert len(probes) == 1 and "load_in_8bit needs CUDA" in probes[0], result.stderr
+    assert result.stderr.splitlines()[-1].startswith(
+        "gpuwarden: gen: no configuration ran: the spec cannot run"
+    )

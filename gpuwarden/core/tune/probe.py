@@ -33,7 +33,7 @@ import yaml
 from gpuwarden.core.checkpoints import checkpoint_step, link_checkpoint
 from gpuwarden.core.config.spec import RunSpec
 from gpuwarden.core.errors import UserError
-from gpuwarden.core.events import EXIT_OOM, decode
+from gpuwarden.core.events import EXIT_OOM, EXIT_USER_ERROR, decode
 from gpuwarden.core.rlimit import limited_argv
 from gpuwarden.core.tune.energy import EnergyCounter, EnergyTrace
 from gpuwarden.core.tune.search import Candidate, ProbeResult
@@ -119,16 +119,19 @@ class SubprocessProber:
         assert self.spec.infer is not None
         field = self.spec.infer.prompt_field
         try:
-            lines = [
-                json.loads(line) for line in self.spec.infer.input.read_text().splitlines() if line.strip()
+            numbered = [
+                (number, json.loads(line))
+                for number, line in enumerate(self.spec.infer.input.read_text().splitlines(), start=1)
+                if line.strip()
             ]
         except (OSError, ValueError, RecursionError) as exc:
             raise UserError(
                 f"{self.spec.infer.input}: cannot read the prompts ({exc}) — check `infer.input`"
             ) from None
-        if not lines:
+        if not numbered:
             raise UserError(f"{self.spec.infer.input}: no prompts to probe with")
-        lines.sort(key=lambda d: len(str(d.get(field, ""))) if isinstance(d, dict) else 0, reverse=True)
+        lines = _checked_prompts(self.spec.infer.input, numbered, field)
+        lines.sort(key=lambda d: len(d[field]), reverse=True)
         chosen = [dict(lines[k % len(lines)], id=f"probe-{k}") for k in range(n)]
         path = run_dir / "probe-prompts.jsonl"
         path.write_text("".join(json.dumps(d) + "\n" for d in chosen))
@@ -209,7 +212,8 @@ class SubprocessProber:
         if code != 0:
             errors = [str(e.get("message")) for e in events if e["type"] == "error"]
             tail = _read_lines(run_dir / "stderr.log")[-1:] or [f"exit {code}"]
-            return ProbeResult(c, ok=False, wall_s=wall, error=(errors or tail)[-1][:300])
+            error = (errors or tail)[-1][:300]
+            return ProbeResult(c, ok=False, wall_s=wall, error=error, spec_error=code == EXIT_USER_ERROR)
         measured = self._measured(progress)
         joules = power = None
         if measured is not None and trace is not None:
@@ -250,6 +254,20 @@ class SubprocessProber:
             return samples / (t1 - t0)
         rates = [float(e["samples_per_s"]) for e in progress if e.get("samples_per_s")]
         return rates[-1] if rates else None
+
+
+def _checked_prompts(path: Path, numbered: list[tuple[int, Any]], field: str) -> list[dict[str, Any]]:
+    """The prompts' objects. The probes run a copy, longest first: a line the runner would refuse
+    is named here in the user's own file (the copy's line numbers are not theirs)."""
+    for number, line in numbered:
+        if not isinstance(line, dict):
+            raise UserError(f"{path}:{number}: expected a JSON object, got {type(line).__name__}")
+        if not isinstance(line.get(field), str):
+            raise UserError(
+                f"{path}:{number}: no string field '{field}' — set infer.prompt_field to the field "
+                f"holding the prompt (this line has: {', '.join(sorted(line)) or 'no fields'})"
+            )
+    return [line for _, line in numbered]
 
 
 def _step_spread(events: list[dict[str, Any]]) -> float | None:

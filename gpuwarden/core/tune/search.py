@@ -63,6 +63,8 @@ class ProbeResult:
     mem_peak: int | None = None
     wall_s: float = 0.0
     error: str | None = None
+    # The runner said the spec cannot run as written (exit 2): no other micro-batch runs either.
+    spec_error: bool = False
     joules_per_sample: float | None = None
     power_w: float | None = None
     step_spread: float | None = None
@@ -332,6 +334,8 @@ class Search:
         return leader, None
 
     def _shrunk_start(self, start: Candidate, per_device_batch: int | None) -> tuple[Candidate | None, str]:
+        if self.trials[-1].spec_error:
+            return None, f"the spec cannot run as written ({self._why(self.trials[-1])})"
         shrunk = self._shrink(start, per_device_batch)
         if shrunk is None:
             why = self._why(self.trials[-1])
