@@ -198,6 +198,12 @@ def only_metrics_path(app: Callable[..., Iterable[bytes]]) -> Callable[..., Iter
         if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
             start_response("405 Method Not Allowed", [("Allow", "GET, HEAD"), ("Content-Type", "text/plain")])
             return [b"method not allowed: GET /metrics\n"]
+        if environ["REQUEST_METHOD"] == "HEAD":
+            # The client library's app knows GET only; HEAD is its headers without the body.
+            body = app({**environ, "REQUEST_METHOD": "GET"}, start_response)
+            if hasattr(body, "close"):
+                body.close()
+            return []
         return app(environ, start_response)
 
     return wrapped

@@ -94,6 +94,8 @@ def test_only_get_metrics_is_served_on_loopback(daemon_factory: Any) -> None:
     gw, port = _metrics_daemon(daemon_factory, "h100")
     base = f"http://127.0.0.1:{port}"
     assert httpx.get(f"{base}/metrics?x=1", timeout=5).status_code == 200
+    head = httpx.head(f"{base}/metrics", timeout=5)  # what the refusal's Allow header offers
+    assert head.status_code == 200 and head.content == b""
     for path in ("/", "/favicon.ico", "/metrics/", "/v1/health", "/anything"):
         assert httpx.get(base + path, timeout=5).status_code == 404, path
     refused = httpx.post(f"{base}/metrics", timeout=5)
