@@ -30,7 +30,8 @@ def active() -> bool:
 
 
 def progress(step: int, samples_seen: int, **fields: Any) -> None:
-    """Report optimizer steps done and samples seen (loss, batch_size, lr, tokens_seen …)."""
+    """Report optimizer steps done and samples seen (loss, batch_size, lr, tokens_seen,
+    samples_per_s, tokens_per_s, total)."""
     default_reporter().progress(step, samples_seen, **fields)
 
 

@@ -128,6 +128,7 @@ class Reporter:
         tokens_seen: int | None = None,
         lr: float | None = None,
         samples_per_s: float | None = None,
+        tokens_per_s: float | None = None,
         total: int | None = None,
     ) -> None:
         """Optimizer steps done, samples seen; memory is read here. `batch_size` is the
@@ -143,6 +144,7 @@ class Reporter:
             tokens_seen=tokens_seen,
             lr=lr,
             samples_per_s=samples_per_s,
+            tokens_per_s=tokens_per_s,
             total=total,
             **memory(),
         )

@@ -125,7 +125,7 @@ def test_a_runs_throughput_is_exported_while_it_runs_only(daemon_factory: Any, t
     code = f"""
         import os, time
         from gpuwarden import sdk
-        sdk.progress(1, 10, samples_per_s=5.0, batch_size=10)
+        sdk.progress(1, 10, samples_per_s=5.0, tokens_per_s=50.0, batch_size=10)
         while not os.path.exists({str(release)!r}):
             time.sleep(0.05)
     """
@@ -135,6 +135,7 @@ def test_a_runs_throughput_is_exported_while_it_runs_only(daemon_factory: Any, t
         "the running run's throughput on /metrics",
     )
     assert rate == 5.0
+    assert _run_series(port, run["id"])["gpuwarden_run_tokens_per_second"] == 50.0
 
     release.touch()
     assert gw.wait_state(run["id"])["state"] == "succeeded"
@@ -142,3 +143,4 @@ def test_a_runs_throughput_is_exported_while_it_runs_only(daemon_factory: Any, t
     # what the run did stays; a rate it no longer makes does not read as throughput now
     assert ended["gpuwarden_run_samples_seen"] == 10
     assert "gpuwarden_run_samples_per_second" not in ended
+    assert "gpuwarden_run_tokens_per_second" not in ended
