@@ -207,3 +207,14 @@ def test_a_spec_the_runner_cannot_run_stops_tuning_at_the_first_probe(tmp_path: 
     assert result.stderr.splitlines()[-1].startswith(
         "gpuwarden: gen: no configuration ran: the spec cannot run"
     )
+
+
+def test_a_prompt_line_that_is_not_json_is_named_by_its_line(tmp_path: Path) -> None:
+    spec = _generate_spec(tmp_path)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"id": 1, "prompt": "a question"}\n\nnot json\n')
+    result = _tune(tmp_path, str(spec), "--json")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.splitlines()[-1] == (
+        f"gpuwarden: {prompts}:3: not valid JSON (Expecting value) — one JSON object per line"
+    )

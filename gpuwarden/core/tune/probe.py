@@ -118,19 +118,7 @@ class SubprocessProber:
     def _longest_prompts(self, n: int, run_dir: Path) -> Path:
         assert self.spec.infer is not None
         field = self.spec.infer.prompt_field
-        try:
-            numbered = [
-                (number, json.loads(line))
-                for number, line in enumerate(self.spec.infer.input.read_text().splitlines(), start=1)
-                if line.strip()
-            ]
-        except (OSError, ValueError, RecursionError) as exc:
-            raise UserError(
-                f"{self.spec.infer.input}: cannot read the prompts ({exc}) — check `infer.input`"
-            ) from None
-        if not numbered:
-            raise UserError(f"{self.spec.infer.input}: no prompts to probe with")
-        lines = _checked_prompts(self.spec.infer.input, numbered, field)
+        lines = _read_prompts(self.spec.infer.input, field)
         lines.sort(key=lambda d: len(d[field]), reverse=True)
         chosen = [dict(lines[k % len(lines)], id=f"probe-{k}") for k in range(n)]
         path = run_dir / "probe-prompts.jsonl"
@@ -256,10 +244,24 @@ class SubprocessProber:
         return rates[-1] if rates else None
 
 
-def _checked_prompts(path: Path, numbered: list[tuple[int, Any]], field: str) -> list[dict[str, Any]]:
+def _read_prompts(path: Path, field: str) -> list[dict[str, Any]]:
     """The prompts' objects. The probes run a copy, longest first: a line the runner would refuse
     is named here in the user's own file (the copy's line numbers are not theirs)."""
-    for number, line in numbered:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path}: cannot read the prompts ({exc}) — check `infer.input`") from None
+    lines: list[dict[str, Any]] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            line = json.loads(raw)
+        except ValueError as exc:
+            msg = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+            raise UserError(f"{path}:{number}: not valid JSON ({msg}) — one JSON object per line") from None
+        except RecursionError:
+            raise UserError(f"{path}:{number}: JSON nested too deeply") from None
         if not isinstance(line, dict):
             raise UserError(f"{path}:{number}: expected a JSON object, got {type(line).__name__}")
         if not isinstance(line.get(field), str):
@@ -267,7 +269,10 @@ def _checked_prompts(path: Path, numbered: list[tuple[int, Any]], field: str) ->
                 f"{path}:{number}: no string field '{field}' — set infer.prompt_field to the field "
                 f"holding the prompt (this line has: {', '.join(sorted(line)) or 'no fields'})"
             )
-    return [line for _, line in numbered]
+        lines.append(line)
+    if not lines:
+        raise UserError(f"{path}: no prompts to probe with")
+    return lines
 
 
 def _step_spread(events: list[dict[str, Any]]) -> float | None:
