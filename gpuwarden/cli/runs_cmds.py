@@ -11,7 +11,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +20,9 @@ import click
 from gpuwarden.cli.command_spec import command_document, command_options, flags_given, printable_spec
 from gpuwarden.cli.event_lines import event_line
 from gpuwarden.cli.format import print_json
+from gpuwarden.cli.gpu_choice import select_gpus
 from gpuwarden.client import ApiClient
-from gpuwarden.core.api import LogChunk, RunDetail, RunEvent
+from gpuwarden.core.api import GpuInfo, LogChunk, RunDetail, RunEvent
 from gpuwarden.core.config.yamlsource import read_yaml_text
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.run_state import FINAL_STATES
@@ -353,7 +354,7 @@ def rm(runs: tuple[str, ...], as_json: bool) -> None:
     multiple=True,
     help="Metric name (repeatable); default util_gpu, mem_used (with --host: cpu_percent, mem_used).",
 )
-@click.option("--gpu", "gpus", multiple=True, help="GPU UUID (repeatable); default all.")
+@click.option("--gpu", "gpus", multiple=True, help="GPU index or UUID (repeatable); default all.")
 @click.option("--host", is_flag=True, help="The host's CPU, memory and load instead of the GPUs.")
 @click.option("--points", type=click.IntRange(1, 5000), default=60, show_default=True, help="Buckets.")
 @json_option
@@ -368,8 +369,10 @@ def history(
             wrong = [m for m in metrics if m in HOST_ONLY_METRICS]
             if wrong:
                 raise UserError(f"{wrong[0]} is a host metric: add --host")
-        result = client.history(window=window, metrics=metrics, gpus=gpus, points=points, host=host)
-        statics = {} if host else {g.uuid: g for g in client.gpus().gpus}
+        present = [] if host else client.gpus().gpus
+        uuids = _history_gpus(present, gpus)
+        result = client.history(window=window, metrics=metrics, gpus=uuids, points=points, host=host)
+        statics = {g.uuid: g for g in present}
         gpu_status = None if host else client.health().gpu_status
     if as_json:
         print_json(result)
@@ -397,6 +400,14 @@ def history(
                 f"  min {named(metric, low)}  max {named(metric, high)}"
                 f"  ({len(values)} points)"
             )
+
+
+def _history_gpus(present: Sequence[GpuInfo], wanted: Sequence[str]) -> list[str]:
+    """UUIDs of the GPUs `wanted` names, by index, UUID or prefix as `--gpu` does everywhere.
+    A name no GPU here answers to goes as given: the store knows GPUs gone since, and names the
+    ones it knows when it does not know that one either."""
+    here = [w for w in wanted if any(str(g.index) == w or g.uuid.startswith(w) for g in present)]
+    return [select_gpus(present, [w])[0].uuid if w in here else w for w in wanted]
 
 
 # Host metrics that are not also GPU metric names (mem_used and mem_total are both).

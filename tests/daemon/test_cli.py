@@ -269,6 +269,16 @@ def test_history_for_gpus_and_the_host_with_units(daemon_factory: Any) -> None:
         assert message in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
 
 
+def test_history_names_a_gpu_by_index_as_every_gpu_option_does(daemon_factory: Any) -> None:
+    gw: DaemonHandle = daemon_factory()
+    gw.wait_samples(2)
+    second = gw.cli_json("gpus")["gpus"][1]
+    by_index = gw.cli_json("history", "--window", "5m", "--gpu", "1")
+    assert list(by_index["series"]) == [second["uuid"]]
+    by_prefix = gw.cli_json("history", "--window", "5m", "--gpu", second["uuid"][:12])
+    assert list(by_prefix["series"]) == [second["uuid"]]
+
+
 def test_history_without_a_gpu_points_at_the_host(daemon_factory: Any) -> None:
     gw: DaemonHandle = daemon_factory({"GPUWARDEN_FAKE_NVML": "none"})
     out = gw.cli("history", "--window", "5m")
