@@ -40,6 +40,27 @@ def test_generation_report_counts_the_tokens_of_every_batch(gw: DaemonHandle, tm
     assert throughput["tokens"] == written["tokens_out"]  # three batches' tokens, not the last two's
 
 
+def test_a_generation_done_in_one_batch_has_its_token_rate(gw: DaemonHandle, tmp_path: Path) -> None:
+    model = build_tiny_causal_lm(tmp_path / "tiny-llm")
+    prompts = write_prompts(tmp_path / "prompts.jsonl", 4, seed=0, max_words=8)
+    infer = {
+        "task": "generate",
+        "model": str(model),
+        "input": str(prompts),
+        "batch_size": 4,
+        "max_new_tokens": 8,
+    }
+    spec = {"name": "one-batch", "kind": "infer", "resources": {"gpus": 0}, "infer": infer}
+    run = gw.wait_state(gw.submit(spec)["id"], timeout=180)
+    assert run["state"] == "succeeded", run["message"]
+    written = json.loads(Path(run["run_dir"], "report.json").read_text())
+
+    throughput = _report(gw, run["id"])  # one progress event: no interval of its own
+    assert throughput["source"] == "finished report"
+    assert throughput["samples_per_s"] == written["items_per_s"]
+    assert throughput["tokens_per_s"] == written["tokens_per_s"]
+
+
 def test_a_scripts_report_counts_the_tokens_of_its_first_step(gw: DaemonHandle) -> None:
     code = """
         from gpuwarden import sdk

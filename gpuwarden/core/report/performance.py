@@ -78,6 +78,8 @@ def throughput(snap: RunSnapshot) -> dict[str, Any]:
         known = [r for r in rates if r is not None]
         rate = known[-1] if known else None
         source = "finished report" if known else "none"
+        token_rates = [t for t in (_num(r.get("tokens_per_s")) for r in reports) if t is not None]
+        token_rate = token_rates[-1] if known and token_rates else None
     return {
         "unit": "items" if snap.kind == "infer" else "samples",
         "samples": samples,
