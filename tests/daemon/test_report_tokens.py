@@ -1,5 +1,6 @@
-"""`gpuwarden report`'s tokens: every token an attempt produced, its first batch's included, as
-for its samples — for gpuwarden's inference runner and for a user's script."""
+"""`gpuwarden report` and `compare` of inference runs as a user runs them: every token an attempt
+produced, its first batch's included, as for its samples (for gpuwarden's inference runner and
+for a user's script); rates of a run that reported once; items compared with samples."""
 
 from __future__ import annotations
 
@@ -74,3 +75,31 @@ def test_a_scripts_report_counts_the_tokens_of_its_first_step(gw: DaemonHandle) 
     throughput = _report(gw, run["id"])
     assert throughput["samples"] == 20
     assert throughput["tokens"] == 200
+
+
+def test_comparing_an_inference_run_with_a_training_run_says_their_units_differ(
+    gw: DaemonHandle, tmp_path: Path
+) -> None:
+    model = build_tiny_causal_lm(tmp_path / "tiny-llm")
+    prompts = write_prompts(tmp_path / "prompts.jsonl", 4, seed=0, max_words=8)
+    infer = {
+        "task": "generate",
+        "model": str(model),
+        "input": str(prompts),
+        "batch_size": 2,
+        "max_new_tokens": 4,
+    }
+    generated = gw.submit({"name": "gen", "kind": "infer", "resources": {"gpus": 0}, "infer": infer})
+    code = """
+        from gpuwarden import sdk
+        for step in (1, 2):
+            sdk.progress(step, 10 * step, batch_size=10)
+    """
+    trained = gw.submit(command_spec("script", code, resources={"gpus": 0}))
+    for run in (generated, trained):
+        assert gw.wait_state(run["id"], timeout=180)["state"] == "succeeded"
+
+    compared = gw.cli_json("compare", generated["id"], trained["id"])
+    assert compared["notes"] == ["A counts items, B samples: the per-second rows compare different units"]
+    text = gw.cli("compare", generated["id"], trained["id"]).stdout
+    assert "A counts items, B samples" in text

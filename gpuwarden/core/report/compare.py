@@ -55,4 +55,7 @@ def compare_reports(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         for side, report in (("A", a), ("B", b))
         if (note := (report.get("throughput") or {}).get("loop_note"))
     ]
+    units = [(r.get("throughput") or {}).get("unit") for r in (a, b)]
+    if units[0] != units[1] and all(units):
+        notes.append(f"A counts {units[0]}, B {units[1]}: the per-second rows compare different units")
     return {"a": a.get("run"), "b": b.get("run"), "rows": rows, "notes": notes}
