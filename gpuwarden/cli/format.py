@@ -19,11 +19,12 @@ from gpuwarden.core.telemetry.types import (
 from gpuwarden.core.units import gib, num
 
 
-def gpu_line(static: GpuStatic | None, s: GpuSample) -> str:
-    """One line per GPU per tick: power first, because it tracks useful work best."""
-    label = f"[{static.index}] {static.name}" if static else s.uuid[:12]
+def gpu_line(static: GpuStatic | None, s: GpuSample, *, labelled: bool = True) -> str:
+    """One line per GPU per tick: power first, because it tracks useful work best (unlabelled
+    under a line that already names the GPU)."""
+    label = (f"[{static.index}] {static.name}" if static else s.uuid[:12]) if labelled else ""
     if s.lost:
-        return f"{label}  LOST (not answering NVML)"
+        return "  ".join(p for p in (label, "LOST (not answering NVML)") if p)
     if s.power_w is not None and s.power_limit_w:
         power = f"power {s.power_w:.0f}/{s.power_limit_w:.0f} W ({100 * s.power_w / s.power_limit_w:.0f}%)"
     else:
@@ -40,7 +41,7 @@ def gpu_line(static: GpuStatic | None, s: GpuSample) -> str:
     active = (s.throttle_reasons or 0) & THROTTLE_ACTIVE_MASK
     if active:
         parts.append("THROTTLED: " + ",".join(throttle_names(active)))
-    return "  ".join(parts)
+    return "  ".join(p for p in parts if p)
 
 
 def host_line(h: HostSample) -> str:

@@ -43,7 +43,7 @@ def gpus(as_json: bool) -> None:
                 f" (CUDA {g.cuda_driver_version or 'n/a'})  MIG {_mig(g.mig_mode)}"
             )
             if g.uuid in samples:
-                click.echo("    " + gpu_line(g, samples[g.uuid]))
+                click.echo("    " + gpu_line(g, samples[g.uuid], labelled=False))
     finally:
         reader.close()
 

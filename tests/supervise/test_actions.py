@@ -21,12 +21,13 @@ ACTIONS: dict[str, Callable[[Rig, str], Any]] = {
     "tune": lambda rig, run_id: rig.sup.tune_run(run_id),
     "edit": lambda rig, run_id: rig.sup.edit_run(run_id, {"name": "renamed"}),
     "delete": lambda rig, run_id: rig.sup.delete_run(run_id),
+    "stop": lambda rig, run_id: rig.sup.stop_run(run_id, grace=0),
 }
 # For each state a run can be brought to: the actions it allows (the others are conflicts).
 ALLOWED = {
-    RunState.QUEUED: {"tune", "edit", "delete"},
-    RunState.RUNNING: set(),
-    RunState.RETUNING: set(),
+    RunState.QUEUED: {"tune", "edit", "delete", "stop"},
+    RunState.RUNNING: {"stop"},
+    RunState.RETUNING: {"stop"},
     RunState.SUCCEEDED: {"delete"},
     RunState.FAILED: {"resume", "tune", "edit", "delete"},
     RunState.STOPPED: {"resume", "tune", "edit", "delete"},
@@ -73,6 +74,8 @@ def test_each_action_is_allowed_or_a_conflict_by_state(rig: Rig, state: RunState
     message = str(refused.value)
     assert message.startswith(f"run {run_id} ") and "\n" not in message
     # A finished run cannot be stopped: the advice is a new run, not "stop it first".
+    if state.final and action == "stop":
+        assert f"has already ended ({state}): nothing to stop" in message
     if state is RunState.SUCCEEDED and action in ("tune", "edit", "resume"):
         assert (
             " is succeeded" not in message and "stop it" not in message and "submit a new run" in message

@@ -76,7 +76,7 @@ def stop(ctx: Context, run_id: str, grace: float | None) -> dict[str, Any]:
         run = ctx.run(run_id)
         state = RunState(run["state"])
         if state.final:
-            raise Conflict(f"run {run_id} is already {state}")
+            raise Conflict(f"run {run_id} has already ended ({state}): nothing to stop")
         if state is RunState.QUEUED:
             ctx.set_state(run_id, RunState.STOPPED, _stopped_while_queued(ctx, run_id), stop_requested=1)
             return ctx.run(run_id)
