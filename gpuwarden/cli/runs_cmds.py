@@ -384,7 +384,7 @@ def history(
         else:
             click.echo("no samples in that window")
         return
-    click.echo(f"{window} window, {result.tier} tier, {result.step} s per point")
+    click.echo(f"{window.strip()} window, {result.tier} tier, {result.step} s per point")
     for key, by_metric in series.items():
         static = statics.get(key)
         name = "host" if key == "host" else f"GPU {static.index}" if static else key[:16]
@@ -398,7 +398,7 @@ def history(
             click.echo(
                 f"{name:<8} {metric:<14} last {named(metric, values[-1][1])}  mean {named(metric, mean)}"
                 f"  min {named(metric, low)}  max {named(metric, high)}"
-                f"  ({len(values)} points)"
+                f"  ({len(values)} point{'' if len(values) == 1 else 's'})"
             )
 
 

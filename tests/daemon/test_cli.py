@@ -258,6 +258,9 @@ def test_history_for_gpus_and_the_host_with_units(daemon_factory: Any) -> None:
     assert {line.split()[1] for line in host.stdout.splitlines()[1:]} == {"cpu_percent", "mem_used"}
     as_json = gw.cli_json("history", "--host", "--window", "5m", "--metric", "load1")
     assert list(as_json["series"]) == ["host"] and as_json["series"]["host"]["load1"]
+    one = gw.cli("history", "--host", "--window", " 5m ", "--points", "1", "--metric", "load1")
+    assert one.returncode == 0, one.stderr
+    assert one.stdout.startswith("5m window,") and one.stdout.rstrip().endswith("(1 point)"), one.stdout
 
     for args, message in (
         (["--metric", "cpu_percent"], "cpu_percent is a host metric: add --host"),
