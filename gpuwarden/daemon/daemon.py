@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import psutil
 
 from gpuwarden import __version__
-from gpuwarden.core.config.settings import Settings
+from gpuwarden.core.config.settings import MetricsSettings, Settings
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.oom.classify import read_oom_kill_count
 from gpuwarden.core.paths import Paths
@@ -92,7 +92,7 @@ class Daemon:
             self._hooks(retune_hook),
         )
         if settings.metrics.enabled:
-            self.add_component(MetricsComponent(self, settings.metrics.host, settings.metrics.port))
+            self.add_component(MetricsComponent(self, settings.metrics))
         self.server: Any = None
         self._stop = threading.Event()
         self._sampler_thread = threading.Thread(target=self._sample_loop, name="sampler", daemon=True)
@@ -399,15 +399,16 @@ def local_backends(
 class MetricsComponent:
     """The Prometheus exporter as a daemon component (only when `metrics.enabled`)."""
 
-    def __init__(self, daemon: Daemon, host: str, port: int) -> None:
-        self._daemon, self._host, self._port = daemon, host, port
+    def __init__(self, daemon: Daemon, settings: MetricsSettings) -> None:
+        self._daemon, self._host, self._port = daemon, settings.host, settings.port
+        self._ended_runs_s = settings.ended_runs_minutes * 60
         self._server: Any = None
 
     def start(self) -> None:
         from gpuwarden.daemon.metrics import start_metrics_server
 
         try:
-            self._server = start_metrics_server(self._daemon, self._host, self._port)
+            self._server = start_metrics_server(self._daemon, self._host, self._port, self._ended_runs_s)
         except OSError as exc:
             raise UserError(
                 f"metrics.port {self._port} on {self._host}: {exc.strerror} — choose another port "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -73,9 +74,25 @@ _RATES = frozenset({"samples_per_s", "tokens_per_s"})
 
 
 class GpuwardenCollector(Collector):
-    def __init__(self, source: MetricsSource, hostname: str | None = None) -> None:
+    def __init__(
+        self,
+        source: MetricsSource,
+        hostname: str | None = None,
+        *,
+        ended_runs_s: float = 3600.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self._source = source
         self._hostname = hostname or socket.gethostname()
+        self._ended_runs_s = ended_runs_s
+        self._clock = clock
+
+    def _exported(self, run: dict[str, Any]) -> bool:
+        """Runs that are live, or ended within the window: Prometheus keeps what they were."""
+        ended_at = run.get("ended_at")
+        if not RunState(run["state"]).final or not isinstance(ended_at, int | float):
+            return True
+        return self._clock() - ended_at <= self._ended_runs_s
 
     def collect(self) -> Iterator[Metric]:
         yield from self._gpu_metrics()
@@ -142,7 +159,7 @@ class GpuwardenCollector(Collector):
                 yield g
 
     def _run_metrics(self) -> Iterator[Metric]:
-        runs = self._source.runs_snapshot()
+        runs = [run for run in self._source.runs_snapshot() if self._exported(run)]
         # Hostname as on the GPU series, so one dashboard variable selects a machine's everything.
         labels = ["run", "name", "Hostname"]
         state = GaugeMetricFamily(
@@ -220,10 +237,12 @@ class _QuietHandler(WSGIRequestHandler):
         return
 
 
-def start_metrics_server(source: MetricsSource, host: str, port: int) -> MetricsServer:
+def start_metrics_server(
+    source: MetricsSource, host: str, port: int, ended_runs_s: float = 3600.0
+) -> MetricsServer:
     """Serve GET /metrics on host:port from a background thread (a thread per scrape)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(GpuwardenCollector(source))
+    registry.register(GpuwardenCollector(source, ended_runs_s=ended_runs_s))
     server_class = _IPv6Server if ":" in host else ThreadingWSGIServer
     server = make_server(
         host, port, only_metrics_path(make_wsgi_app(registry)), server_class, handler_class=_QuietHandler

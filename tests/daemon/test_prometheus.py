@@ -41,13 +41,15 @@ def _scrape(port: int, gpus: int, deadline_s: float = 20.0) -> str:
         time.sleep(0.1)
 
 
-def _metrics_daemon(daemon_factory: Any, scenario: str) -> tuple[Any, int]:
+def _metrics_daemon(daemon_factory: Any, scenario: str, **settings: str) -> tuple[Any, int]:
     port = _free_port()
+    env = {f"GPUWARDEN_METRICS__{key.upper()}": value for key, value in settings.items()}
     gw = daemon_factory(
         {
             "GPUWARDEN_FAKE_NVML": scenario,
             "GPUWARDEN_METRICS__ENABLED": "true",
             "GPUWARDEN_METRICS__PORT": str(port),
+            **env,
         }
     )
     return gw, port
@@ -144,3 +146,26 @@ def test_a_runs_throughput_is_exported_while_it_runs_only(daemon_factory: Any, t
     assert ended["gpuwarden_run_samples_seen"] == 10
     assert "gpuwarden_run_samples_per_second" not in ended
     assert "gpuwarden_run_tokens_per_second" not in ended
+
+
+def test_runs_that_ended_leave_the_exposition_after_the_configured_window(daemon_factory: Any) -> None:
+    # 0 minutes: only live runs are exported, so the series count stays bounded however many
+    # runs the daemon has kept; what an ended run was stays in Prometheus's own history.
+    gw, port = _metrics_daemon(daemon_factory, "h100", ended_runs_minutes="0")
+    done = gw.submit(command_spec("done", "pass", resources={"gpus": 0}))
+    assert gw.wait_state(done["id"])["state"] == "succeeded"
+    waiting = gw.submit(command_spec("waiting", "pass", resources={"gpus": 1, "min_free_memory": "900GiB"}))
+
+    def scraped_with_the_queued_run() -> str:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        return text if waiting["id"] in text else ""
+
+    text = wait_for(scraped_with_the_queued_run, "the queued run on /metrics")
+    assert f'run="{done["id"]}"' not in text
+    states = {
+        s.labels["state"]: s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == "gpuwarden_run_state" and s.labels["run"] == waiting["id"]
+    }
+    assert states["queued"] == 1.0

@@ -57,6 +57,10 @@ class MetricsSettings(StrictModel):
     enabled: bool = False
     host: str = "127.0.0.1"
     port: int = Field(9401, ge=1, le=65535)
+    # Prometheus keeps what it scraped; a run exported for ever would grow every scrape without bound.
+    ended_runs_minutes: float = Field(
+        60.0, ge=0, le=525_600, description="minutes a run that ended stays on /metrics (0: only live runs)"
+    )
 
 
 class Settings(StrictModel):

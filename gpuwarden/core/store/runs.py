@@ -261,7 +261,7 @@ class RunStore:
         """Every run with its attempt and retune counts and its latest progress metrics, in one
         query (what the Prometheus exporter reads on each scrape)."""
         return self._query(
-            "SELECT r.id, r.name, r.kind, r.state, r.attempt AS attempts,"
+            "SELECT r.id, r.name, r.kind, r.state, r.ended_at, r.attempt AS attempts,"
             " (SELECT COUNT(*) FROM retunes t WHERE t.run_id = r.id) AS retunes,"
             " m.samples_per_s, m.tokens_per_s, m.samples_seen, m.loss, m.mem_peak"
             " FROM runs r LEFT JOIN run_metrics m ON m.rowid ="
