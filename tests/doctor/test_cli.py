@@ -178,5 +178,8 @@ def test_invalid_spec_and_unknown_run_are_one_line(db: Path, tmp_path: Path) -> 
         assert (
             proc.returncode == 2 and "no run matches 'nope'" in proc.stderr and "Traceback" not in proc.stderr
         )
+        # `gpuwarden ps` lists the daemon's runs, not this file's: the line names what the file holds
+        assert f"in {db} — it holds " in proc.stderr and "after" in proc.stderr, proc.stderr
+        assert "gpuwarden ps" not in proc.stderr and proc.stderr.count("\n") == 1
     proc = gw("report", "x", "--db", str(tmp_path / "none.db"))
     assert proc.returncode == 2 and "no gpuwarden database there" in proc.stderr

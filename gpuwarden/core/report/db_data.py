@@ -34,7 +34,21 @@ class DbRunData:
         return f"database {self.path}"
 
     def resolve_run(self, ref: str) -> dict[str, Any]:
-        return self.runs.resolve(ref)
+        try:
+            return self.runs.resolve(ref)
+        except UserError as exc:
+            if exc.code != "not_found":
+                raise
+            # `gpuwarden ps` lists the daemon's runs, not this file's: name some of these instead.
+            names = sorted({str(r["name"]) for r in self.runs.list_runs(limit=50)})
+            held = (
+                f"it holds {', '.join(names[:8])}{' …' if len(names) > 8 else ''}"
+                if names
+                else "it holds no runs"
+            )
+            raise UserError(
+                f"no run matches '{ref[:80]}' in {self.path} — {held}", code="not_found"
+            ) from None
 
     def attempts(self, run_id: str) -> list[dict[str, Any]]:
         return self.runs.attempts(run_id)
