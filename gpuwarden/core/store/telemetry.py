@@ -686,10 +686,10 @@ class TelemetryStore:
         self, metrics: Sequence[str], allowed: Sequence[str], start: float, end: float, points: int
     ) -> None:
         if not metrics:
-            raise UserError(f"name at least one metric; choose from: {', '.join(allowed)}")
+            raise UserError(f"name at least one metric — choose from: {', '.join(allowed)}")
         bad = [m for m in metrics if m not in allowed]
         if bad:
-            raise UserError(f"unknown metric {', '.join(bad)}; choose from: {', '.join(allowed)}")
+            raise UserError(f"unknown metric {', '.join(bad)} — choose from: {', '.join(allowed)}")
         if not end > start:
             raise UserError(f"history window is empty: end ({end}) must be after start ({start})")
         if points < 1:
