@@ -208,12 +208,16 @@ def command_document(
     return doc
 
 
-def printable_spec(document: dict[str, Any]) -> str:
-    """The completed spec as YAML (what the daemon would run), defaults left out."""
+def completed_document(document: dict[str, Any]) -> dict[str, Any]:
+    """The completed spec (what the daemon would run: preset knobs, config values), defaults left out."""
     from gpuwarden.core.command.complete import complete_command
     from gpuwarden.core.config.spec import spec_from_mapping
 
     spec = complete_command(spec_from_mapping(document, label="the flags"))
     data = spec.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
-    data = {"version": 1, "name": spec.name, "kind": spec.kind, **data}
-    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+    return {"version": 1, "name": spec.name, "kind": spec.kind, **data}
+
+
+def printable_spec(document: dict[str, Any]) -> str:
+    """The completed spec as YAML."""
+    return yaml.safe_dump(completed_document(document), sort_keys=False, allow_unicode=True)

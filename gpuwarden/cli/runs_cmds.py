@@ -17,7 +17,13 @@ from typing import Any
 
 import click
 
-from gpuwarden.cli.command_spec import command_document, command_options, flags_given, printable_spec
+from gpuwarden.cli.command_spec import (
+    command_document,
+    command_options,
+    completed_document,
+    flags_given,
+    printable_spec,
+)
 from gpuwarden.cli.event_lines import event_line
 from gpuwarden.cli.format import print_json
 from gpuwarden.cli.gpu_choice import select_gpus
@@ -107,7 +113,7 @@ def run_cmd(words: tuple[str, ...], follow: bool, no_check_inputs: bool, as_json
             document = command_document(list(words), Path.cwd(), **flags)
             if flags["print_spec"]:
                 if as_json:
-                    print_json(document)
+                    print_json(completed_document(document))
                 else:
                     click.echo(printable_spec(document), nl=False)
                 return

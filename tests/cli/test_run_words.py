@@ -162,3 +162,29 @@ def test_checkpoints_flag_says_where_a_flags_only_script_saves(tmp_path: Path) -
     empty = _run("--print-spec", "--checkpoints", " ", "--", "python", "train.py", cwd=tmp_path)
     assert empty.returncode == 2 and empty.stderr.count("\n") == 1
     assert "an empty pattern matches nothing — e.g. outputs/checkpoint-*" in empty.stderr
+
+
+def test_a_role_may_name_a_flag_of_the_command_under_a_framework_preset(tmp_path: Path) -> None:
+    # The preset makes knobs of the command's flags after the flags are read: a role naming
+    # one (a flag the preset knows, or one it does not) is that knob, not "no knob".
+    flags = ["--json", "--print-spec", "--framework", "transformers"]
+    argv = [
+        "python",
+        "ft.py",
+        "--per_device_train_batch_size",
+        "8",
+        "--max-seq-length",
+        "512",
+        "--output_dir",
+        "o",
+    ]
+    roles = ["--role", "micro_batch=per_device_train_batch_size", "--role", "max_length=max_seq_length"]
+    named = _run(*flags, *roles, "--", *argv, cwd=tmp_path)
+    assert named.returncode == 0, named.stderr
+    spec = json.loads(named.stdout)
+    assert spec["command"]["roles"]["micro_batch"] == "per_device_train_batch_size"
+    assert spec["command"]["roles"]["max_length"] == "max_seq_length"
+    assert spec["knobs"]["max_seq_length"] == 512 and "{max_seq_length}" in spec["command"]["argv"]
+    absent = _run(*flags, "--role", "max_length=max_len", "--", *argv, cwd=tmp_path)
+    assert absent.returncode == 2 and absent.stderr.count("\n") == 1
+    assert "command.roles.max_length: no knob 'max_len' — the command has no --max_len flag" in absent.stderr

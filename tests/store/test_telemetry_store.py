@@ -243,7 +243,7 @@ def test_gpus_latest_and_processes(store: TelemetryStore) -> None:
 
 def test_unknown_metric_and_gpu_are_user_errors(store: TelemetryStore) -> None:
     store.write_tick(tick(T0, [sample(T0, util_gpu=1.0)]))
-    with pytest.raises(UserError, match="^unknown metric utilisation — choose from: util_gpu"):
+    with pytest.raises(UserError, match=r"^unknown metric utilisation — choose from: util_gpu"):
         store.history(None, ["utilisation"], T0, T0 + 60)
     with pytest.raises(UserError, match="unknown GPU GPU-zzz"):
         store.history(["GPU-zzz"], ["util_gpu"], T0, T0 + 60)

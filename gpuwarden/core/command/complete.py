@@ -120,6 +120,12 @@ def _check_roles(spec: RunSpec) -> None:
     assert spec.command is not None
     roles = spec.command.roles
     for role, name in roles.knob_names().items():
+        if name not in spec.knobs and name not in spec.command.bind:
+            # Only a preset run gets here: the spec's own check waits for the preset's knobs.
+            raise UserError(
+                f"command.roles.{role}: no knob {name!r} — the command has no --{name} flag for the "
+                f"preset to take it from: add the flag with its value, or give the knob (--knob {name}=VALUE)"
+            )
         value = spec.knobs.get(name)
         where = f"knobs.{name} (command.roles.{role})"
         if role in _INT_ROLES and not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):

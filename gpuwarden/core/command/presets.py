@@ -177,6 +177,27 @@ def _scan_argv(draft: _Draft, preset: Preset) -> None:
     draft.argv = out
 
 
+def _lift_role_flags(draft: _Draft) -> None:
+    """`--role max_length=max_seq_length` with `--max_seq_length 512` in the command: a flag the
+    preset does not know, named by the user's role, becomes that knob as a known one would."""
+    wanted = {
+        t for t in draft.roles.values() if isinstance(t, str) and t not in draft.knobs and t not in draft.bind
+    }
+    items = draft.argv
+    for i, item in enumerate(items):
+        parsed = _flag_name(item)
+        if parsed is None or parsed[0] not in wanted:
+            continue
+        name, inline = parsed
+        if inline is not None:
+            draft.knobs[name] = parse_value(inline)
+            items[i] = f"{item.partition('=')[0]}={{{name}}}"
+        elif i + 1 < len(items) and not items[i + 1].startswith("--"):
+            draft.knobs[name] = parse_value(items[i + 1])
+            items[i + 1] = f"{{{name}}}"
+        wanted.discard(name)
+
+
 def _switch_on(text: Any) -> bool:
     return text is True or (isinstance(text, str) and text.strip().lower() in _TRUE_TEXT)
 
@@ -299,6 +320,7 @@ def apply_preset(spec: RunSpec, config: ConfigDocument | None) -> RunSpec:
     )
     user_roles = set(draft.roles)
     _scan_argv(draft, preset)
+    _lift_role_flags(draft)
     _scan_precision_argv(draft, preset)
     from_config = config is not None and "micro_batch" not in draft.roles
     if config is not None:

@@ -203,8 +203,11 @@ class RunSpec(StrictModel):
                 )
             if binding.env is not None and binding.env in self.command.env:
                 raise ValueError(f"command.bind.{name}: {binding.env} is also set in command.env — keep one")
+        # A framework preset makes knobs of the command's own flags later (completing the spec
+        # checks roles again then): a role may name one before it exists.
+        preset = self.command.framework != "none"
         for role, name in self.command.roles.knob_names().items():
-            if name not in known:
+            if name not in known and not preset:
                 raise ValueError(
                     f"command.roles.{role}: no knob {name!r} — add it to `knobs:` or bind it to a config key"
                 )
