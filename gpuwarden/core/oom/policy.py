@@ -305,7 +305,9 @@ def _policy_file(name: str, search_dirs: Sequence[Path]) -> Path:
         )
     for directory in search_dirs:
         candidate = directory / f"{name}.yaml"
-        if candidate.is_file():
+        # A folder, FIFO or dangling link under the name is still the user's policy: loading it
+        # names what is wrong with it, where "unknown policy" would contradict the listing.
+        if candidate.exists() or candidate.is_symlink():
             return candidate
     known = available_policies(search_dirs)
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
