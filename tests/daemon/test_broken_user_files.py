@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,3 +34,15 @@ def test_a_broken_policy_file_is_named_not_called_unknown(gw: DaemonHandle, kind
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert f"policy: {mine}: " in result.stderr, result.stderr
     assert "unknown retune policy" not in result.stderr
+
+
+def test_a_dangling_link_in_place_of_the_config_file_is_an_error(daemon_factory: Any) -> None:
+    gw: DaemonHandle = daemon_factory(start=False)
+    config = gw.root / "config" / "gpuwarden" / "config.yaml"
+    config.parent.mkdir(parents=True)
+    config.symlink_to(gw.root / "dotfiles" / "gpuwarden.yaml")  # the target moved away
+    for args in (["up"], ["status"]):
+        result = gw.cli(*args)
+        assert result.returncode == 2, result
+        assert result.stderr == f"gpuwarden: {config}: no such file — check the path\n"
+    assert not Path(gw.socket).exists()  # no daemon started on defaults the user did not choose

@@ -153,8 +153,10 @@ def load_settings(
     environ = os.environ if environ is None else environ
     path = config_file or default_config_file()
     explicit = config_file is not None or "GPUWARDEN_CONFIG" in environ
-    # A missing default file is fine (defaults apply); a file the user named must exist.
-    doc = load_yaml_file(path) if path.exists() or explicit else YamlDocument(data={}, label=str(path))
+    # A missing default file is fine (defaults apply); a file the user named must exist, and so
+    # must the target of a link left in the default place (a dotfiles link whose target moved).
+    present = path.exists() or path.is_symlink() or explicit
+    doc = load_yaml_file(path) if present else YamlDocument(data={}, label=str(path))
 
     data: dict[str, Any] = dict(doc.data)
     origin: dict[KeyPath, str] = {}
