@@ -73,6 +73,8 @@ def daemon(sample_interval: float | None, log_level: str | None) -> None:
     except Exception:
         logging.getLogger("gpuwarden.daemon").exception("the daemon failed")
         code = 1
+    if instance.lost_socket:
+        code = 1  # not a stop anyone asked for: a service manager restarts it with a new socket
     _exit_now(code)
 
 

@@ -1,19 +1,18 @@
 """The daemon: lock, store writer, sampler, supervisor and API server, started and stopped in order.
 
 Threads: `store-writer` (the only database writer), `sampler` (ticks at the configured cadence),
-`supervisor` (runs), and uvicorn's event loop on the main thread. Extra components (the Prometheus
-exporter) attach with `Daemon.add_component` and receive every tick through `on_tick`.
+`supervisor` (runs), `socket-watch` (stops a daemon whose socket's file was removed), and
+uvicorn's event loop on the main thread. Extra components (the Prometheus exporter) attach with
+`Daemon.add_component` and receive every tick through `on_tick`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Protocol
 
 import psutil
@@ -35,6 +34,7 @@ from gpuwarden.daemon.lock import DatabaseLock, InstanceLock
 from gpuwarden.daemon.placement import GpuState
 from gpuwarden.daemon.private_state import enter_owner_only_umask, prepare_private_state
 from gpuwarden.daemon.process import LocalProcesses
+from gpuwarden.daemon.socket_watch import SocketWatch
 from gpuwarden.daemon.stream import Broadcaster
 from gpuwarden.daemon.supervise import Backends, Hooks, RetuneHook, Supervisor
 from gpuwarden.daemon.writer import StoreWriter
@@ -98,6 +98,7 @@ class Daemon:
         self._sampler_thread = threading.Thread(target=self._sample_loop, name="sampler", daemon=True)
         self._readers = threading.local()
         self._shutdown_hooks: list[Callable[[], None]] = []
+        self.socket_watch: SocketWatch | None = None
 
     def _hooks(self, retune_hook: RetuneHook | None) -> Hooks:
         """The supervisor's decisions: OOM recovery by the run's policy (the product's default,
@@ -325,11 +326,18 @@ class Daemon:
 
         sock = bind_socket(self.paths.socket)
         self.server = make_server(create_app(self))
+        self.socket_watch = SocketWatch(self.paths.socket, self.request_shutdown)
+        self.socket_watch.start()
         log.info("listening on %s", self.paths.socket)
         try:
             self.server.run(sockets=[sock])
         finally:
             sock.close()
+
+    @property
+    def lost_socket(self) -> bool:
+        """True when the daemon stopped because its socket's file was removed."""
+        return self.socket_watch is not None and self.socket_watch.lost
 
     @property
     def stopping(self) -> bool:
@@ -365,8 +373,8 @@ class Daemon:
         self.writer.stop()
         if self.sampler is not None:
             self.sampler.close()
-        if self.server is not None:
-            _unlink_own_socket(self.paths.socket)
+        if self.socket_watch is not None:
+            self.socket_watch.remove_socket()
         if self._umask is not None:
             os.umask(self._umask)
         # The lock stays held until the process exits (see daemon/lock.py).
@@ -419,8 +427,3 @@ class MetricsComponent:
     def stop(self) -> None:
         if self._server is not None:
             self._server.close()
-
-
-def _unlink_own_socket(path: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
