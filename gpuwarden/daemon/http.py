@@ -7,6 +7,8 @@ live in `gpuwarden.daemon.routes`, one module each; request bodies are capped (`
 
 from __future__ import annotations
 
+import sqlite3
+
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -38,5 +40,7 @@ def create_app(daemon: DaemonView) -> FastAPI:
     app.add_exception_handler(RequestValidationError, http_errors.invalid_request)  # type: ignore[arg-type]
     app.add_exception_handler(UserError, http_errors.user_error)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, http_errors.http_error)  # type: ignore[arg-type]
+    app.add_exception_handler(OSError, http_errors.storage_error)
+    app.add_exception_handler(sqlite3.Error, http_errors.storage_error)
     app.add_exception_handler(Exception, http_errors.bug)
     return app

@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gpuwarden.core.api import ErrorBody, ErrorDetail
 from gpuwarden.core.errors import ConfigError, UserError, one_line
+from gpuwarden.daemon.storage_errors import storage_message, storage_problem
 
 log = logging.getLogger("gpuwarden.daemon.http")
 
@@ -92,6 +93,18 @@ async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
         return error_response(404, "not_found", message)
     code = {404: "not_found"}.get(exc.status_code, "http_error")
     return error_response(exc.status_code, code, str(exc.detail), headers=exc.headers)
+
+
+async def storage_error(request: Request, exc: Exception) -> JSONResponse:
+    """An OSError or SQLite error: a full or read-only disk is the machine's problem, answered and
+    logged in one line; anything else is a bug. (Registered for these types: the handler for
+    `Exception` runs in Starlette's outermost middleware, which logs a traceback regardless.)"""
+    paths = request.app.state.daemon.paths
+    problem = storage_problem(exc, paths.state_dir, paths.db)
+    if problem is None:
+        return await bug(request, exc)
+    log.warning("%s %s: cannot write %s", request.method, request.url.path, problem)
+    return error_response(507, "storage_full", storage_message(problem))
 
 
 async def bug(request: Request, exc: Exception) -> JSONResponse:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
@@ -17,9 +18,13 @@ from typing import TypeVar
 
 from gpuwarden.core.store import sqlite_utils
 from gpuwarden.core.store.db import open_db
+from gpuwarden.daemon.storage_errors import storage_problem
 
 T = TypeVar("T")
 log = logging.getLogger("gpuwarden.daemon.writer")
+
+# A full disk fails every tick: one warning a minute says so without filling the log.
+REFUSED_WARN_EVERY_S = 60.0
 
 Job = Callable[[sqlite_utils.Database], object]
 
@@ -33,6 +38,7 @@ class StoreWriter:
         self._thread = threading.Thread(target=self._run, name="store-writer", daemon=True)
         self._ready: Future[None] = Future()
         self.db: sqlite_utils.Database | None = None
+        self._refused_warned_at = -REFUSED_WARN_EVERY_S  # monotonic time of the last warning
 
     def start(self) -> None:
         """Open (create, migrate) the database on the writer thread; raises what opening raised."""
@@ -56,9 +62,19 @@ class StoreWriter:
             try:
                 future.set_result(job(self.db))
             except BaseException as exc:
-                log.debug("store job failed: %s", exc)
+                self._failed(exc)
                 future.set_exception(exc)
         self.db.conn.close()
+
+    def _failed(self, exc: BaseException) -> None:
+        """A full disk would otherwise lose every sample without a word: say so in one line."""
+        problem = storage_problem(exc, self.db_path.parent, self.db_path)
+        if problem is None:
+            log.debug("store job failed: %s", exc)
+        elif time.monotonic() - self._refused_warned_at >= REFUSED_WARN_EVERY_S:
+            # Once a minute: some writes still fit (a reused WAL page), so they come and go.
+            self._refused_warned_at = time.monotonic()
+            log.warning("cannot write %s — samples and run updates are lost until there is space", problem)
 
     def submit(self, job: Callable[[sqlite_utils.Database], T]) -> Future[T]:
         """Queue `job(db)`; the future holds its result or exception."""

@@ -16,6 +16,8 @@ _WHY = {
     415: "the body was sent as another type than JSON (`Content-Type: application/json`)",
     422: "a parameter or the body does not validate (`invalid_request`), or the spec does not "
     "(`invalid_config`, one line per problem in `problems`)",
+    507: "the daemon cannot write its state: the disk under its state folder is full or read-only "
+    "(`storage_full`)",
 }
 
 

@@ -100,7 +100,7 @@ def list_runs(
     "/v1/runs",
     status_code=201,
     response_model=RunDetail,
-    responses=errors(WITH_A_BODY, 400, 404, 409, 422),
+    responses=errors(WITH_A_BODY, 400, 404, 409, 422, 507),
     summary="submit a run spec",
 )
 def submit(daemon: DaemonDep, body: SubmitRequest) -> RunDetail:
