@@ -39,7 +39,7 @@ def _open(path: Path | str, readonly: bool) -> sqlite_utils.Database:
             raise UserError(f"{p}: no gpuwarden database there — check --db or start the daemon once")
         if p.is_dir():
             raise UserError(f"{p} is a directory — --db takes the database file (gpuwarden.db)")
-        conn = sqlite3.connect(f"file:{p}?mode=ro", uri=True, check_same_thread=False, isolation_level=None)
+        conn = _connect_readonly(p)
     else:
         p = Path(path)
         _create_private(p)
@@ -66,6 +66,22 @@ def _open(path: Path | str, readonly: bool) -> sqlite_utils.Database:
     except BaseException:
         conn.close()
         raise
+
+
+def _connect_readonly(path: Path) -> sqlite3.Connection:
+    """A read-only connection. A WAL database copied without its `-shm` file to a folder that
+    cannot be written (a backup, a read-only mount) cannot be opened so: SQLite must create that
+    file. Without a `-wal` file nothing is left to replay, so the file is read as it is."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False, isolation_level=None)
+    try:
+        conn.execute("PRAGMA user_version").fetchone()
+    except sqlite3.OperationalError:
+        if path.with_name(path.name + "-wal").exists() or os.access(path.parent, os.W_OK):
+            raise
+        conn.close()
+        uri = f"file:{path}?mode=ro&immutable=1"
+        conn = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
+    return conn
 
 
 def _create_private(path: Path) -> None:
