@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -64,7 +65,18 @@ class StoreWriter:
             except BaseException as exc:
                 self._failed(exc)
                 future.set_exception(exc)
+        self._checkpoint(self.db)
         self.db.conn.close()
+
+    @staticmethod
+    def _checkpoint(db: sqlite_utils.Database) -> None:
+        """Move the WAL into the database file and empty it: the daemon's readers stay open until
+        its process exits, so SQLite would not, and a copy of `gpuwarden.db` made after `down`
+        would hold almost nothing (the rows would be in the `-wal` file beside it)."""
+        try:
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.Error as exc:  # a reader mid-query, a full disk: the WAL stays valid
+            log.warning("could not fold the WAL into the database file at shutdown: %s", exc)
 
     def _failed(self, exc: BaseException) -> None:
         """A full disk would otherwise lose every sample without a word: say so in one line."""

@@ -4,6 +4,7 @@ hold it up, and the instance lock goes only with the process."""
 from __future__ import annotations
 
 import contextlib
+import shutil
 import subprocess
 import sys
 import threading
@@ -13,7 +14,7 @@ from typing import Any
 import psutil
 
 from gpuwarden.core.errors import UserError
-from tests.daemon.conftest import DaemonHandle, command_spec
+from tests.daemon.conftest import FINAL, DaemonHandle, command_spec
 
 LONG_POLL_S = 30.0
 
@@ -81,3 +82,17 @@ def _wait_for(condition: Any, timeout: float = 20.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.05)
+
+
+def test_after_down_the_database_file_alone_holds_everything(gw: DaemonHandle) -> None:
+    run = gw.submit(command_spec("kept", "print('done')", resources={"gpus": 0}))
+    gw.wait_state(run["id"], FINAL)
+    down = gw.cli("down")
+    assert down.returncode == 0, down.stderr
+    gw.proc = None
+    copy = gw.root / "copied" / "gpuwarden.db"
+    copy.parent.mkdir()
+    shutil.copy(gw.db, copy)  # `cp gpuwarden.db`, as a user copies a file to look at elsewhere
+    result = gw.cli("report", run["id"], "--db", str(copy))
+    assert result.returncode == 0, result.stderr
+    assert "kept" in result.stdout
