@@ -36,7 +36,13 @@ def install(no_start: bool, as_json: bool) -> None:
             f"`systemctl --user enable --now {UNIT_NAME}`"
         )
     elif reload.returncode != 0:
-        warnings.append(f"systemctl --user daemon-reload failed: {_first_line(reload.stderr)}")
+        # Typically no user manager answers (a container, `su`, an SSH session without a login
+        # session): the unit is on disk but nothing will start it, so say what will.
+        warnings.append(
+            f"systemctl --user daemon-reload failed: {_first_line(reload.stderr)} — the unit is written"
+            f" but not enabled: where your systemd user manager runs, `systemctl --user enable --now"
+            f" {UNIT_NAME}`; without one, start the daemon with `gpuwarden up`"
+        )
     else:
         args = ["enable", UNIT_NAME] if no_start else ["enable", "--now", UNIT_NAME]
         done = systemctl(*args)

@@ -84,3 +84,18 @@ def test_install_without_systemctl_still_writes_the_unit(tmp_path: Path) -> None
     assert (tmp_path / "config" / "systemd" / "user" / "gpuwarden.service").exists()
     assert "systemctl is not available here" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_install_where_no_user_manager_answers_says_what_starts_the_daemon(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    systemctl = bin_dir / "systemctl"  # what systemctl says in a container or under `su`
+    systemctl.write_text(
+        '#!/bin/sh\necho "Failed to connect to bus: No such file or directory" >&2\nexit 1\n'
+    )
+    systemctl.chmod(0o755)
+    r = _run(tmp_path, "install", path=f"{bin_dir}:/usr/bin:/bin")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "config" / "systemd" / "user" / "gpuwarden.service").exists()
+    assert "Failed to connect to bus" in r.stderr and "not enabled" in r.stderr
+    assert "`gpuwarden up`" in r.stderr and "Traceback" not in r.stderr
