@@ -110,3 +110,44 @@ def test_leftovers_of_this_daemon_runs_are_killed_and_other_processes_spared(rig
     assert helper.signals == [] and helper.running
     assert escaped.signals == [signal.SIGKILL] and not escaped.running
     assert foreign.signals == [] and foreign.running
+
+
+def _die_before_the_run_moves_on(rig: Rig) -> None:
+    """The daemon records the attempt's ending, then dies before the run's state follows it."""
+    set_state = rig.sup.ctx.set_state
+
+    def die(run_id: str, state: RunState, *args: object, **kwargs: object) -> None:
+        if state != RunState.RUNNING:
+            raise DaemonDied
+        set_state(run_id, state, *args, **kwargs)  # type: ignore[arg-type]
+
+    rig.sup.ctx.set_state = die  # type: ignore[method-assign]
+    with pytest.raises(DaemonDied):
+        rig.step()
+
+
+def test_an_oom_recorded_just_before_the_daemon_died_is_retuned_not_interrupted(rig: Rig) -> None:
+    hook = Halving()
+    rig.use(Hooks(retune=hook))
+    run_id = rig.submit(command(knobs={"bs": 16}))
+    rig.step()
+    proc = rig.proc_of(run_id)
+    proc.emit("oom", verdict="gpu_capacity")
+    proc.exit(EXIT_OOM)
+    _die_before_the_run_moves_on(rig)
+    assert rig.state(run_id) == RunState.RUNNING and rig.attempts(run_id)[0]["classification"] == "oom"
+    rig.restart()
+    rig.step()
+    run = rig.run(run_id)
+    assert run["state"] == RunState.RUNNING and run["attempt"] == 2 and run["spec"]["knobs"]["bs"] == 8
+
+
+def test_a_success_recorded_just_before_the_daemon_died_stays_a_success(rig: Rig) -> None:
+    run_id = rig.submit(command())
+    rig.step()
+    proc = rig.proc_of(run_id)
+    proc.emit("finished", report={})
+    proc.exit(0)
+    _die_before_the_run_moves_on(rig)
+    rig.restart()
+    assert rig.state(run_id) == RunState.SUCCEEDED

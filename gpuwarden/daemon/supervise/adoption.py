@@ -5,9 +5,10 @@ rank), found by its recorded pid or, when the daemon died between spawning it an
 pid, by its run tag (for a gang, torchrun: the earliest of the attempt's session leaders). One whose
 process is gone goes back to the loop to be finished (the exit status its recorder wrote, else
 what it wrote while no daemon watched, decides). A run caught retuning goes back to the loop to
-decide its retune again; other runs caught between attempts are interrupted, and resumed when
-their spec says so. Every other process that carries the tag of one of this daemon's runs
-(probes, strays) is killed: nothing a run started outlives what it was started for.
+decide its retune again, and one whose attempt's ending was recorded follows that ending; other
+runs caught between attempts are interrupted, and resumed when their spec says so. Every other
+process that carries the tag of one of this daemon's runs (probes, strays) is killed: nothing a
+run started outlives what it was started for.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ class Adoption:
 
     gone: list[Gone] = field(default_factory=list)
     retunes: list[Unfinished] = field(default_factory=list)
+    ended: list[Unfinished] = field(default_factory=list)  # finished, but the run not moved on
 
 
 def adopt(ctx: Context) -> Adoption:
@@ -68,23 +70,38 @@ def adopt(ctx: Context) -> Adoption:
         if gone is not None:
             out.gone.append(gone)
     _kill_leftovers(ctx, found)
-    out.retunes = _between_attempts(ctx, skip={g.active.run_id for g in out.gone})
+    out.retunes, out.ended = _between_attempts(ctx, skip={g.active.run_id for g in out.gone})
     _restore_backoffs(ctx)
     return out
 
 
-def _between_attempts(ctx: Context, skip: set[str]) -> list[Unfinished]:
+def _between_attempts(ctx: Context, skip: set[str]) -> tuple[list[Unfinished], list[Unfinished]]:
     """Settle the runs still marked active that have no attempt to watch; return the retunes
-    to decide again."""
-    retunes = []
+    to decide again and the attempts whose recorded ending the run has still to follow."""
+    retunes, ended = [], []
     for run in ctx.store(lambda s: s.list_runs(states=ACTIVE_STATES)):
         if run["id"] in ctx.active or run["id"] in skip:
             continue
-        if run["state"] != RunState.RETUNING:
+        if run["state"] == RunState.RETUNING:
+            if (unfinished := _retuning(ctx, run)) is not None:
+                retunes.append(unfinished)
+        elif (finished := _finished(ctx, run)) is not None:
+            ended.append(finished)
+        else:
             interrupted(ctx, run)  # starting before the spawn, or probing for an autotune
-        elif (unfinished := _retuning(ctx, run)) is not None:
-            retunes.append(unfinished)
-    return retunes
+    return retunes, ended
+
+
+def _finished(ctx: Context, run: Mapping[str, Any]) -> Unfinished | None:
+    """A running run whose attempt the previous daemon finished and recorded (out of memory,
+    succeeded, failed) just before it died: the run follows that ending, not "interrupted"."""
+    if run["state"] != RunState.RUNNING:
+        return None
+    run_id = str(run["id"])
+    attempt = ctx.store(lambda s: s.attempt(run_id, int(run["attempt"])))
+    if attempt is None or attempt["state"] != "ended" or attempt["classification"] in (None, "interrupted"):
+        return None
+    return Unfinished(run_id, attempt)
 
 
 def _adopt(ctx: Context, attempt: Mapping[str, Any], found: Sequence[Tagged]) -> Gone | None:

@@ -21,8 +21,8 @@ from gpuwarden.core.oom.classify import classify_text, oom_kill_grew
 from gpuwarden.core.terminal_text import plain_text
 from gpuwarden.core.units import size
 from gpuwarden.daemon.gang_verdict import RankEvidence, gang_verdict
-from gpuwarden.daemon.process import ExitStatus, ExitVerdict, classify, or_recorded
-from gpuwarden.daemon.supervise.context import Active, Context, Ending
+from gpuwarden.daemon.process import ExitStatus, ExitVerdict, Outcome, classify, or_recorded
+from gpuwarden.daemon.supervise.context import DECISIVE_EVENTS, Active, Context, Ending
 from gpuwarden.daemon.supervise.gang_stop import kill_now
 from gpuwarden.daemon.supervise.hooks import AttemptEnd
 from gpuwarden.daemon.supervise.pump import pump
@@ -125,13 +125,33 @@ def _gang(
     )
 
 
-def recorded_end(ctx: Context, run_id: str, attempt: Mapping[str, Any]) -> AttemptEnd:
-    """The facts of an attempt that ended out of memory, from its record: for a retune decided
-    again after a daemon restart."""
+def recorded_ending(ctx: Context, run_id: str, attempt: Mapping[str, Any]) -> Ending:
+    """An attempt the previous daemon finished and recorded, but died before it moved the run on
+    (retune, restart or final state): the same ending again, from the record."""
+    end = recorded_end(ctx, run_id, attempt, outcome=attempt["classification"])
+    verdict = ExitVerdict(outcome=attempt["classification"], reason=end.reason)
+    last = ctx.store(lambda s: s.last_event(run_id, end.number, DECISIVE_EVENTS))
+    return Ending(
+        run_id,
+        end.number,
+        verdict,
+        ExitStatus(code=end.exit_code, signal=end.signal),
+        f"attempt {end.number}: {end.reason}",
+        end,
+        last["type"] if last else None,
+        ended_at=float(attempt["ended_at"] or ctx.clock()),
+    )
+
+
+def recorded_end(
+    ctx: Context, run_id: str, attempt: Mapping[str, Any], outcome: Outcome = "oom"
+) -> AttemptEnd:
+    """The facts of an attempt that ended (out of memory, by default), from its record: for a
+    retune decided again after a daemon restart."""
     gpus = list(attempt["gpus"])
     return AttemptEnd(
         number=int(attempt["attempt"]),
-        outcome="oom",
+        outcome=outcome,
         reason=str(attempt["reason"] or "out of memory"),
         exit_code=attempt["exit_code"],
         signal=attempt["signal"],

@@ -108,6 +108,8 @@ class Supervisor:
         found = adoption.adopt(self.ctx)
         for g in found.gone:
             self._ended(finisher.finish(self.ctx, g.active, g.status, note=g.note, kill_group=False))
+        for e in found.ended:
+            self._ended(finisher.recorded_ending(self.ctx, e.run_id, e.attempt))
         for u in found.retunes:
             end = finisher.recorded_end(self.ctx, u.run_id, u.attempt)
             message = f"attempt {end.number}: {end.reason}"
