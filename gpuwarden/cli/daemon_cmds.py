@@ -132,8 +132,14 @@ def up(as_json: bool) -> None:
     if health is not None:
         _report_up(health, paths, as_json, started=False)
         return
-    paths.state_dir.mkdir(parents=True, exist_ok=True)
-    log_fd = os.open(paths.daemon_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        paths.state_dir.mkdir(parents=True, exist_ok=True)
+        log_fd = os.open(paths.daemon_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    except OSError as exc:  # a file in the way, a read-only mount, a folder of another user
+        raise UserError(
+            f"paths.state_dir: cannot write {exc.filename} ({exc.strerror or exc}) — "
+            "set paths.state_dir to a place you can write"
+        ) from None
     try:
         proc = subprocess.Popen(
             # -P: the folder `up` is typed in may hold another gpuwarden checkout; the daemon

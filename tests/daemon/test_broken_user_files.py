@@ -46,3 +46,16 @@ def test_a_dangling_link_in_place_of_the_config_file_is_an_error(daemon_factory:
         assert result.returncode == 2, result
         assert result.stderr == f"gpuwarden: {config}: no such file — check the path\n"
     assert not Path(gw.socket).exists()  # no daemon started on defaults the user did not choose
+
+
+def test_a_file_in_place_of_the_state_folder_is_one_line(daemon_factory: Any) -> None:
+    gw: DaemonHandle = daemon_factory(start=False)
+    in_the_way = gw.root / "state-file"
+    in_the_way.write_text("not a folder\n")
+    result = gw.cli("up", env={"GPUWARDEN_PATHS__STATE_DIR": str(in_the_way)})
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (
+        f"gpuwarden: paths.state_dir: cannot write {in_the_way} (File exists) — "
+        "set paths.state_dir to a place you can write\n"
+    )
+
