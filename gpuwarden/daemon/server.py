@@ -30,6 +30,8 @@ from gpuwarden.daemon.lock import ensure_private_dir
 
 log = logging.getLogger("gpuwarden.daemon.server")
 
+# sun_path holds 108 bytes on Linux, its terminating NUL included.
+MAX_SOCKET_PATH = 107
 _UCRED = struct.Struct("3i")  # struct ucred {pid_t pid; uid_t uid; gid_t gid;}
 
 
@@ -103,6 +105,12 @@ def bind_socket(path: Path) -> socket.socket:
             raise UserError(f"{path} exists and is not a socket — remove it, then start the daemon again")
         log.info("removing stale socket %s", path)
         path.unlink()
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+        raise UserError(
+            f"paths.runtime_dir: the socket's path {path} is {len(os.fsencode(path))} bytes, more than"
+            f" the {MAX_SOCKET_PATH} a Unix socket allows — set paths.runtime_dir (or XDG_RUNTIME_DIR)"
+            " to a shorter folder"
+        )
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o077)
     try:

@@ -59,3 +59,15 @@ def test_a_file_in_place_of_the_state_folder_is_one_line(daemon_factory: Any) ->
         "set paths.state_dir to a place you can write\n"
     )
 
+
+def test_a_runtime_folder_too_deep_for_a_socket_is_one_line(daemon_factory: Any) -> None:
+    gw: DaemonHandle = daemon_factory(start=False)
+    deep = gw.root / ("d" * 100)
+    result = gw.cli("up", env={"GPUWARDEN_PATHS__RUNTIME_DIR": str(deep)})
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(
+        f"gpuwarden: paths.runtime_dir: the socket's path {deep / 'api.sock'} is "
+    )
+    assert "more than the 107 a Unix socket allows" in result.stderr
+    assert "Traceback" not in (gw.root / "state" / "gpuwarden" / "daemon.log").read_text()
