@@ -71,3 +71,15 @@ def test_a_runtime_folder_too_deep_for_a_socket_is_one_line(daemon_factory: Any)
     )
     assert "more than the 107 a Unix socket allows" in result.stderr
     assert "Traceback" not in (gw.root / "state" / "gpuwarden" / "daemon.log").read_text()
+
+
+def test_a_folder_given_as_the_database_is_named_as_a_folder(daemon_factory: Any) -> None:
+    gw: DaemonHandle = daemon_factory(start=False)
+    folder = gw.root / "dbs"
+    folder.mkdir()
+    result = gw.cli("up", env={"GPUWARDEN_PATHS__DB": str(folder)})
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (
+        f"gpuwarden: {folder} is a directory — set paths.db to the database file in it "
+        f"({folder / 'gpuwarden.db'})\n"
+    )

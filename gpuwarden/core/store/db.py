@@ -87,9 +87,10 @@ def _connect_readonly(path: Path) -> sqlite3.Connection:
 def _create_private(path: Path) -> None:
     """The database file 0600 before SQLite opens it: SQLite gives its -wal and -shm files the
     database's mode, so the whole store is owner-only whatever the umask. A file an older
-    version left readable is tightened, and a directory is left for SQLite to refuse."""
+    version left readable is tightened."""
     if path.is_dir():
-        return
+        inside = path / "gpuwarden.db"
+        raise UserError(f"{path} is a directory — set paths.db to the database file in it ({inside})")
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)  # a new folder is owner-only too
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, FILE_MODE))
