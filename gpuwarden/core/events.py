@@ -10,6 +10,7 @@ types so old daemons can read newer runners.
 from __future__ import annotations
 
 import json
+import math
 import time
 from typing import Any, Literal
 
@@ -137,6 +138,12 @@ def decode(line: str) -> dict[str, Any] | None:
         return None
     if not isinstance(obj, dict) or not isinstance(obj.get("type"), str):
         return None
-    if not isinstance(obj.get("ts"), int | float):
+    if not _finite_number(obj.get("ts")):
         obj["ts"] = time.time()
     return obj
+
+
+def _finite_number(value: Any) -> bool:
+    """A usable time: JSON's 1e400 parses as infinity (and NaN is accepted), which no API
+    answer can carry as a number, so one such line would break every read of the run's events."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

@@ -327,3 +327,21 @@ def test_a_spec_files_command_runs_in_the_files_folder_unless_cwd_says_otherwise
         done = gw.cli("run", "--follow", str(spec), cwd=gw.root)  # typed from another folder
         assert done.returncode == 0, done.stderr
         assert f"in {project / 'elsewhere' if cwd else project}\n" in done.stdout
+
+
+def test_a_script_writing_non_finite_times_does_not_break_its_runs_events(gw: DaemonHandle) -> None:
+    code = """
+        import sys
+        with open(sys.argv[1], "a") as fh:
+            for ts in ("1e400", "-1e400", "NaN", "true"):  # what json.loads accepts, and a bool
+                fh.write('{"v": 1, "type": "progress", "ts": %s, "step": 1, "samples_seen": 8}\\n' % ts)
+    """
+    spec = command_spec("odd-times", code, resources={"gpus": 0})
+    spec["command"]["argv"] += ["{events_file}"]
+    run = gw.submit(spec)
+    assert gw.wait_state(run["id"])["state"] == "succeeded"
+    for args in (["events", run["id"]], ["show", run["id"]], ["events", run["id"], "--json"]):
+        result = gw.cli(*args)
+        assert result.returncode == 0, result.stderr
+    events = gw.cli_json("events", run["id"])["events"]
+    assert [type(e["ts"]) for e in events if e["type"] == "progress"] == [float] * 4
