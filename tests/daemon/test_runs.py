@@ -345,3 +345,24 @@ def test_a_script_writing_non_finite_times_does_not_break_its_runs_events(gw: Da
         assert result.returncode == 0, result.stderr
     events = gw.cli_json("events", run["id"])["events"]
     assert [type(e["ts"]) for e in events if e["type"] == "progress"] == [float] * 4
+
+
+def test_a_diverged_loss_and_infinite_counts_leave_show_and_report_working(gw: DaemonHandle) -> None:
+    code = """
+        import sys, time
+        with open(sys.argv[1], "a") as fh:
+            fh.write('{"v": 1, "type": "progress", "ts": %f, "step": 1e400, "samples_seen": 1e400,'
+                     ' "loss": Infinity, "samples_per_s": 1e400}\\n' % time.time())
+            fh.write('{"v": 1, "type": "progress", "ts": %f, "step": 2, "samples_seen": 16,'
+                     ' "loss": NaN}\\n' % time.time())
+    """
+    spec = command_spec("diverged", code, resources={"gpus": 0})
+    spec["command"]["argv"] += ["{events_file}"]
+    run = gw.submit(spec)
+    assert gw.wait_state(run["id"])["state"] == "succeeded"
+    for args in (["show", run["id"]], ["report", run["id"]], ["doctor", run["id"]]):
+        result = gw.cli(*args)
+        assert result.returncode == 0, (args, result.stderr)
+    with gw.client() as client:
+        metrics = client.metrics(run["id"])
+    assert [(m.step, m.samples_seen, m.loss) for m in metrics] == [(None, None, None), (2, 16, None)]

@@ -8,6 +8,7 @@ the change, never half of it (events and their file offset in particular move to
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -285,7 +286,8 @@ class RunStore:
     def samples_done(self, run_id: str) -> dict[int, int]:
         """Samples each attempt did: its last progress count over the count it resumed from."""
         counts = {
-            int(row["attempt"]): (int(row["first"] or 0), int(row["last"] or 0))
+            # `or 0` also for an infinity an older version stored: counts are whole numbers
+            int(row["attempt"]): (int(_number(row["first"]) or 0), int(_number(row["last"]) or 0))
             for row in self._query(
                 "SELECT attempt, min(samples_seen) AS first, max(samples_seen) AS last FROM run_metrics"
                 " WHERE run_id = ? GROUP BY attempt",
@@ -547,6 +549,8 @@ class RunStore:
 
 
 def _number(value: Any) -> float | int | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    """A metric as stored: None for anything but a finite number (a diverged loss of Infinity, a
+    script's 1e400): no JSON answer carries infinity, and counts are summed as integers."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return None
     return value
