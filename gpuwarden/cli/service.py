@@ -10,7 +10,17 @@ from gpuwarden.cli.format import note, print_json
 from gpuwarden.daemon.systemd import UNIT_NAME, linger_state, systemctl, unit_path, unit_text
 
 # Settings that must follow the daemon into the unit, or it would read another config/state.
-_CARRIED_ENV = ("GPUWARDEN_CONFIG", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR")
+# XDG_RUNTIME_DIR is systemd's own to set; GPUWARDEN_SOCKET only tells clients where to connect.
+_CARRIED_ENV = ("XDG_CONFIG_HOME", "XDG_STATE_HOME")
+_NOT_CARRIED = ("GPUWARDEN_SOCKET",)
+
+
+def _carried(name: str) -> bool:
+    """The config and state locations, and every GPUWARDEN_* setting (`GPUWARDEN_SAMPLE_INTERVAL`
+    is as much the daemon's configuration as the file is: `gpuwarden up` would use it)."""
+    if name in _NOT_CARRIED:
+        return False
+    return name in _CARRIED_ENV or name.startswith("GPUWARDEN_")
 
 
 @click.group()
@@ -25,7 +35,7 @@ def install(no_start: bool, as_json: bool) -> None:
     """Write ~/.config/systemd/user/gpuwarden.service, enable it and start it."""
     path = unit_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    env = {k: os.environ[k] for k in _CARRIED_ENV if k in os.environ and k != "XDG_RUNTIME_DIR"}
+    env = {k: v for k, v in os.environ.items() if _carried(k)}
     path.write_text(unit_text(environment=env))
     steps: list[str] = [f"wrote {path}"]
     warnings: list[str] = []

@@ -19,7 +19,9 @@ def _fake_tools(bin_dir: Path, log: Path, linger: str) -> None:
         script.chmod(0o755)
 
 
-def _run(tmp_path: Path, *args: str, path: str) -> subprocess.CompletedProcess[str]:
+def _run(
+    tmp_path: Path, *args: str, path: str, extra: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     env = {
         **os.environ,
         "PATH": path,
@@ -27,6 +29,7 @@ def _run(tmp_path: Path, *args: str, path: str) -> subprocess.CompletedProcess[s
         "XDG_STATE_HOME": str(tmp_path / "state"),
     }
     env.pop("GPUWARDEN_CONFIG", None)
+    env.update(extra or {})
     return subprocess.run(
         [sys.executable, "-m", "gpuwarden", "service", *args],
         capture_output=True,
@@ -99,3 +102,15 @@ def test_install_where_no_user_manager_answers_says_what_starts_the_daemon(tmp_p
     assert (tmp_path / "config" / "systemd" / "user" / "gpuwarden.service").exists()
     assert "Failed to connect to bus" in r.stderr and "not enabled" in r.stderr
     assert "`gpuwarden up`" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_the_unit_keeps_the_settings_the_installing_shell_gives_by_variable(
+    tmp_path: Path, fake_bin: tuple[Path, Path]
+) -> None:
+    bin_dir, _ = fake_bin
+    extra = {"GPUWARDEN_SAMPLE_INTERVAL": "5", "GPUWARDEN_SOCKET": str(tmp_path / "elsewhere.sock")}
+    r = _run(tmp_path, "install", "--no-start", path=f"{bin_dir}:/usr/bin:/bin", extra=extra)
+    assert r.returncode == 0, r.stderr
+    text = (tmp_path / "config" / "systemd" / "user" / "gpuwarden.service").read_text()
+    assert "Environment=GPUWARDEN_SAMPLE_INTERVAL=5" in text  # as `gpuwarden up` would sample
+    assert "GPUWARDEN_SOCKET" not in text  # where clients connect, not a setting of the daemon
