@@ -26,3 +26,12 @@ def plain_text(text: str) -> str:
     text = ESCAPES.sub("", text)
     text = "".join(" " if unicodedata.category(ch).startswith("C") else ch for ch in text)
     return re.sub(" {2,}", " ", text).strip()
+
+
+def log_text(text: str) -> str:
+    """`text` with its lines and tabs kept, for a log view: escape sequences removed, a carriage
+    return that does not end a line made a line break (a terminal would have overwritten the
+    line in place; a log view keeps what was written), every other control character removed.
+    Format characters stay: emoji sequences and other scripts need them."""
+    text = ESCAPES.sub("", text).replace("\r\n", "\n").replace("\r", "\n")
+    return "".join(ch for ch in text if ch in "\n\t" or unicodedata.category(ch) != "Cc")

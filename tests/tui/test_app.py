@@ -823,3 +823,27 @@ def test_a_gpu_that_stops_answering_is_marked_lost() -> None:
             assert app.live.gpus[uuid].series["util_gpu"][-1] is None  # a gap in the chart, not a zero
 
     run(body())
+
+
+def test_a_log_with_terminal_escapes_shows_text_and_never_repaints_the_screen() -> None:
+    async def body() -> None:
+        backend = FakeBackend()
+        backend._logs[RUNNING] = [
+            "\x1b[31mred\x1b[0m \x1b[2J\x1b[Hcleared \x1b]0;title\x07bell\x07 日本 🚀",
+            "10%\r20%\r\n",
+        ]
+        app = make_app(backend)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await settle(pilot)
+            await pilot.press("2")
+            await wait_workers(pilot)
+            await pilot.press("enter", "l")
+            screen = app.screen
+            assert isinstance(screen, RunDetailScreen)
+            log = screen.query_one("#log-view", Log)
+            await until(pilot, lambda: log.line_count >= 3, "the log")
+            shown = ["".join(s.text for s in log.render_line(y)).rstrip() for y in range(4)]
+            assert shown[:3] == ["red cleared bell 日本 🚀", "10%", "20%"]
+            assert not any("\x1b" in line or "\x07" in line for line in shown)
+
+    run(body())

@@ -23,6 +23,7 @@ from gpuwarden.core.api import Attempt, Retune, RunMetric
 from gpuwarden.core.command.record import summary_lines
 from gpuwarden.core.oom.explain import retune_sentence
 from gpuwarden.core.oom.roles import world_size_of
+from gpuwarden.core.terminal_text import log_text
 from gpuwarden.core.units import compact, duration, named, num, size
 from gpuwarden.tui.backend import DashboardBackend, DoctorFinding, RunDetailView, RunRow
 from gpuwarden.tui.controls import CONTROL_KEYS, RUN_CONTROLS, refusal
@@ -301,7 +302,9 @@ class RunDetailScreen(Screen[None]):
         if chunk.overflow:
             log.write_line("… (log skipped ahead: it grew faster than it was read)")
         if chunk.data:
-            log.write(chunk.data)
+            # Log only masks C0 codes below ESC: a program's colours, cursor moves and screen
+            # clears would otherwise reach the terminal and repaint the whole dashboard.
+            log.write(log_text(chunk.data))
             self._log_seen = True
         self.log_offset = chunk.next_offset
         if not chunk.size and self.stream == "stdout" and not self._switched:
