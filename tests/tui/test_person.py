@@ -8,6 +8,7 @@ import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+from textual import events
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Log, Static
 
@@ -18,7 +19,9 @@ from gpuwarden.tui.controls import OFFLINE
 from gpuwarden.tui.messages import FramesReady
 from gpuwarden.tui.screens.dialogs import MetricsScreen
 from gpuwarden.tui.screens.history import HistoryBlock, HistoryPane
+from gpuwarden.tui.screens.main import MainScreen
 from gpuwarden.tui.screens.run_detail import RunDetailScreen, Scroller
+from gpuwarden.tui.screens.runs import RunsPane
 from gpuwarden.tui.widgets.chart import Chart
 from tests.tui.conftest import make_app, run, settle, until, wait_workers
 from tests.tui.fake_backend import FROZEN_TS, FakeBackend
@@ -421,5 +424,25 @@ def test_v_on_a_run_without_a_retune_says_why_it_shows_nothing() -> None:
             await until(
                 pilot, lambda: any("no retune in this run" in m for m in messages(app)), "why v shows nothing"
             )
+
+    run(body())
+
+
+def test_a_filter_typed_in_one_burst_keeps_every_letter() -> None:
+    """Over SSH `/stop` arrives in one packet: the letters after `/` are the filter, never keys
+    (`s` would offer to stop the selected run, `o` would sort)."""
+
+    async def body() -> None:
+        app = make_app()
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot)
+            await pilot.press("2")
+            await wait_workers(pilot)
+            runs = app.query_one(RunsPane)
+            for key, char in [("slash", "/"), ("s", "s"), ("t", "t"), ("o", "o"), ("p", "p")]:
+                app.post_message(events.Key(key, char))
+            await until(pilot, lambda: runs.query_text == "stop", "the filter typed")
+            assert isinstance(app.screen, MainScreen)
+            assert "sorted by state" in text_of(runs.query_one("#runs-foot", Static))
 
     run(body())

@@ -11,7 +11,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
-from textual.events import Resize
+from textual.events import Key, Resize
 from textual.message import Message
 from textual.widgets import DataTable, Input, Static
 
@@ -281,7 +281,22 @@ class RunsPane(Vertical):
         self.add_class("-filtering")
         field = self.query_one("#runs-filter", Input)
         field.value = self.query_text
-        field.focus()
+        # At once, not through `focus()`'s deferred call: `on_key` must find the filter focused
+        # for the letters queued behind the `/`.
+        self.screen.set_focus(field)
+
+    def on_key(self, event: Key) -> None:
+        """`/` and the letters after it, in the order typed. Over SSH `/stop` arrives in one
+        packet: every key of it bubbles past here before the app runs the `/` binding, so the
+        letters would go to the table's bindings (`s`: stop the run) and not to the filter."""
+        field = self.query_one("#runs-filter", Input)
+        if self.screen.focused is field and event.is_printable and event.character:
+            event.stop()
+            event.prevent_default()
+            field.insert_text_at_cursor(event.character)
+        elif event.key == "slash":
+            event.stop()
+            self.action_filter_runs()
 
     def on_input_changed(self, event: Input.Changed) -> None:
         event.stop()
