@@ -4,6 +4,7 @@ daemon going away and coming back, machines without a GPU, the run screen and th
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -14,7 +15,7 @@ from textual.widgets import DataTable, Log, Static
 
 from gpuwarden.core.errors import UserError
 from gpuwarden.tui.app import GpuwardenApp
-from gpuwarden.tui.backend import Frame, SampleFrame
+from gpuwarden.tui.backend import Frame, RunDetailView, SampleFrame
 from gpuwarden.tui.controls import OFFLINE
 from gpuwarden.tui.messages import FramesReady
 from gpuwarden.tui.screens.dialogs import MetricsScreen
@@ -444,5 +445,31 @@ def test_a_filter_typed_in_one_burst_keeps_every_letter() -> None:
             await until(pilot, lambda: runs.query_text == "stop", "the filter typed")
             assert isinstance(app.screen, MainScreen)
             assert "sorted by state" in text_of(runs.query_one("#runs-foot", Static))
+
+    run(body())
+
+
+class ArrowEvidence(FakeBackend):
+    """A retune whose evidence says what the daemon writes: `32 → 8`, not ASCII."""
+
+    def run_detail(self, run_id: str) -> RunDetailView:
+        detail = super().run_detail(run_id)
+        retunes = [
+            rt.model_copy(update={"evidence": {**(rt.evidence or {}), "reason": "micro-batch 8 → 4"}})
+            for rt in detail.retunes
+        ]
+        return dataclasses.replace(detail, retunes=retunes)
+
+
+def test_the_raw_evidence_reads_as_written() -> None:
+    async def body() -> None:
+        app = make_app(ArrowEvidence())
+        async with app.run_test(size=(100, 30)) as pilot:
+            await settle(pilot)
+            screen = await open_run_screen(pilot, FAILED)
+            await wait_workers(pilot)
+            await pilot.press("v")
+            text = timeline_text(screen)
+            assert '"reason": "micro-batch 8 → 4"' in text and "\\u2192" not in text
 
     run(body())

@@ -145,7 +145,9 @@ def retune_lines(rt: Retune, oom_phase: str | None, raw: bool, world_size: int =
         _indented(Text(retune_sentence(rt, oom_phase, world_size))),
     ]
     if raw and rt.evidence:
-        evidence = json.dumps({"evidence": rt.evidence, "prediction": rt.prediction}, indent=2)
+        # As the daemon wrote it: `32 → 8`, not JSON's ASCII escape of the arrow.
+        shown = {"evidence": rt.evidence, "prediction": rt.prediction}
+        evidence = json.dumps(shown, indent=2, ensure_ascii=False)
         out.append(_indented(Text(evidence, style="dim")))
     return out
 
