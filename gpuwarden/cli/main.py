@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import re
+import sqlite3
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -125,6 +126,9 @@ _TYPE_WORDS = (
 )
 
 
+_DAMAGED = {sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB}
+
+
 def main(argv: list[str] | None = None) -> Any:
     """Console entry point: user errors are one line on stderr (exit 2), never a traceback."""
     try:
@@ -146,3 +150,13 @@ def main(argv: list[str] | None = None) -> Any:
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
+    except sqlite3.DatabaseError as exc:
+        if getattr(exc, "sqlite_errorcode", None) not in _DAMAGED:
+            raise
+        # A file given with --db that opened but is damaged further in: the disk's fault, not ours.
+        click.echo(
+            f"gpuwarden: the database is damaged ({exc}) — `sqlite3 FILE .recover` saves what still "
+            "reads; give --db another copy",
+            err=True,
+        )
+        sys.exit(2)
