@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 from textual.command import CommandPalette
+from textual.containers import VerticalScroll
 from textual.geometry import Region
 from textual.widgets import DataTable, Footer, Input, Log, SelectionList, Static
 
@@ -845,5 +846,28 @@ def test_a_log_with_terminal_escapes_shows_text_and_never_repaints_the_screen() 
             shown = ["".join(s.text for s in log.render_line(y)).rstrip() for y in range(4)]
             assert shown[:3] == ["red cleared bell 日本 🚀", "10%", "20%"]
             assert not any("\x1b" in line or "\x07" in line for line in shown)
+
+    run(body())
+
+
+def test_the_help_scrolls_with_the_keys_it_lists() -> None:
+    """At 80×24 the help is taller than the screen: j/k, g/G move through it as in a table."""
+
+    async def body() -> None:
+        app = make_app()
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot)
+            await pilot.press("question_mark")
+            assert isinstance(app.screen, HelpScreen)
+            scroll = app.screen.query_one(VerticalScroll)
+            await until(pilot, lambda: scroll.max_scroll_y > 0, "the help laid out")
+            await pilot.press("j", "j")
+            await until(pilot, lambda: scroll.scroll_y == 2, "two lines down")
+            await pilot.press("G")
+            await until(pilot, lambda: scroll.scroll_y == scroll.max_scroll_y, "the end of the help")
+            await pilot.press("k")
+            await until(pilot, lambda: scroll.scroll_y == scroll.max_scroll_y - 1, "one line up")
+            await pilot.press("g")
+            await until(pilot, lambda: scroll.scroll_y == 0, "the top of the help")
 
     run(body())

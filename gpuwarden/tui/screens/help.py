@@ -31,6 +31,11 @@ class HelpScreen(ModalScreen[None]):
         Binding("escape", "close", "Close"),
         Binding("question_mark", "close", show=False),
         Binding("q", "close", show=False),
+        # The keys the help lists for moving, so a list taller than 80×24 scrolls with them.
+        Binding("j", "scroll('down')", show=False),
+        Binding("k", "scroll('up')", show=False),
+        Binding("g", "scroll('home')", show=False),
+        Binding("G", "scroll('end')", show=False),
     ]
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
@@ -50,6 +55,13 @@ class HelpScreen(ModalScreen[None]):
             title = "Keys" + (" (read-only: no controls)" if self.readonly else "") + " — esc closes"
             yield Static(title, classes="title")
             yield Static(help_table(self.readonly))
+
+    def action_scroll(self, where: str) -> None:
+        scroll = self.query_one(VerticalScroll)
+        if where in ("down", "up"):
+            (scroll.scroll_down if where == "down" else scroll.scroll_up)(animate=False)
+        else:
+            (scroll.scroll_home if where == "home" else scroll.scroll_end)(animate=False)
 
     def action_close(self) -> None:
         self.dismiss(None)
