@@ -473,3 +473,30 @@ def test_the_raw_evidence_reads_as_written() -> None:
             assert '"reason": "micro-batch 8 → 4"' in text and "\\u2192" not in text
 
     run(body())
+
+
+class TwoSteps(FakeBackend):
+    """A short run: three progress reports over two steps, the last step reported twice (its
+    final report and the one at the end of training)."""
+
+    def run_detail(self, run_id: str) -> RunDetailView:
+        detail = super().run_detail(run_id)
+        metrics = [
+            m.model_copy(update={"step": step}) for m, step in zip(detail.metrics, [1, 2, 2], strict=False)
+        ]
+        return dataclasses.replace(detail, metrics=metrics)
+
+
+def test_a_short_run_charts_each_step_number_once() -> None:
+    async def body() -> None:
+        app = make_app(TwoSteps())
+        async with app.run_test(size=(100, 30)) as pilot:
+            await settle(pilot)
+            screen = await open_run_screen(pilot, FAILED)
+            await wait_workers(pilot)
+            await pilot.press("c")
+            memory = screen.query_one("#chart-memory").query_one(Chart)
+            await until(pilot, lambda: bool(memory.x_labels), "the step axis")
+            assert [label for _, label in memory.x_labels] == ["step 1", "2"]
+
+    run(body())

@@ -516,12 +516,18 @@ class RunDetailScreen(Screen[None]):
 
 
 def _step_labels(metrics: list[RunMetric]) -> list[tuple[float, str]]:
-    """Step numbers under a chart of `metrics`: the first, the middle and the last."""
+    """Step numbers under a chart of `metrics`: the first, the middle and the last, each once
+    (a short run's middle report is often its last step again)."""
     steps = [m.step for m in metrics if m.step is not None]
     if not steps:
         return []
     middle = steps[len(steps) // 2]
-    return [(0.0, f"step {compact(steps[0])}"), (0.5, compact(middle)), (1.0, compact(steps[-1]))]
+    labels = [(0.0, f"step {compact(steps[0])}")]
+    if middle not in (steps[0], steps[-1]):
+        labels.append((0.5, compact(middle)))
+    if steps[-1] != steps[0]:
+        labels.append((1.0, compact(steps[-1])))
+    return labels
 
 
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
