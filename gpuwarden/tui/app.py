@@ -179,6 +179,8 @@ class GpuwardenApp(App[None]):
         self.connected = connected
         for screen in self.screen_stack:
             screen.set_class(not connected and self.status is not None, "-offline")
+            if isinstance(screen, RunDetailScreen):
+                screen.show_head()
         self.show_status()
         self.refresh_bindings()
 

@@ -242,6 +242,24 @@ def test_without_the_daemon_the_data_is_dimmed_and_controls_are_withdrawn() -> N
     run(body())
 
 
+def test_the_run_screen_says_the_daemon_is_gone() -> None:
+    """The run screen has no status line: its head says why its state and log stand still."""
+
+    async def body() -> None:
+        fake = _Flaky()
+        async with reconnecting(fake, (80, 24)) as (app, pilot):
+            screen = await open_run_screen(pilot, RUNNING)
+            head = screen.query_one("#run-head", Static)
+            fake.down.set()
+            await until(pilot, lambda: not app.connected, "the lost connection noticed")
+            assert OFFLINE in text_of(head)
+            fake.down.clear()
+            await until(pilot, lambda: app.connected, "the reconnection")
+            await until(pilot, lambda: OFFLINE not in text_of(head), "the head live again")
+
+    run(body())
+
+
 class _Garbled(FakeBackend):
     """A daemon that is there but whose live stream breaks on an answer this dashboard refuses."""
 

@@ -26,7 +26,7 @@ from gpuwarden.core.oom.roles import world_size_of
 from gpuwarden.core.terminal_text import log_text
 from gpuwarden.core.units import compact, duration, named, num, size
 from gpuwarden.tui.backend import DashboardBackend, DoctorFinding, RunDetailView, RunRow
-from gpuwarden.tui.controls import CONTROL_KEYS, RUN_CONTROLS, refusal
+from gpuwarden.tui.controls import CONTROL_KEYS, OFFLINE, RUN_CONTROLS, refusal
 from gpuwarden.tui.formatting import clock
 from gpuwarden.tui.messages import DetailLoaded, DoctorLoaded, LogLoaded
 from gpuwarden.tui.screens.runs import state_text
@@ -369,6 +369,9 @@ class RunDetailScreen(Screen[None]):
         head.append(f"  attempt {r.attempt}  GPU {where}" if r.placed else f"  attempt {r.attempt}  {where}")
         if r.message:
             head.append(f"\n{r.message}", style="italic")
+        if self.has_class("-offline"):
+            # This screen has no status line: without it, a frozen state and log would not say why.
+            head.append(f"\n{OFFLINE}", style="bold yellow")
         self.query_one("#run-head", Static).update(head)
 
     def show_charts(self, detail: RunDetailView) -> None:
