@@ -176,10 +176,13 @@ class GpuwardenApp(App[None]):
 
     def set_connected(self, connected: bool) -> None:
         """Live or not: offline, every screen dims its stale data and offers no control."""
+        was = self.connected
         self.connected = connected
         for screen in self.screen_stack:
             screen.set_class(not connected and self.status is not None, "-offline")
-            if isinstance(screen, RunDetailScreen):
+            if isinstance(screen, RunDetailScreen) and connected and not was:
+                screen.back_online()
+            elif isinstance(screen, RunDetailScreen):
                 screen.show_head()
         self.show_status()
         self.refresh_bindings()

@@ -7,12 +7,14 @@ import contextlib
 import dataclasses
 import threading
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from typing import Any, Literal
 
 from textual import events
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Log, Static
+from textual.worker import Worker
 
+from gpuwarden.core.api import LogChunk
 from gpuwarden.core.errors import UserError
 from gpuwarden.tui.app import GpuwardenApp
 from gpuwarden.tui.backend import Frame, RunDetailView, SampleFrame
@@ -256,6 +258,39 @@ def test_the_run_screen_says_the_daemon_is_gone() -> None:
             fake.down.clear()
             await until(pilot, lambda: app.connected, "the reconnection")
             await until(pilot, lambda: OFFLINE not in text_of(head), "the head live again")
+
+    run(body())
+
+
+class _FlakyLogs(_Flaky):
+    """Its logs fail too while the daemon is down, as the API's do."""
+
+    def logs(self, run_id: str, offset: int, stream: Literal["stdout", "stderr"] = "stdout") -> LogChunk:
+        if self.down.is_set():
+            raise UserError("gpuwarden daemon is not running — start it with `gpuwarden up`")
+        return super().logs(run_id, offset, stream)
+
+
+def _log_readers(app: GpuwardenApp) -> list[Worker[Any]]:
+    return [w for w in app.workers if w.group == "log" and not w.is_finished]
+
+
+def test_a_followed_log_goes_on_after_the_daemon_comes_back() -> None:
+    async def body() -> None:
+        fake = _FlakyLogs()
+        async with reconnecting(fake, (80, 24)) as (app, pilot):
+            screen = await open_run_screen(pilot, RUNNING)
+            await pilot.press("l")
+            log = screen.query_one("#log-view", Log)
+            await until(pilot, lambda: log.line_count > 0, "the log")
+            fake.down.set()
+            await until(pilot, lambda: not app.connected, "the lost connection noticed")
+            await until(pilot, lambda: not _log_readers(app), "the log's reader stopped by the failure")
+            fake.down.clear()
+            await until(pilot, lambda: app.connected, "the reconnection")
+            with fake._lock:
+                fake._logs[RUNNING].append("written after the restart")
+            await until(pilot, lambda: "written after the restart" in log.lines, "the log followed again")
 
     run(body())
 

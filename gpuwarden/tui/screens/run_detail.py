@@ -18,6 +18,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Log, Static, TabbedContent, TabPane
+from textual.worker import get_current_worker
 
 from gpuwarden.core.api import Attempt, Retune, RunMetric
 from gpuwarden.core.command.record import summary_lines
@@ -288,7 +289,8 @@ class RunDetailScreen(Screen[None]):
     def _tail_log(self) -> None:
         """Read the log from where we left off, every second while following."""
         offset, stream = self.log_offset, self.stream
-        while not self._stop_log.is_set() and stream == self.stream:
+        me = get_current_worker()  # a newer tail (exclusive) cancels this one
+        while not self._stop_log.is_set() and stream == self.stream and not me.is_cancelled:
             chunk = self.backend.logs(self.summary.id, offset, stream)
             offset = chunk.next_offset
             self.post_message(LogLoaded(self.summary.id, chunk))
@@ -509,6 +511,13 @@ class RunDetailScreen(Screen[None]):
         if self.follow:
             self._tail_log()
         self.notify("following the log" if self.follow else "log paused", timeout=2)
+
+    def back_online(self) -> None:
+        """The daemon is reachable again: the log's reader ended with the connection."""
+        self.show_head()
+        self.reload()
+        if self.follow:
+            self._tail_log()
 
     def run_changed(self, run: RunRow) -> None:
         """Called by the app when the stream says this run changed."""
