@@ -105,6 +105,10 @@ def test_edit_revalidates_the_whole_spec_and_keeps_the_state(rig: Rig) -> None:
         rig.sup.edit_run(run_id, {"set": {"train.batchsize": 2}})
     with pytest.raises(UserError, match="not a spec key path"):
         rig.sup.edit_run(run_id, {"set": {"train..batch_size": 2}})
+    with pytest.raises(UserError) as wrong:
+        rig.sup.edit_run(run_id, {"set": {"train.batch_size": "many"}})
+    # said in the words the dashboard and CLI user knows, not the HTTP method behind them
+    assert str(wrong.value).startswith(f"the edit of run {run_id}: train.batch_size"), wrong.value
     assert rig.run(run_id)["spec"]["train"]["batch_size"] == 2  # a refused edit loses nothing
 
 

@@ -167,7 +167,9 @@ def edit(ctx: Context, run_id: str, changes: Mapping[str, Any]) -> dict[str, Any
         run = ctx.run(run_id)
         if RunState(run["state"]) not in CHANGEABLE_STATES:
             raise not_changeable(run_id, RunState(run["state"]), "change it")
-        spec = complete_command(spec_from_mapping(changed(run["spec"], changes), label="PATCH"))
+        spec = complete_command(
+            spec_from_mapping(changed(run["spec"], changes), label=f"the edit of run {run_id}")
+        )
         check_feasible(spec.resources, ctx.backends.gpu_states())
         record = edit_record(run["spec"], spec_document(spec), changes)
         if not record:  # an empty request, or values the run already has: no story to tell
