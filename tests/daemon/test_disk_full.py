@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,8 @@ command: {argv: ["true"]}
 def small_disk(short_tmp: Path) -> Iterator[Path]:
     disk = short_tmp / "disk"
     disk.mkdir()
+    if shutil.which("mount") is None:
+        pytest.skip("needs mount(8) to mount a small tmpfs")
     mounted = subprocess.run(
         ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)], capture_output=True
     )
