@@ -24,6 +24,9 @@ def test_spec_values_of_the_wrong_kind_are_named_in_plain_words(gw: DaemonHandle
             "3: train.batch_size: must be a number, not true"
         ),
         COMMAND + "resources: {gpus: false}\n": "4: resources.gpus: must be a number, not false",
+        "name: a\nkind: train\ntrain: {task: image, grad_clip: .inf}\n": (
+            "3: train.grad_clip: must be a finite number, not inf"
+        ),
     }
     for n, (text, expected) in enumerate(cases.items()):
         spec = gw.write_spec(f"s{n}", text)
@@ -41,6 +44,7 @@ def test_spec_values_of_the_wrong_kind_are_named_in_plain_words(gw: DaemonHandle
         ("retention: 5\n", "retention: must be a mapping (key: value lines) (got 5)"),
         ("stop_grace_seconds: true\n", "stop_grace_seconds: must be a number, not true"),
         ("metrics: {port: true}\n", "metrics.port: must be a number, not true"),
+        ("retention: {raw_hours: .nan}\n", "retention.raw_hours: must be a finite number, not nan"),
     ],
 )
 def test_config_values_of_the_wrong_kind_are_named_in_plain_words(

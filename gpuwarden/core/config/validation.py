@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import math
 import types
 import typing
 from collections.abc import Callable
@@ -26,11 +27,26 @@ class StrictModel(BaseModel):
     def _no_bool_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
         # pydantic reads `true` as 1 where a number goes: `stop_grace_seconds: true` would be a
         # one-second grace nobody asked for. Text stays accepted: variables and flags are text.
-        if isinstance(value, bool) and info.field_name is not None:
-            annotation = cls.model_fields[info.field_name].annotation
-            if _takes_number(annotation) and not _takes_bool(annotation):
-                raise ValueError(f"must be a number, not {str(value).lower()}")
+        if info.field_name is None:
+            return value
+        annotation = cls.model_fields[info.field_name].annotation
+        if isinstance(value, bool) and _takes_number(annotation) and not _takes_bool(annotation):
+            raise ValueError(f"must be a number, not {str(value).lower()}")
+        # `.nan` or `inf` would pass a bound check's wording ("≤ 3600, got nan") or none at all.
+        if _takes_number(annotation) and _not_finite(value, text_too=str not in _leaf_types(annotation)):
+            raise ValueError(f"must be a finite number, not {value}")
         return value
+
+
+def _not_finite(value: Any, *, text_too: bool) -> bool:
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if text_too and isinstance(value, str):
+        try:
+            return not math.isfinite(float(value))
+        except ValueError:
+            return False
+    return False
 
 
 def _leaf_types(annotation: Any) -> list[Any]:
