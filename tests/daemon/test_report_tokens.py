@@ -16,22 +16,27 @@ from tests.daemon.conftest import DaemonHandle, command_spec
 pytestmark = pytest.mark.slow
 
 
+def _generation(
+    tmp_path: Path, name: str, prompts: int, batch_size: int, new_tokens: int
+) -> dict[str, object]:
+    """The spec of a generation run over `prompts` prompts with a tiny model built here."""
+    infer = {
+        "task": "generate",
+        "model": str(build_tiny_causal_lm(tmp_path / "tiny-llm")),
+        "input": str(write_prompts(tmp_path / "prompts.jsonl", prompts, seed=0, max_words=8)),
+        "batch_size": batch_size,
+        "max_new_tokens": new_tokens,
+    }
+    return {"name": name, "kind": "infer", "resources": {"gpus": 0}, "infer": infer}
+
+
 def _report(gw: DaemonHandle, run_id: str) -> dict[str, object]:
     throughput: dict[str, object] = gw.cli_json("report", run_id)["throughput"]
     return throughput
 
 
 def test_generation_report_counts_the_tokens_of_every_batch(gw: DaemonHandle, tmp_path: Path) -> None:
-    model = build_tiny_causal_lm(tmp_path / "tiny-llm")
-    prompts = write_prompts(tmp_path / "prompts.jsonl", 12, seed=0, max_words=8)
-    infer = {
-        "task": "generate",
-        "model": str(model),
-        "input": str(prompts),
-        "batch_size": 4,
-        "max_new_tokens": 8,
-    }
-    spec = {"name": "generate-tokens", "kind": "infer", "resources": {"gpus": 0}, "infer": infer}
+    spec = _generation(tmp_path, "generate-tokens", 12, batch_size=4, new_tokens=8)
     run = gw.wait_state(gw.submit(spec)["id"], timeout=180)
     assert run["state"] == "succeeded", run["message"]
     written = json.loads(Path(run["run_dir"], "report.json").read_text())
@@ -42,16 +47,7 @@ def test_generation_report_counts_the_tokens_of_every_batch(gw: DaemonHandle, tm
 
 
 def test_a_generation_done_in_one_batch_has_its_token_rate(gw: DaemonHandle, tmp_path: Path) -> None:
-    model = build_tiny_causal_lm(tmp_path / "tiny-llm")
-    prompts = write_prompts(tmp_path / "prompts.jsonl", 4, seed=0, max_words=8)
-    infer = {
-        "task": "generate",
-        "model": str(model),
-        "input": str(prompts),
-        "batch_size": 4,
-        "max_new_tokens": 8,
-    }
-    spec = {"name": "one-batch", "kind": "infer", "resources": {"gpus": 0}, "infer": infer}
+    spec = _generation(tmp_path, "one-batch", 4, batch_size=4, new_tokens=8)
     run = gw.wait_state(gw.submit(spec)["id"], timeout=180)
     assert run["state"] == "succeeded", run["message"]
     written = json.loads(Path(run["run_dir"], "report.json").read_text())
@@ -80,16 +76,7 @@ def test_a_scripts_report_counts_the_tokens_of_its_first_step(gw: DaemonHandle) 
 def test_comparing_an_inference_run_with_a_training_run_says_their_units_differ(
     gw: DaemonHandle, tmp_path: Path
 ) -> None:
-    model = build_tiny_causal_lm(tmp_path / "tiny-llm")
-    prompts = write_prompts(tmp_path / "prompts.jsonl", 4, seed=0, max_words=8)
-    infer = {
-        "task": "generate",
-        "model": str(model),
-        "input": str(prompts),
-        "batch_size": 2,
-        "max_new_tokens": 4,
-    }
-    generated = gw.submit({"name": "gen", "kind": "infer", "resources": {"gpus": 0}, "infer": infer})
+    generated = gw.submit(_generation(tmp_path, "gen", 4, batch_size=2, new_tokens=4))
     code = """
         from gpuwarden import sdk
         for step in (1, 2):
