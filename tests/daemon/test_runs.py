@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -366,3 +367,38 @@ def test_a_diverged_loss_and_infinite_counts_leave_show_and_report_working(gw: D
     with gw.client() as client:
         metrics = client.metrics(run["id"])
     assert [(m.step, m.samples_seen, m.loss) for m in metrics] == [(None, None, None), (2, 16, None)]
+
+
+RESUMING_SCRIPT = """\
+import argparse, pathlib, sys
+parser = argparse.ArgumentParser()
+parser.add_argument("--resume", action="store_true")  # finds its own newest checkpoint
+parser.add_argument("--out", default="ckpt")
+args = parser.parse_args()
+out = pathlib.Path(args.out)
+if not args.resume:
+    (out / "step-2").mkdir(parents=True)
+    (out / "step-2" / "state.pt").write_text("2")
+    sys.exit(75)  # a failure the run's restart policy covers
+print("resumed at step", max(p.name for p in out.iterdir()))
+"""
+
+
+def test_a_switch_without_a_value_is_passed_only_when_there_is_a_checkpoint(gw: DaemonHandle) -> None:
+    # argparse's `store_true` takes no path: `{resume_from?--resume}` gives the switch alone.
+    project = gw.root / "switch"
+    project.mkdir()
+    (project / "train.py").write_text(RESUMING_SCRIPT)
+    spec = project / "switch.yaml"
+    spec.write_text(
+        "name: switch\nkind: command\nresources: {gpus: 0}\n"
+        "restart: {on: [exit_code: [75]], max: 1, backoff: 0}\n"
+        f'command:\n  argv: ["{sys.executable}", train.py, --out, ckpt, "{{resume_from?--resume}}"]\n'
+        "  checkpoints: {glob: ckpt/step-*, complete_when: state.pt}\n"
+    )
+    done = gw.cli("run", "--follow", str(spec))
+    assert done.returncode == 0, done.stderr
+    assert "resumed at step step-2\n" in done.stdout
+    first, second = gw.cli_json("show", "switch")["attempts"]
+    assert first["prepared"]["argv"][-2:] == ["--out", "ckpt"]
+    assert second["prepared"]["argv"][-3:] == ["--out", "ckpt", "--resume"]

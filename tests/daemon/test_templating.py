@@ -79,6 +79,10 @@ def test_render_leaves_text_without_placeholders_alone() -> None:
         (["t", "--n", "3", "{resume_from?}"], ["t", "--n", "3"], ["t", "--n", "3", "/c"]),
         # a non-optional placeholder stays as an empty item
         (["t", "--resume", "{resume_from}"], ["t", "--resume", ""], ["t", "--resume", "/c"]),
+        # a switch that takes no value: the text stands for the path, the flag before it stays
+        (["t", "--fast", "{resume_from?--resume}"], ["t", "--fast"], ["t", "--fast", "--resume"]),
+        # the text may hold what the parser reads as a spec or a conversion
+        (["t", "{resume_from?--from=auto:last!}"], ["t"], ["t", "--from=auto:last!"]),
     ],
 )
 def test_optional_placeholders_drop_their_item_and_its_flag_when_empty(

@@ -19,6 +19,10 @@ optional placeholder is left out; when that item is the placeholder alone and th
 is a flag (it starts with `-`, and has no `=` and no placeholder), the flag is left out too. So
 `["--resume_from_checkpoint", "{resume_from?}"]` and `["--resume={resume_from?}"]` both vanish on
 a first attempt and carry the checkpoint's path on later ones.
+
+`{name?TEXT}` is TEXT when the placeholder has a value and nothing when it is empty: a switch that
+takes no value, as argparse's `store_true` `--resume` of a script that finds its own checkpoint,
+is `{resume_from?--resume}` (left out on a first attempt, `--resume` on later ones).
 """
 
 from __future__ import annotations
@@ -52,10 +56,18 @@ def _parse(template: str, where: str) -> list[tuple[str, str | None, str | None,
         raise UserError(f"{where}: {exc} in {template!r} — write {{{{ and }}}} for literal braces") from None
 
 
+def _split(field: str) -> tuple[str, str, str]:
+    """A placeholder's name, its form (`""`, `"?"` or `"="`) and what follows the form's mark."""
+    mark = min((i for i in (field.find("?"), field.find("=")) if i >= 0), default=-1)
+    if mark < 0:
+        return field, "", ""
+    return field[:mark], field[mark], field[mark + 1 :]
+
+
 def _fill(field: str, spec: str | None, conversion: str | None, values: Mapping[str, Any], where: str) -> str:
-    """The text of one placeholder: `{name}`, `{name?}`, `{name=value}`, with conversion and spec."""
-    name, equals, expected = field.partition("=")
-    name = name.removesuffix("?") if not equals else name
+    """The text of one placeholder: `{name}`, `{name?}`, `{name?TEXT}`, `{name=value}`, with
+    conversion and spec."""
+    name, form, rest = _split(field)
     if not name.isidentifier():
         raise UserError(
             f"{where}: placeholder {{{field}}} is not a knob name — use {{name}}, or {{{{ for a brace"
@@ -63,8 +75,12 @@ def _fill(field: str, spec: str | None, conversion: str | None, values: Mapping[
     if name not in values:
         known = ", ".join(sorted(values)) or "none"
         raise UserError(f"{where}: unknown placeholder {{{field}}} — knobs and built-ins are: {known}")
-    if equals:
-        return "true" if _as_text(values[name]) == expected else "false"
+    if form == "=":
+        return "true" if _as_text(values[name]) == rest else "false"
+    if form == "?" and rest:
+        # The parser took a `:` or `!` in the text for a format spec or a conversion: give them back.
+        text = rest + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "")
+        return text if values[name] not in ("", None) else ""
     try:
         return format(_converted(values[name], conversion), spec or "")
     except (ValueError, TypeError) as exc:
@@ -86,20 +102,21 @@ def _converted(value: Any, conversion: str | None) -> Any:
 
 
 def optional_fields(template: str) -> list[str]:
-    """Names of the `{name?}` placeholders in one string (unparsable text has none)."""
+    """Names of the `{name?}` and `{name?TEXT}` placeholders in one string (unparsable text has none)."""
     try:
-        return [f[:-1] for _, f, _, _ in _FORMATTER.parse(template) if f is not None and f.endswith("?")]
+        fields = [_split(f) for _, f, _, _ in _FORMATTER.parse(template) if f]
     except ValueError:
         return []
+    return [name for name, form, _ in fields if form == "?"]
 
 
 def placeholder_names(template: str) -> set[str]:
-    """Knob or built-in names a string uses, whatever the form (`{n}`, `{n?}`, `{n=v}`, `{n:spec}`)."""
+    """Knob or built-in names a string uses, whatever the form (`{n}`, `{n?}`, `{n?T}`, `{n=v}`, `{n:f}`)."""
     try:
         fields = [f for _, f, _, _ in _FORMATTER.parse(template) if f]
     except ValueError:
         return set()
-    return {f.partition("=")[0].removesuffix("?") for f in fields}
+    return {_split(f)[0] for f in fields}
 
 
 def _is_flag(item: str) -> bool:
