@@ -17,10 +17,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
-from textual import work
+from textual import events, work
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
+from textual.command import CommandPalette
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.worker import Worker, WorkerState
 
 from gpuwarden.core.errors import UserError
@@ -52,6 +54,9 @@ RECONNECT_S = 2.0
 # Failures that mean the daemon is not there (or stopped answering) rather than a fault.
 UNREACHABLE = frozenset({"not_running", "transport", "timeout"})
 TICK_S = 1.0  # the history's "newest point" age and its slower refresh of long windows
+# Keys held for a dialog that never takes focus are let go after this, so no fault can leave the
+# keyboard dead; a dialog normally has focus within a frame or two.
+HOLD_S = 5.0
 
 
 class GpuwardenApp(App[None]):
@@ -61,7 +66,6 @@ class GpuwardenApp(App[None]):
         Binding("1", "show_tab('overview')", "Overview", show=False),
         Binding("2", "show_tab('runs')", "Runs", show=False),
         Binding("3", "show_tab('history')", "History", show=False),
-        Binding("n", "submit", "Submit"),
         Binding("question_mark", "help", "Help"),
         Binding("q", "quit", "Quit"),
     ]
@@ -87,8 +91,12 @@ class GpuwardenApp(App[None]):
         self._stop = threading.Event()
         self._ready_posted = threading.Event()
         self._on_done: dict[Worker[Any], Callable[[Any], None]] = {}
+        self._on_failed: dict[Worker[Any], Callable[[], None]] = {}
         self.reconnect_s = RECONNECT_S
         self.redraws = 0  # how many coalesced redraws happened (benchmarks and tests read it)
+        self._held: list[events.Key] | None = None  # keys read while a dialog opens
+        self._held_under: Screen[Any] | None = None  # the screen on top when the hold began
+        self._hold_timer: Timer | None = None
 
     def notify(self, message: str, *, title: str = "", **kwargs: Any) -> None:
         LOG.info("told the user: %s%s", f"[{title}] " if title else "", message)
@@ -115,6 +123,58 @@ class GpuwardenApp(App[None]):
     async def action_quit(self) -> None:
         self._stop.set()
         self.exit()
+
+    # -- keys typed while a dialog opens -------------------------------------------------------
+
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, events.Key) and not event.is_forwarded and self._held is not None:
+            self._held.append(event)
+            return
+        await super().on_event(event)
+
+    def hold_keys(self) -> None:
+        """Keep the keys read from now on for the dialog about to open. A fast typist or a paste
+        sends `n` and a spec's path in one read: without this, the letters after `n` reach the
+        main screen before the dialog has focus (`s` offers to stop a run, `q` quits)."""
+        if self._held is None:
+            self._held = []
+            self._held_under = self.screen
+            self._hold_timer = self.set_timer(HOLD_S, self._hold_expired)
+
+    async def on_descendant_focus(self, event: events.DescendantFocus) -> None:
+        if (
+            self._held is not None
+            and self.screen is not self._held_under
+            and event.widget.screen is self.screen
+        ):
+            await self._release_keys(replay=True)
+
+    async def _hold_expired(self) -> None:
+        await self._release_keys(replay=self.screen is not self._held_under)
+
+    def drop_held_keys(self) -> None:
+        """The dialog will not open (its data could not be read): what was typed for it is dropped
+        rather than acting on the screen below."""
+        if self._held:
+            LOG.info("dropped %d keys typed for a dialog that did not open", len(self._held))
+        self._stop_holding()
+
+    def _stop_holding(self) -> list[events.Key]:
+        held = self._held or []
+        self._held, self._held_under = None, None
+        if self._hold_timer is not None:
+            self._hold_timer.stop()
+            self._hold_timer = None
+        return held
+
+    async def _release_keys(self, *, replay: bool) -> None:
+        """The held keys, in the order typed, as if read now (so into the dialog's focused input)."""
+        held = self._stop_holding()
+        for index, key in enumerate(held if replay else []):
+            if self._held is not None:  # a key replayed opened another dialog: the rest are for it
+                self._held.extend(held[index:])
+                return
+            await super().on_event(key)
 
     # -- the stream --------------------------------------------------------------------------
 
@@ -262,6 +322,7 @@ class GpuwardenApp(App[None]):
         """The one place worker failures are reported."""
         worker = event.worker
         if event.state == WorkerState.SUCCESS and worker.group == "control":
+            self._on_failed.pop(worker, None)
             done = self._on_done.pop(worker, None)
             if done is not None:
                 done(worker.result)
@@ -273,6 +334,8 @@ class GpuwardenApp(App[None]):
         if event.state != WorkerState.ERROR:
             return
         self._on_done.pop(worker, None)
+        if (failed := self._on_failed.pop(worker, None)) is not None:
+            failed()
         error = worker.error
         text = str(error) if isinstance(error, UserError) else f"{type(error).__name__}: {error}"
         if worker.group == "stream":
@@ -347,22 +410,28 @@ class GpuwardenApp(App[None]):
         return None
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in CONTROL_ACTIONS and self.control_refusal() is not None:
-            return False
-        # Submitting from a run's screen is hidden to keep its footer to the run's own keys.
-        return not (action == "submit" and isinstance(self.screen, RunDetailScreen))
+        return not (action in CONTROL_ACTIONS and self.control_refusal() is not None)
 
     def control(
-        self, label: str, call: Callable[..., Any], *args: Any, done: Callable[[Any], None] | None = None
+        self,
+        label: str,
+        call: Callable[..., Any],
+        *args: Any,
+        done: Callable[[Any], None] | None = None,
+        failed: Callable[[], None] | None = None,
     ) -> None:
         """Run a control in a thread; its result or refusal is reported by the state handler."""
         if self.control_refusal() is not None:
+            if failed is not None:
+                failed()
             return
         worker = self.run_worker(
             partial(call, *args), name=label, group="control", thread=True, exit_on_error=False
         )
         if done is not None:
             self._on_done[worker] = done
+        if failed is not None:
+            self._on_failed[worker] = failed
 
     def ask_stop(self, run: RunRow) -> None:
         def answered(yes: bool | None) -> None:
@@ -394,11 +463,16 @@ class GpuwardenApp(App[None]):
 
     def ask_edit(self, run: RunRow, detail: RunDetailView | None = None) -> None:
         """The knob dialog, with the run's knobs and their values (read first if not at hand)."""
+        self.hold_keys()  # what is typed while the run is read goes into the dialog
         if detail is not None:
             self._edit_dialog(run, detail.spec)
             return
         self.control(
-            f"read {run.name}", self.backend.run_detail, run.id, done=lambda d: self._edit_dialog(run, d.spec)
+            f"read {run.name}",
+            self.backend.run_detail,
+            run.id,
+            done=lambda d: self._edit_dialog(run, d.spec),
+            failed=self.drop_held_keys,
         )
 
     def _edit_dialog(self, run: RunRow, spec: dict[str, Any]) -> None:
@@ -439,9 +513,16 @@ class GpuwardenApp(App[None]):
                 self.main.runs.select(run_id)
                 self._load_runs()
 
+        self.hold_keys()
         self.push_screen(SubmitScreen(self.cwd or Path.cwd(), self.backend.submit), answered)
 
     # -- command palette ---------------------------------------------------------------------
+
+    def action_command_palette(self) -> None:
+        """Textual's, with the letters typed right after ctrl+p kept for its search field."""
+        if self.use_command_palette and not isinstance(self.screen, CommandPalette):
+            self.hold_keys()
+            self.push_screen(CommandPalette(id="--command-palette"))
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         return palette_commands(self, screen)

@@ -8,6 +8,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
+from textual import events
 from textual.pilot import Pilot
 from textual.widgets import DataTable
 
@@ -92,3 +93,10 @@ async def until(pilot: Pilot[Any], condition: Callable[[], object], what: str, t
 def clock_at(ts: float) -> Callable[[], float]:
     """A clock stopped at `ts` (a fresh function per moment: loop variables bind late)."""
     return lambda: ts
+
+
+def burst(pilot: Pilot[Any], *keys: str) -> None:
+    """Keys as a terminal hands over a fast typist's or a paste's: read all at once, the first
+    not yet handled when the last arrives (`pilot.press` lets the app go idle after each key)."""
+    for key in keys:
+        pilot.app.post_message(events.Key(key, key if len(key) == 1 else None))

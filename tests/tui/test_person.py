@@ -9,9 +9,12 @@ import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Literal
 
+import pytest
 from textual import events
+from textual.command import CommandPalette
 from textual.pilot import Pilot
-from textual.widgets import DataTable, Log, Static
+from textual.screen import Screen
+from textual.widgets import DataTable, Input, Log, Static
 from textual.worker import Worker
 
 from gpuwarden.core.api import LogChunk
@@ -20,13 +23,13 @@ from gpuwarden.tui.app import GpuwardenApp
 from gpuwarden.tui.backend import Frame, RunDetailView, SampleFrame
 from gpuwarden.tui.controls import OFFLINE
 from gpuwarden.tui.messages import FramesReady
-from gpuwarden.tui.screens.dialogs import MetricsScreen
+from gpuwarden.tui.screens.dialogs import KnobScreen, MetricsScreen, SubmitScreen
 from gpuwarden.tui.screens.history import HistoryBlock, HistoryPane
 from gpuwarden.tui.screens.main import MainScreen
 from gpuwarden.tui.screens.run_detail import RunDetailScreen, Scroller
 from gpuwarden.tui.screens.runs import RunsPane
 from gpuwarden.tui.widgets.chart import Chart
-from tests.tui.conftest import make_app, run, settle, until, wait_workers
+from tests.tui.conftest import burst, make_app, run, settle, until, wait_workers
 from tests.tui.fake_backend import FROZEN_TS, FakeBackend
 from tests.tui.test_app import footer_keys, messages, rendered, text_of, timeline_text
 
@@ -498,6 +501,75 @@ def test_a_filter_typed_in_one_burst_keeps_every_letter() -> None:
             await until(pilot, lambda: runs.query_text == "stop", "the filter typed")
             assert isinstance(app.screen, MainScreen)
             assert "sorted by state" in text_of(runs.query_one("#runs-foot", Static))
+
+    run(body())
+
+
+@pytest.mark.parametrize(
+    ("key", "dialog"), [("n", SubmitScreen), ("e", KnobScreen), ("ctrl+p", CommandPalette)]
+)
+def test_letters_typed_in_one_burst_after_a_dialog_key_go_into_the_dialog(
+    key: str, dialog: type[Screen[Any]]
+) -> None:
+    """`n`, `e` or ctrl+p and then letters, faster than the dialog opens: every letter lands in
+    the dialog's input in order, none is a key of the screen below (`s` stop, `y` yes, `t` tune,
+    `q` quit)."""
+
+    async def body() -> None:
+        fake = FakeBackend()
+        app = make_app(fake)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot)
+            await pilot.press("2")
+            runs = app.main.runs
+            await until(pilot, lambda: runs.selected_id() is not None, "the runs table")
+            runs.select(QUEUED)  # a queued run can be stopped, tuned and edited
+            await until(
+                pilot,
+                lambda: {"stop_run", "edit_run", "tune_run"} <= footer_keys(app),
+                "the queued run's controls",
+            )
+            burst(pilot, key, *"sytq")
+
+            def typed() -> str | None:
+                return app.focused.value if isinstance(app.focused, Input) else None
+
+            await until(
+                pilot, lambda: isinstance(app.screen, dialog) and typed() == "sytq", "the letters typed"
+            )
+            await wait_workers(pilot)
+            assert app.is_running and len(app.screen_stack) == 2
+            assert fake.actions == [] and typed() == "sytq"
+
+    run(body())
+
+
+class Unreadable(FakeBackend):
+    """The daemon answers the runs list but not a run's detail (its spec vanished)."""
+
+    def run_detail(self, run_id: str) -> RunDetailView:
+        raise UserError(f"run {run_id}: its spec cannot be read", code="not_found")
+
+
+def test_letters_typed_for_a_knob_dialog_that_cannot_open_act_on_nothing() -> None:
+    async def body() -> None:
+        fake = Unreadable()
+        app = make_app(fake)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot)
+            await pilot.press("2")
+            runs = app.main.runs
+            await until(pilot, lambda: runs.selected_id() is not None, "the runs table")
+            runs.select(QUEUED)
+            await until(pilot, lambda: "edit_run" in footer_keys(app), "the queued run's controls")
+            burst(pilot, "e", *"sytq")
+            await until(
+                pilot, lambda: any("cannot be read" in m for m in messages(app)), "the read's refusal"
+            )
+            await wait_workers(pilot)
+            assert app.is_running and isinstance(app.screen, MainScreen) and fake.actions == []
+            await pilot.press("1")  # the keyboard is the main screen's again
+            await until(pilot, lambda: app.main.tab == "overview", "the overview")
 
     run(body())
 

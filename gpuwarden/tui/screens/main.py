@@ -53,8 +53,11 @@ class MainScreen(Screen[None]):
         Binding("x", "kill_process", "Terminate"),
         Binding("s", "stop_run", "Stop"),
         Binding("r", "resume_run", "Resume"),
-        Binding("e", "edit_run", "Edit"),
+        Binding("e", "edit_run", "Edit", priority=True),  # before the keys after it: see hold_keys
         Binding("t", "tune_run", "Tune"),
+        # The main screen's only (a run's screen keeps its footer to the run's own keys). Priority:
+        # the dialog opens as `n` is read, before the keys typed after it (see `hold_keys`).
+        Binding("n", "submit", "Submit", priority=True),
     ]
     DEFAULT_CSS = """
     MainScreen.-offline #tabs { text-opacity: 55%; }
@@ -180,6 +183,9 @@ class MainScreen(Screen[None]):
         host = [(f"host.{m.key}", f"host {m.label}") for m in HOST_CHART_METRICS]
         chosen = [*pane.metrics, *(f"host.{k}" for k in pane.host_metrics)]
         self.app.push_screen(MetricsScreen(gpu + host, chosen), answered)
+
+    def action_submit(self) -> None:
+        self.gw.action_submit()
 
     def action_kill_process(self) -> None:
         proc = self.overview.selected_process()

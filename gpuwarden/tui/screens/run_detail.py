@@ -192,7 +192,7 @@ class RunDetailScreen(Screen[None]):
         Binding("escape", "back", "Back"),
         Binding("s", "stop_run", "Stop"),
         Binding("r", "resume_run", "Resume"),
-        Binding("e", "edit_run", "Edit"),
+        Binding("e", "edit_run", "Edit", priority=True),  # before the keys after it: see hold_keys
         Binding("t", "tune_run", "Tune"),
         Binding("v", "toggle_evidence", "Evidence"),
         Binding("o", "toggle_stream", "Stderr"),
