@@ -15,6 +15,7 @@ from textual.command import CommandPalette
 from textual.pilot import Pilot
 from textual.screen import Screen
 from textual.widgets import DataTable, Input, Log, Static
+from textual.widgets._footer import FooterKey
 from textual.worker import Worker
 
 from gpuwarden.core.api import LogChunk
@@ -186,6 +187,42 @@ def test_each_run_offers_only_the_controls_its_state_allows() -> None:
                 messages(app)[-1]
                 == "captcha-bf16 succeeded: a finished run is not changed — submit a new one (n)"
             )
+
+    run(body())
+
+
+async def footer_cuts(pilot: Pilot[Any]) -> list[str]:
+    """The keys the footer offers now that the screen's bottom line does not show whole."""
+    app = pilot.app
+    await wait_workers(pilot)
+    await until(pilot, lambda: bool(app.screen.query(FooterKey)), "the footer's keys")
+    line = app.screen._compositor.render_strips()[-1].text
+    keys = [f"{k.key_display} {k.description}".strip() for k in app.screen.query(FooterKey)]
+    return [line, *(k for k in keys if k not in line)]
+
+
+def test_every_key_in_the_footer_is_whole_at_80_columns() -> None:
+    """The runs tab and the run's screen of runs in every state, on each of the run's tabs: the
+    most keys the footer offers at once."""
+
+    async def body() -> None:
+        app = make_app()
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot)
+            seen: dict[str, list[str]] = {}
+            for tab in "132":
+                await pilot.press(tab)
+                seen[f"tab {tab}"] = await footer_cuts(pilot)
+            for run_id in (RUNNING, QUEUED, SUCCEEDED, FAILED, STOPPED, SCRIPT):
+                app.main.runs.select(run_id)
+                seen[f"runs {run_id}"] = await footer_cuts(pilot)
+                await open_run_screen(pilot, run_id)
+                for tab in "acld":
+                    await pilot.press(tab)
+                    seen[f"{run_id} {tab}"] = await footer_cuts(pilot)
+                await pilot.press("escape")
+            cut = {where: line_and_cuts for where, line_and_cuts in seen.items() if line_and_cuts[1:]}
+            assert not cut
 
     run(body())
 

@@ -81,7 +81,7 @@ class MainScreen(Screen[None]):
                 yield self._runs
             with TabPane("3 History", id="history"):
                 yield self._history
-        yield Footer()
+        yield Footer(compact=True)  # at 80 columns the most keys offered at once fit only so
 
     def on_mount(self) -> None:
         # Tabs change with 1/2/3; a focused tab strip would swallow ← → meant for the history cursor.

@@ -258,7 +258,7 @@ class RunDetailScreen(Screen[None]):
                 yield Log(max_lines=5000, auto_scroll=True, id="log-view")
             with TabPane("Doctor", id="doctor"), Scroller(id="doctor-scroll"):
                 yield Static("(press d to diagnose this run)", id="doctor-text")
-        yield Footer()
+        yield Footer(compact=True)  # at 80 columns the most keys offered at once fit only so
 
     def on_mount(self) -> None:
         self.show_head()
