@@ -394,6 +394,23 @@ def test_a_machine_without_gpu_shows_the_hosts_runs_and_offers_no_gpu_keys() -> 
     run(body())
 
 
+def test_a_cpu_run_with_a_long_name_keeps_its_state_in_the_process_table() -> None:
+    async def body() -> None:
+        fake = FakeBackend.no_gpu()
+        fake.add_cpu_run("r1111111111", "own-script-hf-cpu-long-name", "running", 777)
+        app = make_app(fake)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot)
+            table = app.query_one("#processes", DataTable)
+            await until(pilot, lambda: table.row_count == 1, "the host's run listed")
+            await wait_workers(pilot)
+            lines = [strip.text for strip in app.screen._compositor.render_strips()]
+            row = next(line for line in lines if "r1111111111" in line)
+            assert "own-script-" in row and row.rstrip().endswith("… (train, running)")
+
+    run(body())
+
+
 def test_the_run_screen_scrolls_explains_and_charts_with_axes() -> None:
     async def body() -> None:
         app = make_app()

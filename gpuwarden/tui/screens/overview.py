@@ -13,6 +13,7 @@ from textual.widgets import DataTable, Static
 from gpuwarden.core.run_state import ACTIVE_STATES, RunState
 from gpuwarden.core.units import size
 from gpuwarden.tui.backend import ProcessInfo, RunRow
+from gpuwarden.tui.formatting import cut
 from gpuwarden.tui.live import LiveState
 from gpuwarden.tui.metrics import ChartMetric
 from gpuwarden.tui.widgets.gpu_card import GpuCard
@@ -175,17 +176,16 @@ class OverviewPane(VerticalScroll):
             run = Text(p.run_id or "–", style="" if p.run_id else "dim")
             user = Text(p.user or "?", style="bold" if p.owned else "")
             gpu = "–" if p.gpu_index is None else str(p.gpu_index)
-            command = (
-                p.command
-                if len(p.command) <= self._command_width
-                else p.command[: self._command_width - 1] + "…"
-            )
+            command = cut(p.command, self._command_width)
             table.add_row(str(p.pid), user, gpu, size(p.used_memory), run, command, key=str(p.pid))
         cpu: list[ProcessInfo] = []
         for r in self._cpu_runs:
             if r.pid is None or any(p.pid == r.pid for p in shown):
                 continue
-            proc = ProcessInfo(r.pid, "", None, None, None, f"{r.name} ({r.kind}, {r.state})", r.id, True)
+            # The run's kind and state say what the process is doing: a long name is cut, not they.
+            what = f" ({r.kind}, {r.state})"
+            command = cut(r.name, self._command_width - len(what)) + what
+            proc = ProcessInfo(r.pid, "", None, None, None, command, r.id, True)
             cpu.append(proc)
             table.add_row(
                 str(r.pid), Text("you", style="bold"), "cpu", "–", r.id, proc.command, key=str(r.pid)
