@@ -12,6 +12,7 @@ from typing import Any, Literal
 import pytest
 from textual import events
 from textual.command import CommandPalette
+from textual.geometry import Region
 from textual.pilot import Pilot
 from textual.screen import Screen
 from textual.widgets import DataTable, Input, Log, Static
@@ -455,6 +456,23 @@ def test_a_succeeded_run_shows_its_energy_and_where_its_output_went() -> None:
                 pilot, lambda: "fused AdamW" in "\n".join(screen.query_one("#log-view", Log).lines), "stderr"
             )
             assert "o: stdout" in text_of(head)
+
+    run(body())
+
+
+def test_an_empty_log_says_so_and_keeps_its_keys_at_80_columns() -> None:
+    async def body() -> None:
+        fake = FakeBackend()
+        fake.add_cpu_run("r1111111111", "cpu-train", "running", 777)  # nothing written yet
+        app = make_app(fake)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot)
+            screen = await open_run_screen(pilot, "r1111111111")
+            await pilot.press("l")
+            head = screen.query_one("#log-head", Static)
+            await until(pilot, lambda: "stderr is empty" in text_of(head), "both streams read")
+            shown = "".join(strip.text for strip in head.render_lines(Region(0, 0, *head.size)))
+            assert "o: stdout" in shown and "timeline (a)" in shown
 
     run(body())
 

@@ -324,20 +324,22 @@ class RunDetailScreen(Screen[None]):
         attempt = self.detail.attempts[-1] if self.detail and self.detail.attempts else None
         other = "stderr" if self.stream == "stdout" else "stdout"
         head = Text(self.stream, style="bold")
-        if not size_now and not self._log_seen:
-            head.append(
-                " is empty — progress and memory are in the timeline (a) and charts (c)", style="italic"
-            )
+        empty = not size_now and not self._log_seen
+        if empty:
+            head.append(" is empty", style="italic")
         elif self._switched and self.stream == "stderr":
             head.append(" (stdout is empty)", style="dim")
         if attempt is not None:
             head.append(f" · attempt {attempt.attempt}", style="dim")
         head.append(f" · o: {other}", style="dim")
-        if attempt is not None:
+        # The line is one row: what is left after the keys goes to a hint or the file's path.
+        room = (self.size.width or self.app.size.width) - 2 - head.cell_len - 3
+        hint = "see the timeline (a) and charts (c)"
+        if empty and len(hint) <= room:
+            head.append(" · " + hint, style="italic")
+        elif not empty and attempt is not None and room > 12:
             path = attempt.stdout_path if self.stream == "stdout" else attempt.stderr_path
-            room = (self.size.width or self.app.size.width) - 2 - head.cell_len - 3
-            if room > 12:
-                head.append(" · " + (path if len(path) <= room else "…" + path[-(room - 1) :]), style="dim")
+            head.append(" · " + (path if len(path) <= room else "…" + path[-(room - 1) :]), style="dim")
         self.query_one("#log-head", Static).update(head)
 
     def on_detail_loaded(self, message: DetailLoaded) -> None:
