@@ -13,7 +13,7 @@ from gpuwarden.daemon.process import RUN_TAG, run_tag
 from tests.daemon.conftest import DaemonHandle, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
-# The shipped example: micro-batch 32 cannot fit in 1.6 GiB, so the retune probes two smaller ones.
+# The shipped example: micro-batch 32 cannot fit in 1.4 GiB, so the retune probes two smaller ones.
 SPEC = (REPO / "configs" / "examples" / "oom-recovery-cpu.yaml").read_text()
 
 

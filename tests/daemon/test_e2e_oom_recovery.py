@@ -21,7 +21,7 @@ from tests.daemon.conftest import DaemonHandle
 REPO = Path(__file__).resolve().parents[2]
 PINNED = {"OMP_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "2"}  # as the example pins them
 
-# The shipped example is what this test runs: micro-batch 32 under a 1.6 GiB address-space limit.
+# The shipped example is what this test runs: micro-batch 32 under a 1.4 GiB address-space limit.
 TRAIN_SPEC = (REPO / "configs" / "examples" / "oom-recovery-cpu.yaml").read_text()
 EFFECTIVE = 32
 
@@ -49,8 +49,14 @@ def test_training_oom_is_retuned_keeping_the_effective_batch_and_matches_an_unin
     (retune,) = detail["retunes"]
     assert retune["verdict"] == "host_oom"
     assert retune["from"] == {"train.batch_size": EFFECTIVE, "train.grad_accum_steps": 1}
+    # The split the README's tour and the example promise. The probes' peaks vary by a few percent
+    # from run to run, so the fit must land well inside (8, 16), where that split is the answer,
+    # not next to 16, where it would flip to 16 × 2 on some runs.
+    assert retune["to"] == {"train.batch_size": 8, "train.grad_accum_steps": 4}, retune["prediction"]
+    fit = retune["prediction"]
+    fits = (fit["capacity"] * (1 - fit["headroom"]) - fit["fixed"]) / fit["per_sample"]
+    assert 9 < fits < 15, fit
     new_batch = retune["to"]["train.batch_size"]
-    assert new_batch * retune["to"]["train.grad_accum_steps"] == EFFECTIVE  # exactly the same
     # The memory model's prediction was made from probes and its outcome recorded: one restart.
     assert retune["prediction"]["batch"] >= new_batch and "fit" in retune["prediction"]["basis"]
     assert retune["outcome"] == "succeeded"
@@ -63,7 +69,7 @@ def test_training_oom_is_retuned_keeping_the_effective_batch_and_matches_an_unin
         TRAIN_SPEC.replace("name: oom-recovery-cpu", "name: reference")
         .replace(f"batch_size: {EFFECTIVE}", f"batch_size: {new_batch}")
         .replace("grad_accum_steps: 1 ", f"grad_accum_steps: {EFFECTIVE // new_batch} ")
-        .replace("memory_limit: 1.6GiB", "memory_limit: 4GiB")
+        .replace("memory_limit: 1.4GiB", "memory_limit: 4GiB")
     )
     ref_dir = tmp_path / "reference-run"
     done = subprocess.run(
