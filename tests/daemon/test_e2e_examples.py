@@ -75,3 +75,22 @@ def test_example_runs_to_finished_through_the_daemon(gw: DaemonHandle, example_t
     assert isinstance(detail["report"], dict) and detail["report"]
     human = gw.cli("show", run_name)
     assert "report:" in human.stdout
+
+
+def test_an_example_submitted_before_its_models_are_built_names_the_command_that_builds_them(
+    gw: DaemonHandle, tmp_path: Path
+) -> None:
+    # The repository's layout before `gpuwarden example-models` ran (or after it ran elsewhere).
+    shutil.copytree(EXAMPLES, tmp_path / "configs" / "examples")
+    build = f"build the example models first: gpuwarden example-models {tmp_path / '.example-models'}"
+    with gw.client() as client:
+        runs_before = len(client.runs())
+    # A built-in runner's model, and a user's own script that is handed its model as an argument.
+    for name, key in (("train-causal-lm-cpu", "train.model"), ("own-script-hf-cpu", "command.argv[3]")):
+        result = gw.cli("run", f"configs/examples/{name}.yaml", cwd=tmp_path)
+        assert (result.returncode, result.stdout, result.stderr.count("\n")) == (2, "", 1), result.stderr
+        assert result.stderr.startswith(f"gpuwarden: configs/examples/{name}.yaml:"), result.stderr
+        assert f": {key}: " in result.stderr and result.stderr.endswith(f" — {build}\n"), result.stderr
+        assert "/../" not in result.stderr  # the folder as a user finds it, not the spec's way there
+    with gw.client() as client:
+        assert len(client.runs()) == runs_before  # neither was queued

@@ -7,23 +7,38 @@ words here match theirs.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from gpuwarden.core.config.spec import RunSpec
 from gpuwarden.core.errors import UserError
 
+# The folder `gpuwarden example-models` builds by default, which the shipped examples read from.
+EXAMPLE_MODELS = ".example-models"
+
+
+def _shown(path: Path) -> Path:
+    """The path as a user reads it: `configs/examples/../../x` is `x` (only shown, never opened)."""
+    return Path(os.path.normpath(path))
+
 
 def _model_dir(path: Path, key: str) -> str | None:
     if not path.exists():
-        return f"{key}: model directory {path} does not exist"
+        return f"{key}: model directory {_shown(path)} does not exist"
     if not path.is_dir() or not (path / "config.json").is_file():
-        return f"{key}: {path} has no config.json (a directory save_pretrained() wrote)"
+        return f"{key}: {_shown(path)} has no config.json (a directory save_pretrained() wrote)"
     return None
 
 
 def missing_inputs(spec: RunSpec) -> list[str]:
     """One line per input the spec names that is not there (empty when all are)."""
-    problems = [*_command_problems(spec), *_train_problems(spec), *_infer_problems(spec)]
+    problems = [
+        *_command_problems(spec),
+        *_example_arguments(spec),
+        *_train_problems(spec),
+        *_infer_problems(spec),
+    ]
     return [p for p in problems if p is not None]
 
 
@@ -45,6 +60,22 @@ def _command_problems(spec: RunSpec) -> list[str | None]:
     return []
 
 
+def _example_arguments(spec: RunSpec) -> list[str | None]:
+    """A command's arguments that name something in an example-models folder (the shipped
+    examples of users' own scripts pass their model this way): those, at least, are checked."""
+    command = spec.command
+    if command is None or command.cwd is None:
+        return []
+    problems: list[str | None] = []
+    for index, word in enumerate(command.argv[1:], start=1):
+        if "{" in word or EXAMPLE_MODELS not in Path(word).parts:
+            continue
+        path = command.cwd / word
+        if not path.exists():
+            problems.append(f"command.argv[{index}]: {_shown(path)} does not exist")
+    return problems
+
+
 def _train_problems(spec: RunSpec) -> list[str | None]:
     train = spec.train
     if train is None:
@@ -52,14 +83,18 @@ def _train_problems(spec: RunSpec) -> list[str | None]:
     if train.task != "causal_lm":
         if train.data is None or train.data.is_dir():
             return []
-        return [f"train.data: {train.data} is not a folder of images (leave it out for synthetic data)"]
+        return [
+            f"train.data: {_shown(train.data)} is not a folder of images (leave it out for synthetic data)"
+        ]
     problems: list[str | None] = []
     if train.model is not None:
         problems.append(_model_dir(train.model, "train.model"))
     if train.tokenizer is not None and not train.tokenizer.is_dir():
-        problems.append(f"train.tokenizer: directory {train.tokenizer} does not exist")
+        problems.append(f"train.tokenizer: directory {_shown(train.tokenizer)} does not exist")
     if train.data is not None and not train.data.is_file():
-        problems.append(f"train.data: {train.data} is not a file (causal_lm reads JSON or JSONL texts)")
+        problems.append(
+            f"train.data: {_shown(train.data)} is not a file (causal_lm reads JSON or JSONL texts)"
+        )
     return problems
 
 
@@ -69,17 +104,45 @@ def _infer_problems(spec: RunSpec) -> list[str | None]:
         return []
     problems = [_model_dir(infer.model, "infer.model")]
     if infer.task == "generate" and not infer.input.is_file():
-        problems.append(f"infer.input: {infer.input} is not a file (generate reads a JSONL file of prompts)")
+        problems.append(
+            f"infer.input: {_shown(infer.input)} is not a file (generate reads a JSONL file of prompts)"
+        )
     if infer.task == "image_to_text" and not infer.input.is_dir():
         problems.append(
-            f"infer.input: {infer.input} is not a folder (image_to_text reads a folder of images)"
+            f"infer.input: {_shown(infer.input)} is not a folder (image_to_text reads a folder of images)"
         )
     return problems
 
 
+def _inputs(spec: RunSpec) -> Iterator[Path]:
+    """Every file or folder the spec names as an input (a command's arguments included)."""
+    sections: list[object] = [spec.train, spec.infer]
+    for section in sections:
+        for name in ("model", "tokenizer", "data", "input"):
+            value = getattr(section, name, None)
+            if isinstance(value, Path):
+                yield value
+    if spec.command is not None and spec.command.cwd is not None:
+        yield from (spec.command.cwd / word for word in spec.command.argv[1:] if "{" not in word)
+
+
+def example_models_fix(spec: RunSpec) -> str | None:
+    """The command that builds the missing inputs, when they are the shipped examples' models:
+    a newcomer who skipped `gpuwarden example-models`, or ran it in another folder, needs that
+    command, not "fix the path"."""
+    for path in _inputs(spec):
+        parts = path.parts
+        if EXAMPLE_MODELS in parts and not path.exists():
+            folder = _shown(Path(*parts[: parts.index(EXAMPLE_MODELS) + 1]))
+            return f"build the example models first: gpuwarden example-models {folder}"
+    return None
+
+
 def require_inputs(spec: RunSpec, label: str, fix: str) -> None:
-    """UserError (code missing_input) naming the first missing input, then `fix`."""
+    """UserError (code missing_input) naming the first missing input, then `fix` (or the command
+    that builds the examples' models, when those are what is missing)."""
     missing = missing_inputs(spec)
     if missing:
+        fix = example_models_fix(spec) or fix
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
         raise UserError(f"{label}: {missing[0]}{more} — {fix}", code="missing_input")

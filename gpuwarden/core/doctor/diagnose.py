@@ -9,10 +9,10 @@ from typing import Any
 
 import yaml
 
-from gpuwarden.core.config.inputs import missing_inputs
+from gpuwarden.core.config.inputs import example_models_fix, missing_inputs
 from gpuwarden.core.config.resolve import resolve_relative_paths
 from gpuwarden.core.config.spec import RunSpec, spec_from_document, spec_from_mapping
-from gpuwarden.core.config.yamlsource import KeyPath, load_yaml_file
+from gpuwarden.core.config.yamlsource import KeyPath, key_path, load_yaml_file
 from gpuwarden.core.doctor.finding import Finding, sort_findings
 from gpuwarden.core.doctor.run_checks import check_run
 from gpuwarden.core.doctor.spec_checks import check_spec
@@ -63,20 +63,19 @@ def diagnose_spec_file(
 def input_findings(view: SpecView, resolved: RunSpec) -> list[Finding]:
     """An error per input the spec names that is not there: `gpuwarden run` would refuse it."""
     findings = []
+    fix = example_models_fix(resolved) or "fix the path (relative paths start from the spec's directory)"
     for problem in missing_inputs(resolved):
-        key = problem.split(":", 1)[0]
-        parts = key.split(".")
-        path: KeyPath = tuple(parts)
+        path = key_path(problem.split(":", 1)[0])  # `command.argv[3]` → ("command", "argv", 3)
         value: Any = view.spec  # as written (relative), not as resolved
-        for part in parts:
-            value = getattr(value, part, None)
+        for part in path:
+            value = value[part] if isinstance(part, int) else getattr(value, part, None)
         findings.append(
             Finding(
                 "missing-input",
                 "error",
                 problem,
                 view.evidence(path, None if value is None else str(value)),
-                "fix the path (relative paths start from the spec's directory)",
+                fix,
             )
         )
     return findings
