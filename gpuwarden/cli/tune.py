@@ -66,7 +66,8 @@ def tune(  # Long: eleven options passed to tune_spec by name; the body is one s
     from gpuwarden.core.tune.write import write_tuned_spec
 
     document = load_yaml_file(spec_path)
-    spec = resolve_relative_paths(spec_from_document(document), spec_path.resolve().parent)
+    with document.locating(RunSpec.model_fields):  # a policy file beside the spec is read here
+        spec = resolve_relative_paths(spec_from_document(document), spec_path.resolve().parent)
     settings = load_settings()
     paths = settings.resolve_paths()
     out_path = output or spec_path.with_name(spec_path.stem + ".tuned.yaml")

@@ -402,3 +402,30 @@ def test_a_switch_without_a_value_is_passed_only_when_there_is_a_checkpoint(gw: 
     first, second = gw.cli_json("show", "switch")["attempts"]
     assert first["prepared"]["argv"][-2:] == ["--out", "ckpt"]
     assert second["prepared"]["argv"][-3:] == ["--out", "ckpt", "--resume"]
+
+
+def test_a_policy_file_beside_the_spec_is_found_from_any_folder(gw: DaemonHandle, tmp_path: Path) -> None:
+    """`policy: ./mine.yaml` starts from the spec's folder, as every other relative path in it."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "mine.yaml").write_text("ladder:\n  - action: reduce_micro_batch\nmax_attempts: 2\n")
+    spec = folder / "spec.yaml"
+    spec.write_text('name: own-policy\nkind: command\ncommand: {argv: ["false"]}\npolicy: ./mine.yaml\n')
+    # Typed in another folder (the daemon's), as a user names a spec by its path.
+    assert gw.cli("doctor", str(spec)).returncode == 0
+    submitted = gw.cli("run", str(spec), "--json")
+    assert submitted.returncode == 0, submitted.stderr
+    run = json.loads(submitted.stdout)
+    assert run["spec"]["policy"] == str(folder / "mine.yaml")  # where the file is, for every retune
+    assert gw.wait_state(run["id"])["state"] == "failed"  # `false`: a run that can be edited
+
+    spec.write_text(spec.read_text().replace("./mine.yaml", "./theirs.yaml"))
+    for command in ("run", "doctor"):
+        refused = gw.cli(command, str(spec))
+        assert (refused.returncode, refused.stdout) == (2, ""), refused.stderr
+        assert refused.stderr == (
+            f"gpuwarden: {spec}:4: policy: {folder / 'theirs.yaml'}: no such file — check the path\n"
+        )
+    with gw.client() as client, pytest.raises(UserError) as relative:
+        client.edit(run["id"], set={"policy": "./mine.yaml"})  # an edit has no folder to start from
+    assert "policy: ./mine.yaml is a relative path" in str(relative.value)

@@ -16,6 +16,8 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from gpuwarden.core.config.spec import RunSpec
+from gpuwarden.core.errors import UserError
+from gpuwarden.core.oom.policy import PolicyOverride, PolicyRef, relative_policy, resolve_policy
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -47,17 +49,38 @@ def resolve_relative_paths(spec: RunSpec, base: Path) -> RunSpec:
     """
     base = Path(base).expanduser().absolute()
     resolved = _resolve_model(spec, base)
+    policy = _anchored_policy(resolved.policy, base)
+    if policy is not resolved.policy:
+        resolved = resolved.model_copy(update={"policy": policy})
     if resolved.command is not None and resolved.command.cwd is None:
         command = resolved.command.model_copy(update={"cwd": base})
         resolved = resolved.model_copy(update={"command": command})
     return resolved
 
 
+def _anchored_policy(ref: PolicyRef | None, base: Path) -> PolicyRef | None:
+    """`policy: ./mine.yaml` (or an override's `base:`) as a path from `base`, loaded once here so
+    that a missing or invalid file is refused at submit, not at the run's first out-of-memory."""
+    named = relative_policy(ref)
+    if named is None:
+        return ref
+    anchored = str(base / named)
+    new: PolicyRef = anchored
+    if isinstance(ref, PolicyOverride):
+        new = ref.model_copy(update={"base": anchored})
+    try:
+        resolve_policy(new)
+    except UserError as exc:
+        raise UserError(f"policy: {exc}", code=exc.code) from None
+    return new
+
+
 def relative_paths(spec: RunSpec) -> list[str]:
-    """The dotted keys of the spec's relative paths (`train.data`, `command.cwd`): they start
-    from the spec file's folder, so a copy written elsewhere, or a spec sent without that folder,
-    points somewhere else."""
-    return list(_relative_in(spec, ""))
+    """The dotted keys of the spec's relative paths (`train.data`, `command.cwd`, a policy file):
+    they start from the spec file's folder, so a copy written elsewhere, or a spec sent without
+    that folder, points somewhere else."""
+    policy = ["policy"] if relative_policy(spec.policy) is not None else []
+    return [*_relative_in(spec, ""), *policy]
 
 
 def _relative_in(model: BaseModel, prefix: str) -> Iterator[str]:

@@ -30,7 +30,7 @@ from gpuwarden.core.config.spec_tune import TuneSettings
 from gpuwarden.core.config.validation import StrictModel, validate
 from gpuwarden.core.config.yamlsource import YamlDocument, load_yaml_file, parse_yaml
 from gpuwarden.core.errors import UserError
-from gpuwarden.core.oom.policy import PolicyRef, resolve_policy
+from gpuwarden.core.oom.policy import PolicyRef, relative_policy, resolve_policy
 from gpuwarden.core.run_ref import NAME_RE, RUN_ID_RE
 from gpuwarden.core.safeload import check_structure
 from gpuwarden.core.units import size
@@ -221,7 +221,9 @@ class RunSpec(StrictModel):
     @field_validator("policy")
     @classmethod
     def _policy_exists(cls, v: PolicyRef | None) -> PolicyRef | None:
-        if v is not None:
+        # A relative path starts from the spec's folder, which only resolve_relative_paths knows:
+        # the file is checked there, not against whatever folder this process runs in.
+        if v is not None and relative_policy(v) is None:
             try:
                 resolve_policy(v)
             except UserError as exc:  # reported at the spec's `policy:` key, not as a crash

@@ -53,10 +53,12 @@ def diagnose_spec_file(
     """Static checks of a spec file. A file that does not validate raises ConfigError/UserError."""
     doc = load_yaml_file(path)
     spec = spec_from_document(doc)
+    with doc.locating(RunSpec.model_fields):  # a policy file beside the spec is read here
+        resolved = resolve_relative_paths(spec, path.resolve().parent)
     target = detect_target(gpu_memory, _wants_gpu(spec), reader_factory)
     view = SpecView(spec=spec, label=doc.label, lines=doc.lines)
     findings, notes = check_spec(view, target)
-    findings += input_findings(view, resolve_relative_paths(spec, path.resolve().parent))
+    findings += input_findings(view, resolved)
     return Diagnosis(str(path), target, sort_findings(findings), notes, path.read_text(encoding="utf-8"))
 
 

@@ -324,10 +324,26 @@ def load_policy_file(path: Path, name: str | None = None) -> RetunePolicy:
     return policy
 
 
+def policy_path(ref: str) -> Path | None:
+    """The file a policy reference names (`./mine.yaml`, `~/p/x.yml`), or None for a name."""
+    if ref.endswith((".yaml", ".yml")) or "/" in ref:
+        return Path(ref).expanduser()
+    return None
+
+
+def relative_policy(ref: PolicyRef | None) -> str | None:
+    """A spec's policy file named by a relative path (itself, or an override's `base`): it starts
+    from the spec's folder, not from wherever the reading process runs."""
+    named = ref if isinstance(ref, str) or ref is None else ref.base
+    path = None if named is None else policy_path(named)
+    return named if path is not None and not path.is_absolute() else None
+
+
 def load_policy(name_or_path: str, *, search_dirs: Sequence[Path] | None = None) -> RetunePolicy:
     """A policy by name (`default`) or by path (`./mine.yaml`)."""
-    if name_or_path.endswith((".yaml", ".yml")) or "/" in name_or_path:
-        return load_policy_file(Path(name_or_path).expanduser())
+    path = policy_path(name_or_path)
+    if path is not None:
+        return load_policy_file(path)
     dirs = list(search_dirs) if search_dirs is not None else policy_search_dirs()
     return load_policy_file(_policy_file(name_or_path, dirs), name_or_path)
 
@@ -382,6 +398,8 @@ __all__ = [
     "default_policy_name",
     "load_policy",
     "load_policy_file",
+    "policy_path",
     "policy_search_dirs",
+    "relative_policy",
     "resolve_policy",
 ]

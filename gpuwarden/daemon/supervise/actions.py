@@ -20,6 +20,7 @@ from gpuwarden.core.config.inputs import require_inputs
 from gpuwarden.core.config.knob_edit import check_knob_names, merged_knobs
 from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
 from gpuwarden.core.errors import UserError
+from gpuwarden.core.oom.policy import relative_policy
 from gpuwarden.core.run_state import ACTIVE_STATES, CHANGEABLE_STATES, RESUMABLE_STATES, RunState
 from gpuwarden.core.tune.command_tune import tune_blocker
 from gpuwarden.daemon import run_environment
@@ -170,6 +171,12 @@ def edit(ctx: Context, run_id: str, changes: Mapping[str, Any]) -> dict[str, Any
         spec = complete_command(
             spec_from_mapping(changed(run["spec"], changes), label=f"the edit of run {run_id}")
         )
+        if (named := relative_policy(spec.policy)) is not None:
+            # A submitted spec's policy path starts from its file's folder; an edit has none.
+            raise UserError(
+                f"policy: {named} is a relative path, and an edit has no folder it starts from "
+                "— give the policy file's absolute path"
+            )
         check_feasible(spec.resources, ctx.backends.gpu_states())
         record = edit_record(run["spec"], spec_document(spec), changes)
         if not record:  # an empty request, or values the run already has: no story to tell
