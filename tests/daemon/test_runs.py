@@ -429,3 +429,22 @@ def test_a_policy_file_beside_the_spec_is_found_from_any_folder(gw: DaemonHandle
     with gw.client() as client, pytest.raises(UserError) as relative:
         client.edit(run["id"], set={"policy": "./mine.yaml"})  # an edit has no folder to start from
     assert "policy: ./mine.yaml is a relative path" in str(relative.value)
+
+
+def test_a_script_run_as_it_is_that_runs_out_of_memory_is_told_how_to_make_it_retunable(
+    gw: DaemonHandle,
+) -> None:
+    """Step 1 of running your own script: no flags, then an OOM. The answer is the one step that
+    makes it retunable, not a list of every knob the ladder found missing."""
+    oom = (
+        "import sys; sys.stderr.write('torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+        "2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.20 GiB is free.\\n'); sys.exit(1)"
+    )
+    result = gw.cli("run", "--name", "as-it-is", "--follow", "--", sys.executable, "-c", oom)
+    assert result.returncode == 1, result.stderr
+    last = result.stderr.rstrip().splitlines()[-1]
+    assert last.startswith("r") and ": failed — attempt 1: gpu_capacity" in last, last
+    assert last.endswith(
+        "; not retuned: gpu_capacity, and the run names no setting a retune may change — say which "
+        "knob is the micro-batch (gpuwarden run --role micro_batch=KNOB, or command.roles in a spec)"
+    ), last

@@ -44,6 +44,8 @@ KIND_KNOBS: dict[str, frozenset[str]] = {
         }
     ),
 }
+# What a rung can change in a command run, beside a world size the spec may fix as a number.
+RETUNABLE = (KIND_KNOBS["train"] | KIND_KNOBS["infer"]) - {"world_size", "device_map"}
 
 
 @dataclass(frozen=True)
@@ -515,6 +517,14 @@ def decide(
     climbed = _climb(ctx, rungs)
     if isinstance(climbed, RetuneDecision):
         return climbed
+    if kind == "command" and rungs and not RETUNABLE & knobs.keys():
+        # A script run as it is: a rung-by-rung list of knobs it lacks buries the one step that
+        # makes it retunable.
+        return _give_up(
+            f"not retuned: {classification.verdict}, and the run names no setting a retune may change — "
+            "say which knob is the micro-batch (gpuwarden run --role micro_batch=KNOB, "
+            "or command.roles in a spec)"
+        )
     skipped = climbed
     if any(rung.action == "reduce_micro_batch" for _, rung in rungs) and policy.allows("effective_batch"):
         outcome = _change_effective_batch(ctx)
