@@ -99,9 +99,18 @@ def cli(ctx: click.Context) -> None:
             click.echo(ctx.get_help())
 
 
-def usage_line(exc: click.UsageError) -> str:
+def _command_path(exc: click.UsageError, args: list[str]) -> str:
+    """The command a usage error belongs to. Click's parser raises some (an option given without
+    its value) before it knows the command: the first word naming one says it."""
+    if exc.ctx is not None:
+        return exc.ctx.command_path
+    named = next((word for word in args if not word.startswith("-")), None)
+    return f"gpuwarden {named}" if named in COMMANDS else "gpuwarden"
+
+
+def usage_line(exc: click.UsageError, args: list[str] | None = None) -> str:
     """Click's usage error as one line, with where the help is (click prints four lines)."""
-    where = exc.ctx.command_path if exc.ctx is not None else "gpuwarden"
+    where = _command_path(exc, sys.argv[1:] if args is None else args)
     if isinstance(exc, click.NoSuchOption):
         close = [f"`{name}`" for name in (exc.possibilities or [])[:3]]
         hint = f"did you mean {' or '.join(close)}?" if close else f"`{where} --help` lists them"
@@ -141,7 +150,7 @@ def main(argv: list[str] | None = None) -> Any:
         click.echo("aborted", err=True)
         sys.exit(130)
     except click.UsageError as exc:
-        click.echo(f"gpuwarden: {usage_line(exc)}", err=True)
+        click.echo(f"gpuwarden: {usage_line(exc, argv)}", err=True)
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
         exc.show()

@@ -65,6 +65,10 @@ def test_every_option_of_a_command_says_what_it_does(command: str) -> None:
             "Invalid value for '--interval': 0.0 is not in the range 0.05<=x<=3600",
         ),
         (["show"], "Missing argument 'RUN' — see `gpuwarden show --help`"),
+        (
+            ["doctor", "spec.yaml", "--fix"],
+            "Option '--fix' requires an argument — see `gpuwarden doctor --help`",
+        ),
     ],
 )
 def test_a_usage_mistake_is_one_line_naming_the_help(args: list[str], says: str) -> None:
