@@ -47,6 +47,12 @@ class GpuwardenCallback(pl.Callback):
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._last_step = trainer.global_step  # a resumed run starts past its checkpoint's step
+        # A resumed ModelCheckpoint remembers the files of the attempt that wrote them (and
+        # reported them). Reported again here, before a batch has shown the micro-batch, their
+        # samples would be counted with a micro-batch of 1.
+        for cb in trainer.checkpoint_callbacks:
+            known = (getattr(cb, "last_model_path", ""), getattr(cb, "best_model_path", ""))
+            self._reported.update(p for p in (*known, *getattr(cb, "best_k_models", {})) if p)
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int

@@ -255,6 +255,9 @@ def test_lightning_script_with_its_callback_is_recovered_from_its_own_checkpoint
     oom = [e for e in events if e["type"] == "oom" and e["source"] == "runner"]
     assert oom and oom[0]["verdict"] == "host_oom" and oom[0]["checkpoint"] == second["resume_from"]
     assert _progress_steps(events, 2) == [4]  # only the step after the checkpoint
+    # Every checkpoint counts the samples before it (16 a step), the one resumed from included.
+    checkpoints = [(e["step"], e["samples_seen"]) for e in events if e["type"] == "checkpoint"]
+    assert checkpoints and all(samples == 16 * step for step, samples in checkpoints), checkpoints
 
     reference = tmp_path / "reference"
     _reference(
