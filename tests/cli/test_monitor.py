@@ -147,6 +147,14 @@ def test_monitor_bad_input_is_one_line(args: list[str], message: str) -> None:
     assert "Traceback" not in r.stderr
 
 
+def test_a_gpu_named_where_there_is_none_is_told_to_leave_gpu_out() -> None:
+    r = _cli("monitor", "--duration", "1", "--gpu", "0", fake="none")
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr.endswith(
+        "gpuwarden: --gpu 0: this machine has no GPU that NVML sees — leave --gpu out\n"
+    ), r.stderr
+
+
 def test_monitor_record_stores_history(tmp_path: Path) -> None:
     db = tmp_path / "new" / "g.db"  # its folder made, owner-only
     r = _cli(
