@@ -84,6 +84,18 @@ def test_tune_of_a_command_run_without_roles_says_what_to_name(tmp_path: Path) -
     )
 
 
+def test_a_power_sweep_without_a_gpu_says_to_tune_without_it(tmp_path: Path) -> None:
+    spec = tmp_path / "run.yaml"
+    spec.write_text(SPEC)
+    r = _tune(tmp_path, str(spec), "--power-sweep")
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr == (
+        "gpuwarden: a power-limit sweep needs an NVIDIA GPU and NVML sees none here — "
+        "tune without --power-sweep\n"
+    )
+    assert not (tmp_path / "run.tuned.yaml").exists()
+
+
 def test_tune_missing_spec(tmp_path: Path) -> None:
     r = _tune(tmp_path, str(tmp_path / "nope.yaml"))
     assert r.returncode == 2 and "no such file" in r.stderr

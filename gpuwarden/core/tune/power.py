@@ -99,7 +99,7 @@ def sweep_levels(gpu: GpuStatic, current_w: float) -> list[float]:
 def what_the_sweep_needs(gpu: GpuStatic | None, why: str | None) -> str:
     """The line a report shows when no sweep ran."""
     if gpu is None:
-        return "a power-limit sweep needs an NVIDIA GPU"
+        return "a power-limit sweep needs an NVIDIA GPU and NVML sees none here — tune without --power-sweep"
     reason = f" ({why})" if why else ""
     return (
         f"a power-limit sweep (--power-sweep) needs permission to change GPU {gpu.index}'s limit{reason}: "
