@@ -1,6 +1,7 @@
 """`gpuwarden ps | run | show | stop | resume | logs | events | rm`: runs through the daemon's API.
 
-RUN is a run id, a run name (its newest run), or a unique prefix of either.
+RUN is a run id, a run name (its newest run), or a unique prefix of either (a prefix of one name
+only reads as that name).
 """
 
 from __future__ import annotations

@@ -419,6 +419,10 @@ def test_rm_by_a_name_several_runs_share_asks_for_the_id(daemon_factory: Any) ->
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1
     assert refused.stderr.startswith(f"gpuwarden: 'same' names 2 runs ({newer}, {older}, newest first)")
     assert gw.cli_json("show", "same")["id"] == newer  # reading by name still finds the newest
+    # A prefix of that one name reads as the name does; it removes no more than the name would.
+    assert gw.cli_json("show", "sa")["id"] == newer
+    by_prefix = gw.cli("rm", "sa")
+    assert by_prefix.returncode == 2 and f"'sa' names 2 runs of 'same' ({newer}, {older}" in by_prefix.stderr
     assert gw.cli_json("rm", older) == {"deleted": [older]}
     assert gw.cli_json("rm", "same") == {"deleted": [newer]}  # the only one left of that name
 

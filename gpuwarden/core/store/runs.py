@@ -157,8 +157,8 @@ class RunStore:
             " ORDER BY created_at DESC",
             (escaped + "%", escaped + "%"),
         )
-        if len(rows) == 1:
-            return self._decode_run(rows[0])
+        if len(rows) == 1 or _one_name(rows, ref):
+            return self._decode_run(rows[0])  # the newest, as the whole name gives
         if not rows:
             raise UserError(f"no run matches '{ref}' — see `gpuwarden ps`", code="not_found")
         names = ", ".join(f"{r['id']} ({r['name']})" for r in rows[:5])
@@ -554,3 +554,9 @@ def _number(value: Any) -> float | int | None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return None
     return value
+
+
+def _one_name(rows: list[Any], ref: str) -> bool:
+    """The runs a prefix matches are runs of one name, and no id starts with it: the prefix reads
+    as that name does (its newest run)."""
+    return len({r["name"] for r in rows}) == 1 and not any(str(r["id"]).startswith(ref) for r in rows)

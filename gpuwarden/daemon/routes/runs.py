@@ -165,11 +165,12 @@ def edit_run(daemon: DaemonDep, ref: str, body: EditRequest) -> RunDetail:
 )
 def delete_run(daemon: DaemonDep, ref: str) -> Deleted:
     run = resolve(daemon, ref)
-    same_name = daemon.runs().ids_named(ref) if run["id"] != ref else []
+    same_name = daemon.runs().ids_named(run["name"]) if not run["id"].startswith(ref) else []
     if len(same_name) > 1:
         # Reading the newest run of a name is a convenience; forgetting one by it is not.
+        of = f" of '{run['name']}'" if ref != run["name"] else ""
         raise UserError(
-            f"'{ref}' names {len(same_name)} runs ({', '.join(same_name[:5])}, newest first) — "
+            f"'{ref}' names {len(same_name)} runs{of} ({', '.join(same_name[:5])}, newest first) — "
             "give the id of the one to remove",
             code="ambiguous",
         )
