@@ -98,3 +98,51 @@ def write_corpus(folder: Path, marker_dir: Path) -> dict[str, Path]:
     paths["a-fifo.yaml"] = fifo
     paths["dev-zero"] = Path("/dev/zero")
     return paths
+
+
+# -- a command run's own config file (`command.config_file`) ----------------------------------------
+
+
+def config_corpus(marker_dir: Path) -> dict[str, bytes]:
+    """name → content of config files a run's program could be given: each must be refused by
+    every reader of `command.config_file` as a spec file is."""
+    marker = marker_dir / MARKER_NAME
+    deep = 100_000
+    texts = {
+        "cfg-deep.json": '{"a": ' + "[" * deep + "\n",
+        "cfg-deep.toml": "a = " + "[" * deep + "\n",
+        "cfg-deep-table.toml": "[" + ".".join(["t"] * deep) + "]\nx = 1\n",
+        "cfg-deep.yaml": "a: " + "[" * deep + "\n",
+        "cfg-deep-mapping.yaml": "a: " + "{b: " * 50_000 + "\n",
+        "cfg-alias-bomb.yaml": _alias_bomb(),
+        "cfg-merge-bomb.yaml": _merge_bomb(),
+        "cfg-many-values.toml": "a = [" + ",".join(["1"] * 400_000) + "]\n",
+        "cfg-many-values.json": '{"a": [' + ",".join(["1"] * 400_000) + "]}\n",
+        "cfg-python-tag.yaml": f"a: !!python/object/apply:os.system ['touch {marker}']\n",
+        "cfg-top-level-list.json": "[1, 2, 3]\n",
+        "cfg-two-documents.yaml": "a: 1\n---\na: 2\n",
+    }
+    out = {name: text.encode("utf-8") for name, text in texts.items()}
+    line = b'key_%07d = "a value that is not short at all"\n'
+    out["cfg-50mb.toml"] = b"[training]\n" + b"".join(line % i for i in range(50 * MIB // len(line % 0)))
+    out["cfg-binary.yaml"] = bytes(range(256)) * 64
+    out["cfg-utf16.toml"] = "a = 1\n".encode("utf-16")
+    return out
+
+
+def write_config_corpus(folder: Path, marker_dir: Path) -> dict[str, Path]:
+    """The config corpus as files in `folder`, plus a link to /dev/zero, a FIFO and a folder."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths: dict[str, Path] = {}
+    for name, data in config_corpus(marker_dir).items():
+        path = folder / name
+        path.write_bytes(data)
+        paths[name] = path
+    zero = folder / "cfg-dev-zero.yaml"
+    zero.symlink_to("/dev/zero")
+    fifo = folder / "cfg-fifo.toml"
+    os.mkfifo(fifo)
+    directory = folder / "cfg-directory.json"
+    directory.mkdir()
+    paths.update({zero.name: zero, fifo.name: fifo, directory.name: directory})
+    return paths

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -78,7 +79,7 @@ def test_toml_and_json_keep_their_layout(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("name", "text", "message"),
     [
-        ("bad.yaml", "a: [1,\n", "not valid YAML"),
+        ("bad.yaml", "a: [1,\n", r"bad.yaml:2:1: YAML syntax error: did not find expected node content"),
         ("bad.json", "{", "not valid JSON"),
         ("bad.toml", "a = ", "not valid TOML"),
         ("open.toml", "x = [\n", r"not valid TOML \(Invalid value \(at end of document\)\)"),
@@ -95,5 +96,80 @@ def test_bad_files_are_one_line(tmp_path: Path, name: str, text: str, message: s
 
 
 def test_a_missing_file_names_the_fix(tmp_path: Path) -> None:
-    with pytest.raises(UserError, match="does not exist — fix the path"):
+    with pytest.raises(UserError, match=r"command\.config_file: .*nope\.yaml: no such file — check the path"):
         load_config(tmp_path / "nope.yaml")
+
+
+LEGIT_TOML = '''\
+# brackets, commas, dots and = inside strings and comments are text, not structure
+title = "a [b, c] = {d.e.f}"  # [x.y.z] = 1, 2, 3
+path = 'C:\\\\data\\\\[raw].v1'
+notes = """
+[[not.a.table]]
+k = [1, 2, 3]
+"""
+[model.encoder]
+layers = [[1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5, 8.5, 9.5, 10.5, 11.5, 12.5, 13.5, 14.5, 15.5, 16.5,
+  17.5, 18.5, 19.5, 20.5, 21.5, 22.5, 23.5, 24.5, 25.5, 26.5, 27.5, 28.5, 29.5, 30.5, 31.5, 32.5,
+  33.5, 34.5, 35.5, 36.5, 37.5, 38.5, 39.5, 40.5, 41.5, 42.5, 43.5, 44.5, 45.5, 46.5, 47.5, 48.5,
+  49.5, 50.5, 51.5, 52.5, 53.5, 54.5, 55.5, 56.5, 57.5, 58.5, 59.5, 60.5, 61.5, 62.5, 63.5, 64.5,
+  65.5, 66.5]]
+optim.lr = 1e-4
+[[data.sources]]
+name = "a"
+'''
+
+
+def test_toml_structure_in_strings_and_rows_of_decimals_is_not_nesting(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(LEGIT_TOML)
+    doc = load_config(path)
+    assert doc.get("model.encoder.optim.lr") == 1e-4
+    assert doc.get("title") == "a [b, c] = {d.e.f}"
+    assert len(doc.get("model.encoder.layers.0")) == 66
+
+
+def _alias_bomb() -> str:
+    lines = ["a0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 7)]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        ("deep.toml", "a = " + "[" * 100_000, "nested deeper than 64 levels — flatten it"),
+        ("deep-table.toml", "[" + ".".join(["t"] * 100_000) + "]\n", "nested deeper than 64 levels"),
+        ("deep-key.toml", ".".join(["k"] * 70) + " = 1\n", "nested deeper than 64 levels"),
+        ("wide.toml", "a = [" + ",".join(["1"] * 20_000) + "]\n", "more than 10000 values"),
+        ("deep.json", '{"a": ' + "[" * 100_000, "JSON nested deeper than 64 levels"),
+        ("wide.json", '{"a": [' + ",".join(["1"] * 20_000) + "]}", "more than 10000 values"),
+        ("deep.yaml", "a: " + "{b: " * 50_000, "nested deeper than 64 levels"),
+        ("bomb.yaml", _alias_bomb(), "aliases expand to more than 10000 values"),
+    ],
+)
+def test_hostile_structure_is_refused_before_the_round_trip_parsers(
+    tmp_path: Path, name: str, text: str, message: str
+) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(UserError, match=message) as err:
+        load_config(path)
+    assert "\n" not in str(err.value)
+    assert str(err.value).startswith(str(path))
+
+
+def test_what_is_not_a_regular_file_is_refused_without_reading(tmp_path: Path) -> None:
+    zero = tmp_path / "zero.yaml"
+    zero.symlink_to("/dev/zero")
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)  # opened for reading, a FIFO with no writer would block for good
+    big = tmp_path / "big.json"
+    big.write_bytes(b'{"a": "' + b"x" * (2 << 20) + b'"}')
+    for path, message in (
+        (zero, "not a regular file"),
+        (fifo, "not a regular file"),
+        (big, "larger than 1 MiB"),
+    ):
+        with pytest.raises(UserError, match=f"command.config_file: {path}: {message}"):
+            load_config(path)

@@ -23,7 +23,16 @@ from ruamel.yaml.error import YAMLError
 from ruamel.yaml.util import load_yaml_guess_indent
 from tomlkit.exceptions import TOMLKitError
 
+from gpuwarden.core.command.toml_bounds import check_toml_bounds
 from gpuwarden.core.errors import UserError
+from gpuwarden.core.safeload import (
+    DEFAULT_LIMITS,
+    check_structure,
+    compose_yaml,
+    count_expanded,
+    load_json,
+    read_text_file,
+)
 
 _MISSING = object()
 _JSON_INDENT_RE = re.compile(r"^\{\s*\n([ \t]+)\S", re.M)
@@ -130,29 +139,64 @@ def config_format(path: Path) -> str:
     raise UserError(f"{path}: config files are .yaml, .yml, .json or .toml")
 
 
-def load_config(path: Path) -> ConfigDocument:
-    """Parse the user's config file; a missing or malformed file is one UserError line."""
-    fmt = config_format(path)
+# A program's own config is a few kilobytes; these bounds are the spec's, so a link to /dev/zero, a
+# FIFO, a 50 MB file or one nested 100 000 deep is refused in milliseconds, before the round-trip
+# libraries (pure Python, tens of MB per MB of text) ever see it.
+CONFIG_FILE_LIMITS = DEFAULT_LIMITS
+
+
+def read_config_text(path: Path) -> str:
+    """The config file's text, read as every input is (a regular file, within the size limit,
+    UTF-8); anything else is one UserError line naming `command.config_file`."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"command.config_file: {path} does not exist — fix the path") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"command.config_file: cannot read {path} ({exc})") from None
+        return read_text_file(path, CONFIG_FILE_LIMITS, what="config file")
+    except UserError as exc:
+        raise UserError(f"command.config_file: {exc.message}") from None
+
+
+def load_config(path: Path) -> ConfigDocument:
+    """Parse the user's config file within the spec's bounds (size, nesting, values with aliases
+    expanded); a missing, hostile or malformed file is one UserError line."""
+    fmt = config_format(path)
+    text = read_config_text(path)
+    checked = _bounded_parse(text, fmt, str(path))
     try:
         if fmt == "yaml":
             data = _yaml(text).load(text)
         elif fmt == "toml":
-            tomllib.loads(text)  # the standard library's reader words its errors better
             data = tomlkit.parse(text)
         else:
-            data = json.loads(text)
-    except (YAMLError, TOMLKitError, tomllib.TOMLDecodeError, ValueError) as exc:
+            data = checked  # the bounded reader's own result: json keeps the file's key order
+    except (YAMLError, TOMLKitError, ValueError, RecursionError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"{path}: not valid {fmt.upper()} ({first}) — fix the file") from None
+        raise UserError(f"{path}: not valid {fmt.upper()} ({first[:200]}) — fix the file") from None
     if not isinstance(data, dict):
         raise UserError(f"{path}: the top level must be a mapping of keys, not {type(data).__name__}")
     return ConfigDocument(path, text, data, fmt)
+
+
+def _bounded_parse(text: str, fmt: str, label: str) -> Any:
+    """Parse with readers that stop at the bounds as they read: libyaml's events composed without
+    recursion, the C JSON scanner, tomllib (its recursion caught at once) and an iterative count.
+    Returns what JSON and TOML parse to (YAML's node graph is only checked)."""
+    if fmt == "yaml":
+        root = compose_yaml(text, label, CONFIG_FILE_LIMITS)
+        if root is not None:
+            count_expanded(root, label, CONFIG_FILE_LIMITS)
+        return None
+    if fmt == "json":
+        return load_json(text, label, CONFIG_FILE_LIMITS)
+    check_toml_bounds(text, label, CONFIG_FILE_LIMITS)
+    try:
+        data = tomllib.loads(text)
+    except RecursionError:
+        raise UserError(
+            f"{label}: nested deeper than {CONFIG_FILE_LIMITS.max_depth} levels — flatten it"
+        ) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{label}: not valid TOML ({str(exc)[:200]}) — fix the file") from None
+    check_structure(data, label, CONFIG_FILE_LIMITS)
+    return data
 
 
 def unified_diff(old: str, new: str, old_name: str, new_name: str) -> str:

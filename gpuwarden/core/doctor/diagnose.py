@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from gpuwarden.core.command.complete import complete_command
 from gpuwarden.core.config.inputs import example_models_fix, missing_inputs
 from gpuwarden.core.config.resolve import resolve_relative_paths
 from gpuwarden.core.config.spec import RunSpec, spec_from_document, spec_from_mapping
@@ -55,6 +56,9 @@ def diagnose_spec_file(
     spec = spec_from_document(doc)
     with doc.locating(RunSpec.model_fields):  # a policy file beside the spec is read here
         resolved = resolve_relative_paths(spec, path.resolve().parent)
+        # A command run's own config file is read as a submit reads it: what `run` would refuse
+        # (a missing or hostile file, a bound key it lacks) doctor refuses with the same line.
+        complete_command(resolved)
     target = detect_target(gpu_memory, _wants_gpu(spec), reader_factory)
     view = SpecView(spec=spec, label=doc.label, lines=doc.lines)
     findings, notes = check_spec(view, target)

@@ -13,6 +13,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+from gpuwarden.core.command.config_file import read_config_text
 from gpuwarden.core.config.spec import RunSpec
 
 _HASHED_UP_TO = 4 << 20
@@ -68,8 +69,8 @@ def command_fingerprint_inputs(spec: RunSpec) -> dict[str, Any]:
     micro = spec.knobs.get(roles.get("micro_batch", ""), 1)
     accum = spec.knobs.get(roles.get("accum_steps", ""), 1)
     config_text = None
-    if command.config_file is not None and command.config_file.is_file():
-        config_text = hashlib.sha256(command.config_file.read_bytes()).hexdigest()
+    if command.config_file is not None:
+        config_text = hashlib.sha256(read_config_text(command.config_file).encode()).hexdigest()
     return {
         "framework": command.framework,
         "argv": command.argv,
