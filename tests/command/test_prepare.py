@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import pytest
 
 from gpuwarden.core.command.complete import complete_command
 from gpuwarden.core.command.prepare import ENV_EVENTS_FILE, ENV_RESUME_FROM, prepare_attempt
-from gpuwarden.core.command.record import read_record, summary_lines
+from gpuwarden.core.command.record import RECORD_NAME, attempt_dir, read_record, summary_lines
 from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
 from gpuwarden.core.errors import ConfigError, UserError
 
@@ -149,3 +150,16 @@ def test_the_config_path_in_argv_becomes_the_copy(tmp_path: Path) -> None:
     spec = _spec(tmp_path, argv=["python", "train.py", "--config=default.yaml"])
     assert spec.command is not None
     assert spec.command.argv == ["python", "train.py", "--config={config_file}"]
+
+
+def test_a_record_that_is_not_a_regular_file_reads_as_none_at_once(tmp_path: Path) -> None:
+    """The run folder is the user's: the API reads each attempt's record on a request thread, which
+    a FIFO in its place used to hold for good."""
+    folder = attempt_dir(tmp_path, 1)
+    folder.mkdir(parents=True)
+    os.mkfifo(folder / RECORD_NAME)
+    found: list[object] = []
+    reader = threading.Thread(target=lambda: found.append(read_record(tmp_path, 1)), daemon=True)
+    reader.start()
+    reader.join(20)
+    assert found == [None]

@@ -15,6 +15,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpuwarden.core.api.runs import AttemptRecord
+from gpuwarden.core.errors import UserError
+from gpuwarden.core.safeload import EVENT_LIMITS, read_text_file
 
 RECORD_NAME = "prepared.json"
 
@@ -37,9 +39,11 @@ def read_record(run_dir: Path, number: int) -> AttemptRecord | None:
     """The attempt's record, or None (a train/infer run, an attempt from before records, or a
     file that is not a record: the run folder is the user's to edit)."""
     try:
-        text = (attempt_dir(run_dir, number) / RECORD_NAME).read_text(encoding="utf-8")
+        # Read within bounds: the API reads it on a request thread, and a link to /dev/zero or a
+        # FIFO put there must not hold that thread.
+        text = read_text_file(attempt_dir(run_dir, number) / RECORD_NAME, EVENT_LIMITS)
         return AttemptRecord.model_validate_json(text)
-    except (OSError, ValueError, ValidationError):
+    except (UserError, ValueError, ValidationError):
         return None
 
 
