@@ -5,9 +5,9 @@ the program's `"pid"`), then ends the same way.
 A daemon restarted while a run goes on is not the run's parent and cannot read its exit status;
 the file tells it (as containerd-shim or conmon do for containers). The recorder stays in the
 run's process group and forwards nothing: the daemon signals the whole group, so the program
-already got the signal, and a second SIGTERM makes some frameworks hard-kill. It runs for every
-command attempt, so it imports the standard library only, and not even pathlib or json (each adds
-milliseconds to every attempt's start).
+already got the signal, and a second SIGTERM makes some frameworks hard-kill. It starts every
+attempt (a user's program, a built-in runner, torchrun), so it imports the standard library
+only, and not even pathlib or json (each adds milliseconds to every attempt's start).
 """
 
 from __future__ import annotations

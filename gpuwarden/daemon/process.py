@@ -79,8 +79,8 @@ class ExitStatus:
 def or_recorded(status: ExitStatus, exit_file: Path) -> ExitStatus:
     """`status`, or when it is unknown (a process that was not this daemon's child) how the
     program ended as its exit-status recorder wrote it to `exit_file`: then classified as a
-    child's would be. Unknown still when there is no valid record (not a command run, or the
-    recorder was killed with its program)."""
+    child's would be. Unknown still when there is no valid record (the recorder was killed with
+    its program, or an older gpuwarden started the attempt without one)."""
     if status.known:
         return status
     found = read_status(str(exit_file))
@@ -331,7 +331,7 @@ class LocalProcesses:
 def gang_ranks(pid: int) -> dict[int, int]:
     """Rank → pid of `pid`'s child processes that carry RANK in their environment (torchrun starts
     each worker as its own child; what a worker starts inherits RANK but is not a rank). `pid`
-    may be the exit-status recorder of a command run's torchrun: its ranks are torchrun's."""
+    may be the exit-status recorder that started torchrun: its ranks are torchrun's."""
     found: dict[int, int] = {}
     try:
         children = psutil.Process(program_pid(pid)).children()

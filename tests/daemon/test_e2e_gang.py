@@ -8,6 +8,9 @@
   every rank, records `hang` and restarts the gang from its checkpoint (`restart.on: [hang]`);
 - `kill -9` of the daemon mid-gang: a new daemon re-adopts torchrun and every rank, reads every
   rank's events on from its own offset, and stops the whole gang;
+- a rank killed by a signal while no daemon runs: the next daemon finds the gang ended, judges it
+  by that rank (torchrun's exit status recorded for it, the ranks' files) and restarts it by the
+  restart policy, as it would have watching;
 - a two-rank run on a one-GPU spec is refused with one line.
 Each gang costs a torch import per rank (seconds here); the in-process tests in
 tests/supervise/test_gang.py cover the supervisor's decisions case by case.
@@ -15,7 +18,10 @@ tests/supervise/test_gang.py cover the supervisor's decisions case by case.
 
 from __future__ import annotations
 
+import os
+import resource
 import shutil
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -215,16 +221,18 @@ def test_kill9_of_the_daemon_mid_gang_readopts_torchrun_and_every_rank(
         "both ranks' first step",
         timeout=300,
     )
-    torchrun = _detail(gw, run["id"])["attempts"][0]["pid"]
+    attempt = _detail(gw, run["id"])["attempts"][0]
+    recorder, torchrun = attempt["pid"], attempt["program_pid"]  # the exit recorder started torchrun
     gw.kill9()
-    assert psutil.pid_exists(torchrun)  # the gang outlives its daemon
+    assert psutil.pid_exists(recorder) and psutil.pid_exists(torchrun)  # the gang outlives its daemon
     gw.start()
     detail = wait_for(
         lambda: (d := _detail(gw, run["id"]))["attempts"][0]["adopted"] and d,
         "the adoption",
         timeout=60,
     )
-    assert detail["state"] == "running" and detail["attempts"][0]["pid"] == torchrun
+    assert detail["state"] == "running" and detail["attempts"][0]["pid"] == recorder
+    assert detail["attempts"][0]["program_pid"] == torchrun
     wait_for(
         lambda: {e["rank"] for e in events.of("progress") if e["step"] == 4} == {0, 1},
         "both ranks' step 4",
@@ -242,9 +250,57 @@ def test_kill9_of_the_daemon_mid_gang_readopts_torchrun_and_every_rank(
         assert steps == [1, 2, 3, 4], steps
     stopped = gw.cli("stop", run["id"], timeout=120)
     assert stopped.returncode == 0, stopped.stderr
-    gone = [torchrun, *rank_pids]
+    gone = [recorder, torchrun, *rank_pids]
     wait_for(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie" for p in gone),
              "torchrun and both ranks gone")  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_rank_killed_while_no_daemon_ran_restarts_the_gang_by_the_policy(
+    daemon_factory: Any, small_lm: dict[str, Path]
+) -> None:
+    gw: DaemonHandle = daemon_factory()
+    # rank 1 stops progressing after step 2's checkpoint: the gang waits for the test's kill
+    spec = _small_gang(
+        "segv",
+        small_lm,
+        env={STALL_ENV: "1:2"},
+        policy={"base": "default", "hang": {"min_seconds": 600}},
+        restart={"on": ["signal"], "max": 1, "backoff": 0},
+    )
+    run = gw.submit(spec)
+    events = _EventReader(gw, run["id"])
+    wait_for(lambda: events.of("checkpoint"), "the checkpoint of step 2", timeout=300)
+    (rank1,) = wait_for(
+        lambda: [e["pid"] for e in events.of("started") if e["rank"] == 1], "rank 1's pid", timeout=60
+    )
+    recorder = _detail(gw, run["id"])["attempts"][0]["pid"]
+    gw.kill9()
+    resource.prlimit(rank1, resource.RLIMIT_CORE, (0, 0))  # no core file of a torch process
+    os.kill(rank1, signal.SIGSEGV)
+    # torchrun ends the gang, then its recorder writes torchrun's exit status and ends
+    wait_for(lambda: not _alive(recorder), "the gang to end while no daemon runs", timeout=120)
+    gw.start()
+
+    done = gw.wait_state(run["id"], timeout=600)
+    assert done["state"] == "succeeded", done["message"]
+    first, second = done["attempts"]
+    assert second["classification"] == "succeeded" and second["world_size"] == 2
+    assert first["classification"] == "failed"
+    assert first["reason"] == "rank 1: failed (killed by SIGSEGV); ended while the daemon was down"
+    assert first["restart"] == {"cause": "killed by SIGSEGV", "restart": 1, "max": 1, "backoff_s": 0}
+    resumed = [e for e in _events(gw, run["id"], "started") if e["attempt"] == 2]
+    assert {e["rank"] for e in resumed} == {0, 1}
+    assert all(e["resumed_from"].endswith("00000002") for e in resumed)  # the last checkpoint
+    shown = gw.cli("show", run["id"]).stdout
+    assert "restart 1 of 1 after 0 s: killed by SIGSEGV" in shown, shown
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def test_a_two_rank_run_on_a_one_gpu_spec_is_refused_with_one_line(gw: DaemonHandle, tmp_path: Path) -> None:

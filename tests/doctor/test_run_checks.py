@@ -176,6 +176,23 @@ def test_other_processes_on_the_run_gpu_are_named(tmp_path: Path) -> None:
     assert other.evidence["used_memory_total_bytes"] == 2 * GIB
 
 
+def test_the_runner_started_by_the_attempts_exit_recorder_is_the_runs_own_process(tmp_path: Path) -> None:
+    rec = Recorder(tmp_path / "g.db")
+    rec.samples(
+        RTX3060,
+        T0,
+        100,
+        lambda i: {"util_gpu": float(GAPS[i % 10])},
+        processes=lambda i: [GpuProcess(ts=0, uuid="", pid=2000, used_memory=3 * GIB, cpu_percent=99.0)],
+    )
+    events = training_events(T0, 100, 16, 16)
+    events[0]["pid"] = 2000  # the runner names itself; the attempt's pid is its recorder's
+    rec.run("restore", restoration_spec(), [(T0, T0 + 100, [RTX3060.uuid], 1999)], {1: events})
+    found = _by_id(_diagnose(tmp_path / "g.db", "restore"))
+    assert "other-processes" not in found
+    assert found["data-loading-bound"].evidence["process_cpu_mean_pct"] == 99.0
+
+
 @pytest.mark.parametrize(
     ("mask", "finding", "severity", "reason"),
     [

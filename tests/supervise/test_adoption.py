@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 
+from gpuwarden.core.events import EXIT_OOM
 from gpuwarden.core.exit_record import STATUS_FILE
 from gpuwarden.core.run_state import RunState
+from gpuwarden.daemon.placement import GpuState
 from gpuwarden.daemon.process import DIED_SILENTLY, RUN_TAG
+from gpuwarden.daemon.supervise import Hooks
 from tests.supervise.conftest import Rig, command, train
+from tests.supervise.test_gang import Recording, start_gang
 
 
 def test_a_live_attempt_is_adopted_and_its_events_continue(rig: Rig) -> None:
@@ -168,7 +173,63 @@ def test_a_status_file_that_is_no_status_counts_as_unknown(rig: Rig, content: by
     assert run["message"] == f"attempt 1: {DIED_SILENTLY}"
 
 
-def test_only_command_runs_start_through_the_exit_status_recorder(rig: Rig) -> None:
-    runner = rig.submit(train())
+ON_SIGNAL = {"on": ["signal"], "max": 2, "backoff": 0}
+# torchrun's summary after rank 1 died of SIGSEGV (trimmed): rank 0 then stopped as gang_aborted.
+SEGV_SUMMARY = """torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+Root Cause (first observed failure):
+[0]:
+  rank      : 1 (local_rank: 1)
+  exitcode  : -11 (pid: 9101)
+  error_file: <N/A>
+============================================================
+"""
+
+
+def test_a_runner_killed_while_no_daemon_ran_is_restarted_by_its_recorded_signal(rig: Rig) -> None:
+    restarting, plain = rig.submit(train("restarting", restart=ON_SIGNAL)), rig.submit(train("plain"))
+    rig.gpus.append(GpuState("GPU-1", 1, 80 << 30, 0))  # room for both
     rig.step()
-    assert rig.proc_of(runner).exit_file is None  # gpuwarden's runners always end with an event
+    assert all(rig.proc_of(r).exit_file is not None for r in (restarting, plain))
+    for run_id in (restarting, plain):
+        rig.proc_of(run_id).emit("progress", step=3, samples_seen=48)
+        rig.proc_of(run_id).exit(sig=signal.SIGSEGV)  # no final event: only its recorder tells
+    rig.restart()
+    assert rig.state(restarting) == RunState.QUEUED
+    assert [e["cause"] for e in rig.events(restarting, "restart")] == ["killed by SIGSEGV"]
+    assert rig.attempts(restarting)[0]["signal"] == signal.SIGSEGV
+    rig.step()
+    assert rig.run(restarting)["attempt"] == 2 and rig.state(restarting) == RunState.RUNNING
+    run = rig.run(plain)
+    assert run["state"] == RunState.FAILED
+    assert run["message"] == "attempt 1: killed by SIGSEGV; ended while the daemon was down"
+
+
+def test_a_runners_oom_while_no_daemon_ran_is_retuned(rig: Rig) -> None:
+    hook = Recording()
+    rig.use(Hooks(retune=hook))
+    run_id = rig.submit(train(restart=ON_SIGNAL))
+    rig.step()
+    proc = rig.proc_of(run_id)
+    proc.emit("oom", verdict="gpu_capacity", message="CUDA out of memory", batch_size=16, step=3)
+    proc.exit(EXIT_OOM)
+    rig.restart()
+    (end,) = hook.ends
+    assert (end.outcome, end.exit_code, end.adopted) == ("oom", EXIT_OOM, True)
+    assert rig.state(run_id) == RunState.RETUNING
+    rig.step()
+    assert [r["attempt"] for r in rig.retunes(run_id)] == [1]
+    assert rig.run(run_id)["attempt"] == 2 and rig.state(run_id) == RunState.RUNNING
+    assert rig.events(run_id, "restart") == []  # the retune's, not the restart policy's
+
+
+def test_a_gangs_rank_killed_while_no_daemon_ran_restarts_the_gang_by_that_ranks_signal(rig: Rig) -> None:
+    run_id, proc = start_gang(rig, restart=ON_SIGNAL)
+    assert proc.exit_file is not None  # torchrun's recorder
+    proc.emit("error", rank=0, code="gang_aborted", message="rank 0 stopped: another rank stopped first")
+    proc.write_stderr(SEGV_SUMMARY)
+    proc.exit(1)  # torchrun, once a rank failed
+    rig.restart()
+    (attempt,) = [a for a in rig.attempts(run_id) if a["attempt"] == 1]
+    assert attempt["reason"] == "rank 1: failed (killed by SIGSEGV); ended while the daemon was down"
+    assert [e["cause"] for e in rig.events(run_id, "restart")] == ["killed by SIGSEGV"]
+    assert rig.state(run_id) == RunState.QUEUED

@@ -57,7 +57,12 @@ def _host_cpu(snap: RunSnapshot, since: dict[int, float]) -> float | None:
 
 
 def _own_pids(snap: RunSnapshot) -> set[int]:
-    return {int(a.pid) for a in snap.attempts if a.pid is not None}
+    """The run's processes: each attempt's (its exit-status recorder), and the runners it
+    started, which name themselves in their `started` events (every rank of a gang)."""
+    started = {e.get("pid") for e in snap.runner_events("started")}
+    return {int(a.pid) for a in snap.attempts if a.pid is not None} | {
+        pid for pid in started if isinstance(pid, int)
+    }
 
 
 def _process_cpu(snap: RunSnapshot, since: dict[int, float]) -> float | None:

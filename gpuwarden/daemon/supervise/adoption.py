@@ -2,13 +2,15 @@
 
 A live attempt is watched again from the events offsets the store remembers (a gang's: one per
 rank), found by its recorded pid or, when the daemon died between spawning it and recording the
-pid, by its run tag (for a gang, torchrun: the earliest of the attempt's session leaders). One whose
-process is gone goes back to the loop to be finished (the exit status its recorder wrote, else
-what it wrote while no daemon watched, decides). A run caught retuning goes back to the loop to
-decide its retune again, and one whose attempt's ending was recorded follows that ending; other
-runs caught between attempts are interrupted, and resumed when their spec says so. Every other
-process that carries the tag of one of this daemon's runs (probes, strays) is killed: nothing a
-run started outlives what it was started for.
+pid, by its run tag (its exit-status recorder: the earliest of the attempt's session leaders, as
+each rank of a gang leads one too). One whose process is gone goes back to the loop to be finished
+as if this daemon had watched it end: the exit status its recorder wrote (for a gang, torchrun's,
+with the ranks' own evidence in their files), else what it wrote while no daemon watched, decides;
+with neither (its recorder died with it: a reboot) it is interrupted. A run caught retuning goes
+back to the loop to decide its retune again, and one whose attempt's ending was recorded follows
+that ending; other runs caught between attempts are interrupted, and resumed when their spec says
+so. Every other process that carries the tag of one of this daemon's runs (probes, strays) is
+killed: nothing a run started outlives what it was started for.
 """
 
 from __future__ import annotations
@@ -175,8 +177,8 @@ def _recall(ctx: Context, active: Active) -> None:
 def _unrecorded(ctx: Context, run_id: str, number: int, found: Sequence[Tagged]) -> tuple[int, float]:
     """(pid, create time) of an attempt the daemon spawned but died before recording, or (0, 0).
 
-    Every rank of a gang leads a session of its own and carries the attempt's tag too; torchrun,
-    which started them, is the one created first."""
+    Every rank of a gang leads a session of its own and carries the attempt's tag too; the
+    exit-status recorder, which started torchrun, is the one created first."""
     leaders = [t for t in found if t.run_id == run_id and t.attempt == number and t.leader]
     if not leaders:
         return 0, 0.0

@@ -89,7 +89,7 @@ class Active:
 
     @property
     def exit_file(self) -> Path:
-        """Where a command run's exit-status recorder writes how its program ended."""
+        """Where the attempt's exit-status recorder writes how its program ended."""
         return self.attempt_dir / STATUS_FILE
 
 

@@ -40,7 +40,7 @@ def finish(
     `kill_group` is False for a process that ended while no daemon watched: its pid may have
     been reused since, so its process group is no longer known to be the run's.
     """
-    status = or_recorded(status, active.exit_file)  # a re-adopted command run's recorded status
+    status = or_recorded(status, active.exit_file)  # a re-adopted attempt's recorded status
     pump(ctx, active, final=True)
     if kill_group and active.child.pid and (active.gang or active.child.group_alive()):
         # The run is over; nothing it started may outlive it (a gang's ranks lead groups of their own).

@@ -48,8 +48,8 @@ def cause_of(ending: Ending, policy: RestartPolicy) -> str | None:
     if status.signal is not None and policy.on_signal:
         return status.describe()
     if not status.known and ending.final_event is None and policy.on_signal:
-        # Our runners always end with an event, and a command run's recorder writes its status
-        # unless it was killed too: a re-adopted attempt with neither was killed.
+        # Every attempt's recorder writes its status unless it was killed too (its whole group
+        # was), and our runners end with an event: a re-adopted attempt with neither was killed.
         return "died without a final event"
     if status.code is not None and status.code in policy.exit_codes:
         return status.describe()

@@ -9,11 +9,12 @@ A run of several processes (`train.world_size` > 1, or `command.launcher: torchr
 GPUs (by UUID, rank N on the N-th) and the address-space limit: each rank gets the run's
 `memory_limit`, as a one-process run does.
 
-A command run's attempt starts through the exit-status recorder (`core/exit_record.py`), which
-writes how the program ended to `exit.json` in the attempt's folder: a restarted daemon is not
-its parent and learns it from there. gpuwarden's own runners do not need it: they always end with
-a final event (finished, error, oom), which tells a restarted daemon how they ended, and they are
-spared an extra interpreter per attempt.
+Every attempt starts through the exit-status recorder (`core/exit_record.py`), which writes how
+its process ended to `exit.json` in the attempt's folder: a restarted daemon is not its parent and
+learns it from there, as it would have from the exit status (a user's script, a runner killed by
+a signal before it could write a final event, torchrun after a rank's failure). The recorder leads
+the attempt's process group and session; what it starts (the program, the runner, torchrun) stays
+in them, so a signal to the group still reaches it.
 """
 
 from __future__ import annotations
@@ -131,7 +132,7 @@ def start(ctx: Context, start: Start) -> None:
             files.stderr,
             int(limit) if limit is not None else None,  # inherited by every rank of a gang
             scope_unit=f"gpuwarden-run-{run_id}-{number}",
-            exit_file=files.exit_status if spec.kind == "command" else None,  # see the docstring
+            exit_file=files.exit_status,  # see the docstring
         )
     except (OSError, UserError) as exc:
         _failed_to_start(ctx, run_id, number, launch.argv[0], exc)
@@ -204,13 +205,10 @@ def _failed_to_start(ctx: Context, run_id: str, number: int, program: str, exc: 
     ctx.set_state(run_id, RunState.FAILED, message)
 
 
-def _started(child: ChildProcess, spec: RunSpec, world_size: int) -> str:
-    if world_size > 1:
-        return f"torchrun pid {child.pid}, {world_size} ranks"
-    if spec.kind == "command":
-        # `child` is the exit-status recorder; the program's own pid is in the attempt's detail.
-        return "started"
-    return f"pid {child.pid}"
+def _started(world_size: int) -> str:
+    # The attempt's process is the exit-status recorder; the program's own pid (torchrun's, for a
+    # gang) is in the attempt's detail, and each runner's in its `started` event.
+    return f"started through torchrun, {world_size} ranks" if world_size > 1 else "started"
 
 
 def _watch(
@@ -248,4 +246,4 @@ def _watch(
         rank_tails={r: EventsTail(rank_events_path(files.events, r), 0) for r in range(1, world_size)},
         steps=step_watch(spec, world_size),
     )
-    ctx.set_state(run_id, RunState.RUNNING, f"attempt {number}: {_started(child, spec, world_size)}")
+    ctx.set_state(run_id, RunState.RUNNING, f"attempt {number}: {_started(world_size)}")

@@ -217,8 +217,8 @@ class Supervisor:
             return owners
 
     def program_of(self, run_id: str) -> int | None:
-        """The pid of the program the run's watched attempt runs, if any (a command run's attempt
-        process is gpuwarden's exit-status recorder; a signal meant for the program goes here)."""
+        """The pid of the program the run's watched attempt runs, if any (the attempt's process is
+        gpuwarden's exit-status recorder; a signal meant for the program goes here)."""
         with self.lock:
             active = self.ctx.active.get(run_id)
             pid = active.child.pid if active is not None else 0
