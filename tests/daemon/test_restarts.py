@@ -65,15 +65,22 @@ def test_a_runner_killed_by_a_signal_restarts_from_its_checkpoint_and_finishes(g
 @pytest.mark.slow
 def test_runners_killed_while_no_daemon_ran_restart_or_fail_as_if_it_had_watched(daemon_factory: Any) -> None:
     gw: DaemonHandle = daemon_factory()
-    policies = {"restarting": "{on: [signal], max: 2, backoff: 0.5}", "unlisted": "{on: [exit_code: [75]]}"}
+    policies = {
+        "restarting": "{on: [signal], max: 2, backoff: 0.5}",
+        "unlisted": "{on: [exit_code: [75]]}",
+        # SIGTERM or SIGHUP is what a shutdown or a closed session sends every process: an
+        # interruption, which on_interrupt decides (the stalled runner ends by SIGHUP at once).
+        "shut-down": "{on: [exit_code: [75]]}\n    on_interrupt: resume",
+    }
     runs: dict[str, dict[str, Any]] = {}
     for name, restart in policies.items():
         spec = gw.write_spec(name, TRAIN.format(name=name, stall=STALL_ENV, restart=restart))
         runs[name] = gw.cli_json("run", str(spec))
     attempts = [_at_checkpoint(gw, run["id"]) for run in runs.values()]
     gw.kill9()
-    for attempt in attempts:
+    for attempt in attempts[:2]:
         _segfault(attempt["program_pid"])
+    os.kill(attempts[2]["program_pid"], signal.SIGHUP)
     for attempt in attempts:
         _wait_gone(attempt["pid"])  # its recorder, once it wrote how the runner ended
     gw.start()
@@ -94,6 +101,15 @@ def test_runners_killed_while_no_daemon_ran_restart_or_fail_as_if_it_had_watched
     assert failed["state"] == "failed"
     assert failed["message"] == "attempt 1: killed by SIGSEGV; ended while the daemon was down"
     assert [a["signal"] for a in failed["attempts"]] == [signal.SIGSEGV]
+
+    resumed = gw.wait_state(runs["shut-down"]["id"], timeout=300)
+    assert resumed["state"] == "succeeded", resumed["message"]
+    first, second = resumed["attempts"]
+    assert first["classification"] == "interrupted" and first["restart"] is None
+    assert first["reason"] == "process gone after a daemon restart (killed by SIGHUP)"
+    assert second["classification"] == "succeeded"
+    states = [e["message"] for e in _events(gw, resumed["id"], "state")]
+    assert "resuming after an interruption (on_interrupt: resume)" in states, states
 
 
 def test_without_the_policy_a_killed_run_fails_and_max_is_honoured(gw: DaemonHandle) -> None:

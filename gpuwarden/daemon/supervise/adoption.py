@@ -25,6 +25,7 @@ from typing import Any
 
 from gpuwarden.core.config.spec import spec_from_mapping
 from gpuwarden.core.errors import UserError
+from gpuwarden.core.events import EXIT_TERMINATED
 from gpuwarden.core.gang.watchdog import StepWatch, step_watch
 from gpuwarden.core.run_state import ACTIVE_STATES, RunState
 from gpuwarden.daemon.events_tail import EventsTail
@@ -136,15 +137,25 @@ def _adopt(ctx: Context, attempt: Mapping[str, Any], found: Sequence[Tagged]) ->
     # The process is gone: its recorded exit status, else what it wrote while no daemon watched, decides.
     pump(ctx, active, final=True)
     status = or_recorded(ExitStatus(code=None, signal=None), active.exit_file)
-    if status.known or active.decisive_event in DECISIVE_EVENTS:
+    shut_down = _asked_to_end(status) and active.decisive_event not in DECISIVE_EVENTS
+    if not shut_down and (status.known or active.decisive_event in DECISIVE_EVENTS):
         return Gone(active, status, "ended while the daemon was down")
+    reason = f"{GONE} ({status.describe()})" if shut_down else GONE
     ended = ctx.clock()
     ctx.store(
         lambda s: s.update_attempt(
-            run_id, number, state="ended", ended_at=ended, classification="interrupted", reason=GONE
+            run_id, number, state="ended", ended_at=ended, classification="interrupted", reason=reason
         )
     )
     return None
+
+
+def _asked_to_end(status: ExitStatus) -> bool:
+    """Terminated by a request to end (SIGTERM, SIGHUP, SIGINT) while no daemon watched: what a
+    shutdown or a closed session does to every process, the daemon's included. Such a run was
+    interrupted, so `on_interrupt` decides, not the restart policy meant for crashes."""
+    asked = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+    return status.signal in asked or status.code == EXIT_TERMINATED
 
 
 def _step_watch(run: Mapping[str, Any], world: int) -> StepWatch | None:
