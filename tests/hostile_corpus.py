@@ -12,6 +12,9 @@ import os
 from pathlib import Path
 
 MARKER_NAME = "EXECUTED"
+# Text no output may contain: the shadow-like entries' hashes and the values put in wrong keys.
+SECRET = "SECRET-"
+SHADOW_USERS = ("root", "daemon", "bin", "sys", "nobody")
 MIB = 1024 * 1024
 
 
@@ -70,6 +73,15 @@ def corpus(marker_dir: Path) -> dict[str, bytes]:
         "wrong-type-number.yaml": _spec(train="{task: image, batch_size: lots}"),
         "negative-size.yaml": _spec(resources="{gpus: 0, memory_limit: -5GiB}"),
         "unknown-kind.yaml": _spec(kind="'rm -rf /'"),
+        # What a link to /etc/shadow reads as: each line parses as a key. No message may echo one.
+        "shadow-lines.yaml": "".join(
+            f"{user}:$6$SECRET-{user}:20228:0:99999:7:::\n" for user in SHADOW_USERS
+        ),
+        "one-shadow-line.yaml": "root:$6$SECRET-root:20228:0:99999:7:::\n",
+        "shadow-policy.yaml": _spec(policy="./shadow-lines.yaml"),
+        # A secret pasted into the wrong key: messages show a short, cut excerpt of a value.
+        "secret-value.yaml": _spec(train="{task: image, batch_size: TOPSECRET-VALUE-42}"),
+        "secret-daemon-value.yaml": "log_level: TOPSECRET-VALUE-FOR-THE-DAEMON\n",
     }
     out = {name: text.encode("utf-8") for name, text in texts.items()}
     # 20 MB of well-formed YAML: refused for its size before any of it is parsed.

@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from tests.daemon.conftest import REPO, DaemonHandle
-from tests.hostile_corpus import MARKER_NAME, write_corpus
+from tests.hostile_corpus import MARKER_NAME, SECRET, write_corpus
 
 BENIGN = REPO / "configs" / "examples" / "train-image-cpu.yaml"
 MEMORY_BOUND_KB = 100 * 1024
@@ -92,9 +92,9 @@ def test_every_file_through_every_command(gw: DaemonHandle, sandbox: tuple[Path,
         if result["argv"][0] == "doctor" and name in DIAGNOSED_BY_DOCTOR:
             assert result["code"] == 0 and "Traceback" not in result["stderr"], result
             continue
-        # A run spec given as the daemon's config is wrong in every key: one line per problem.
-        spec_as_config = name == "config" and "unknown key" in result["stderr"]
-        why = _not_refused_properly(result, max_lines=12 if spec_as_config else 1)
+        why = _not_refused_properly(result)
+        if why is None and SECRET in result["stderr"] + result["stdout"]:
+            why = f"shows what the file holds: {result['stderr']}"
         if why is not None:
             failures.append(f"{' '.join(result['argv'])} {result.get('env', '')}: {why}")
     assert not failures, "\n".join(failures)
@@ -140,6 +140,7 @@ def test_every_file_through_the_api(gw: DaemonHandle, sandbox: tuple[Path, dict[
             )
             message = response.json()["error"]["message"]
             assert "\n" not in message and len(message) < 1000, (body["label"], message[:300])
+            assert SECRET not in message, (body["label"], message)
             assert "Traceback" not in message and "RecursionError" not in message, body["label"]
         assert http.get("/v1/health").status_code == 200
     assert _daemon_peak_kb(gw) - baseline < MEMORY_BOUND_KB

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from gpuwarden.core.config.validation import StrictModel, validate
+from gpuwarden.core.config.validation import StrictModel, refuse_foreign, validate
 from gpuwarden.core.config.yamlsource import KeyPath, YamlDocument, load_yaml_file
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.paths import Paths, default_config_file, default_runtime_dir, default_state_dir
@@ -158,6 +158,8 @@ def load_settings(
     present = path.exists() or path.is_symlink() or explicit
     doc = load_yaml_file(path) if present else YamlDocument(data={}, label=str(path))
 
+    # Judged before the environment's keys join it: they would make any file look like a config.
+    refuse_foreign(Settings, doc.data, doc.where)
     data: dict[str, Any] = dict(doc.data)
     origin: dict[KeyPath, str] = {}
     for key_path, (var, value) in env_layer(environ).items():

@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from gpuwarden.core.config.excerpt import value_excerpt
 from gpuwarden.core.config.spec_command import CommandSpec, KnobValue, check_env_names
 from gpuwarden.core.config.spec_infer import InferSpec
 from gpuwarden.core.config.spec_restart import RestartPolicy
@@ -72,13 +73,15 @@ class Resources(StrictModel):
     @classmethod
     def _no_negative_size(cls, v: Any) -> Any:
         if (isinstance(v, str) and v.strip().startswith("-")) or (isinstance(v, int | float) and v < 0):
-            raise ValueError(f"must be a positive size such as 6GiB (got {v!r})")
+            raise ValueError(f"must be a positive size such as 6GiB (got {value_excerpt(v)})")
         if isinstance(v, str):
             try:
                 _SIZE.validate_python(v)
             except ValidationError:
                 # pydantic's own words name no fix: say what a size looks like
-                raise ValueError(f"{v!r} is not a size — write one such as 6GiB or 1500MB") from None
+                raise ValueError(
+                    f"{value_excerpt(v)} is not a size — write one such as 6GiB or 1500MB"
+                ) from None
         return v
 
     @field_validator("min_free_memory", "memory_limit")
@@ -176,7 +179,9 @@ class RunSpec(StrictModel):
             raise ValueError("must be 1–64 letters, digits, '.', '_' or '-', starting with a letter or digit")
         if RUN_ID_RE.match(v):
             # A reference is tried as an id first: a run with this name could never be named.
-            raise ValueError(f"{v!r} has the form of a run id (r + 10 hex digits) — choose another name")
+            raise ValueError(
+                f"{value_excerpt(v)} has the form of a run id (r + 10 hex digits) — choose another name"
+            )
         return v
 
     @model_validator(mode="after")

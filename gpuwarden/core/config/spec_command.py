@@ -15,6 +15,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from gpuwarden.core.config.excerpt import value_excerpt
 from gpuwarden.core.config.validation import StrictModel
 
 KnobValue = int | float | str | bool
@@ -27,7 +28,9 @@ KEY_PATH_RE = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
 def check_env_names(env: dict[str, str]) -> dict[str, str]:
     for name in env:
         if not ENV_NAME_RE.fullmatch(name):
-            raise ValueError(f"{name!r} is not a valid environment variable name — use letters, digits, _")
+            raise ValueError(
+                f"{value_excerpt(name)} is not a valid environment variable name — use letters, digits, _"
+            )
     return env
 
 
@@ -58,14 +61,16 @@ class KnobBinding(StrictModel):
     @classmethod
     def _key_path(cls, v: str | None) -> str | None:
         if v is not None and not KEY_PATH_RE.match(v):
-            raise ValueError(f"{v!r} is not a key path — write it like training.batch_size")
+            raise ValueError(f"{value_excerpt(v)} is not a key path — write it like training.batch_size")
         return v
 
     @field_validator("env")
     @classmethod
     def _env_name(cls, v: str | None) -> str | None:
         if v is not None and not ENV_NAME_RE.fullmatch(v):
-            raise ValueError(f"{v!r} is not a valid environment variable name — use letters, digits, _")
+            raise ValueError(
+                f"{value_excerpt(v)} is not a valid environment variable name — use letters, digits, _"
+            )
         return v
 
     @field_validator("flags")
@@ -76,7 +81,7 @@ class KnobBinding(StrictModel):
                 raise ValueError("no switches — give them as {key.path: knob value}")
             bad = [key for key in v if not KEY_PATH_RE.match(key)]
             if bad:
-                raise ValueError(f"{bad[0]!r} is not a key path — write it like training.bf16")
+                raise ValueError(f"{value_excerpt(bad[0])} is not a key path — write it like training.bf16")
         return v
 
     @model_validator(mode="after")
@@ -149,7 +154,7 @@ class Checkpoints(StrictModel):
     @classmethod
     def _key_path(cls, v: str | None) -> str | None:
         if v is not None and not KEY_PATH_RE.match(v):
-            raise ValueError(f"{v!r} is not a key path — write it like training.resume_from")
+            raise ValueError(f"{value_excerpt(v)} is not a key path — write it like training.resume_from")
         return v
 
 

@@ -11,6 +11,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
+from gpuwarden.core.config.excerpt import is_key_name, value_excerpt
 from gpuwarden.core.config.yamlsource import KeyPath, _dotted
 from gpuwarden.core.errors import ConfigError
 
@@ -198,14 +199,21 @@ def _suggest(word: str, choices: list[str]) -> str:
     if close:
         return f"did you mean '{close[0]}'?"
     if choices:
-        return "allowed keys: " + ", ".join(sorted(choices))
+        return _allowed(choices)
     return "remove it"
 
 
-def _describe_input(value: Any) -> str:
-    # As the file or body wrote it: `true`, `null`, not Python's `True`, `None`.
-    text = "null" if value is None else str(value).lower() if isinstance(value, bool) else repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
+def _unknown_key(model: type[BaseModel], loc: KeyPath, where: Callable[[KeyPath], str]) -> str:
+    allowed = allowed_keys(model, loc[:-1])
+    if loc and is_key_name(loc[-1]):
+        return f"{where(loc)}: {_dotted(loc)}: unknown key — {_suggest(str(loc[-1]), allowed)}"
+    # Not shown: a "key" that is no key name is most likely a line of some other file.
+    parent = f" in {_dotted(loc[:-1])}" if len(loc) > 1 else ""
+    return f"{where(loc)}: an unknown key{parent} that is no key name — remove it ({_allowed(allowed)})"
+
+
+def _allowed(choices: list[str]) -> str:
+    return "allowed keys: " + ", ".join(sorted(choices)) if choices else "no keys are allowed there"
 
 
 def format_validation_error(
@@ -223,7 +231,7 @@ def format_validation_error(
             if loc not in merged:
                 merged.add(loc)
                 kinds = ", ".join(dict.fromkeys(_SCALAR_NAMES[e["type"]] for e in same))
-                got = _describe_input(err.get("input"))
+                got = value_excerpt(err.get("input"))
                 problems.append(f"{where(loc)}: {_dotted(loc)}: must be one of: {kinds} (got {got})")
             continue
         # A mapping given to a `name | {inline}` field fails the scalar branch too; that error is
@@ -235,8 +243,7 @@ def format_validation_error(
         key = _dotted(loc)
         kind = err["type"]
         if kind == "extra_forbidden":
-            hint = _suggest(str(loc[-1]) if loc else "", allowed_keys(model, loc[:-1]))
-            problems.append(f"{where(loc)}: {key}: unknown key — {hint}")
+            problems.append(_unknown_key(model, loc, where))
             continue
         plain = _PLAIN_WORDS.get(kind)
         msg = f"must be {plain}" if plain else err["msg"]
@@ -248,15 +255,36 @@ def format_validation_error(
             or kind.startswith(("greater", "less", "literal", "too_"))
             or "parsing" in kind
         ):
-            problems.append(f"{where(loc)}: {key}: {msg} (got {_describe_input(err.get('input'))})")
+            problems.append(f"{where(loc)}: {key}: {msg} (got {value_excerpt(err.get('input'))})")
         else:
             problems.append(f"{where(loc)}: {key}: {msg}")
     return problems
 
 
+# What each top-level model is called in the line that says a file is none of them.
+_WHAT = {"RunSpec": "run spec", "Settings": "gpuwarden config", "RetunePolicy": "retune policy"}
+
+
 def validate(model: type[M], data: dict[str, Any], where: Callable[[KeyPath], str]) -> M:
     """Validate `data` as `model`; raise ConfigError with located one-line problems."""
+    refuse_foreign(model, data, where)
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, model, where)) from None
+
+
+def refuse_foreign(model: type[BaseModel], data: dict[str, Any], where: Callable[[KeyPath], str]) -> None:
+    """A mapping with none of the model's keys is another file: `/etc/shadow` parses as one key
+    per line. One line for it, showing none of its content, not one line per key."""
+    known = set(allowed_keys(model, ()))
+    if not data or any(key in known for key in data):
+        return
+    (first, *rest) = data
+    if not rest and is_key_name(first) and difflib.get_close_matches(first, known, n=1, cutoff=0.6):
+        return  # one misspelt key: its own line suggests the right one
+    what = _WHAT.get(model.__name__, "file of this kind")
+    none_of_its = "its only key is not" if not rest else f"none of its {len(data)} keys is"
+    raise ConfigError(
+        [f"{where(())}: {none_of_its} a {what} key — is it the right file? ({_allowed(sorted(known))})"]
+    )

@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from gpuwarden.core.config.excerpt import is_key_name, value_excerpt
 from gpuwarden.core.errors import ConfigError, UserError
 from gpuwarden.core.safeload import (
     DEFAULT_LIMITS,
@@ -103,11 +104,9 @@ def _walk(node: yaml.Node, path: KeyPath, lines: dict[KeyPath, int], label: str,
             line = key_node.start_mark.line + 1
             if key in keys:
                 # PyYAML silently keeps the last duplicate; a user would never notice the loss.
+                named = f"{_dotted((*path, key))}: a" if is_key_name(key) else "a"
                 raise ConfigError(
-                    [
-                        f"{label}:{line}: {_dotted((*path, key))}: duplicate key (first at line "
-                        f"{keys[key]}) — keep only one"
-                    ]
+                    [f"{label}:{line}: {named} duplicate key (first at line {keys[key]}) — keep only one"]
                 )
             keys[key] = line
             lines[(*path, key)] = line
@@ -144,7 +143,7 @@ def parse_yaml(text: str, label: str, limits: ReadLimits = DEFAULT_LIMITS) -> Ya
         )
     bad = [k for k in data if not isinstance(k, str)]
     if bad:
-        raise UserError(f"{label}: key {bad[0]!r} is not a string — quote it or rename it")
+        raise UserError(f"{label}: key {value_excerpt(bad[0])} is not a string — quote it or rename it")
     return YamlDocument(data=data, label=label, lines=lines)
 
 
