@@ -21,6 +21,7 @@ import click
 from gpuwarden.cli.format import print_json
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.paths import Paths
+from gpuwarden.core.private import make_dirs
 
 if TYPE_CHECKING:
     from gpuwarden.core.api import Health
@@ -202,7 +203,7 @@ def _start_unless_locked(paths: Paths) -> subprocess.Popen[bytes] | None:
 
 def _open_log(paths: Paths) -> int:
     try:
-        paths.state_dir.mkdir(parents=True, exist_ok=True)
+        make_dirs(paths.state_dir)
         return os.open(paths.daemon_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     except OSError as exc:  # a file in the way, a read-only mount, a folder of another user
         raise UserError(

@@ -9,11 +9,11 @@ from pathlib import Path
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.paths import Paths
 from gpuwarden.core.private import (
-    DIR_MODE,
     OWNER_ONLY_UMASK,
     OwnerOf,
     check_owner,
     ensure_private_dir,
+    make_dirs,
     make_private,
 )
 
@@ -57,7 +57,7 @@ def _database_folder(db: Path) -> None:
     if db.parent.is_dir():
         return
     try:
-        db.parent.mkdir(parents=True, mode=DIR_MODE)
+        make_dirs(db.parent)
     except OSError as exc:
         raise _cannot(db.parent, exc, "paths.db") from None
 
