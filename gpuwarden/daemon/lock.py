@@ -62,7 +62,13 @@ def write_pid(pid_file: Path, pid: int) -> None:
 def take_lock(lock_file: Path, owner_of: OwnerOf = file_owner) -> int | None:
     """A descriptor holding the daemon lock, or None while another process holds it."""
     private_folder(lock_file.parent, owner_of, "paths.runtime_dir")
-    fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:  # a folder in its place, a read-only mount
+        raise UserError(
+            f"paths.runtime_dir: cannot open the daemon's lock {lock_file} ({exc.strerror or exc}) — "
+            "remove what is in its place or set paths.runtime_dir to a folder you can write"
+        ) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
