@@ -21,9 +21,11 @@ import click
 from gpuwarden.cli.format import print_json
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.paths import Paths
+from gpuwarden.core.private import make_dirs
 
 if TYPE_CHECKING:
     from gpuwarden.core.api import Health
+    from gpuwarden.daemon.lock import InstanceLock
 
 UP_TIMEOUT_S = 15.0
 # The daemon exits at most this long after a stop was asked for; `down` waits a little longer.
@@ -47,26 +49,28 @@ def _paths() -> Paths:
     default=None,
     help="Log verbosity.",
 )
-def daemon(sample_interval: float | None, log_level: str | None) -> None:
+# The descriptor of the instance lock `gpuwarden up` took for this daemon before starting it.
+@click.option("--lock-fd", type=int, default=None, hidden=True)
+def daemon(sample_interval: float | None, log_level: str | None, lock_fd: int | None) -> None:
     """Run the daemon in the foreground (logs to stderr; for systemd or a terminal)."""
     from gpuwarden.core.config.settings import load_settings
-    from gpuwarden.daemon.daemon import Daemon
-    from gpuwarden.daemon.lock import DaemonRunning
 
     settings = load_settings(flags={"sample_interval": sample_interval, "log_level": log_level})
+    paths = settings.resolve_paths()
+    # Before the server is loaded: a daemon started beside a running one ends at once.
+    lock = _instance_lock(paths, lock_fd)
     logging.basicConfig(
         level=settings.log_level.upper(),
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    instance = Daemon(settings)
+    from gpuwarden.daemon.daemon import Daemon
+
+    instance = Daemon(settings, paths, lock=lock)
     threading.Thread(target=_exit_if_stuck, args=(instance,), name="shutdown-deadline", daemon=True).start()
     code = 0
     try:
         instance.run()
-    except DaemonRunning as exc:
-        click.echo(f"gpuwarden: {exc}", err=True)
-        code = 1
     except UserError as exc:
         click.echo(f"gpuwarden: {exc.message}", err=True)
         code = 2
@@ -76,6 +80,22 @@ def daemon(sample_interval: float | None, log_level: str | None) -> None:
     if instance.lost_socket:
         code = 1  # not a stop anyone asked for: a service manager restarts it with a new socket
     _exit_now(code)
+
+
+def _instance_lock(paths: Paths, inherited: int | None) -> InstanceLock:
+    """The daemon's lock, held; or the process ends saying why it cannot be."""
+    from gpuwarden.daemon.lock import DaemonRunning, InstanceLock
+
+    lock = InstanceLock(paths.lock_file, paths.pid_file)
+    try:
+        lock.acquire(inherited)
+    except DaemonRunning as exc:
+        click.echo(f"gpuwarden: {exc}", err=True)
+        _exit_now(1)
+    except UserError as exc:
+        click.echo(f"gpuwarden: {exc.message}", err=True)
+        _exit_now(2)
+    return lock
 
 
 def _exit_now(code: int) -> NoReturn:
@@ -132,44 +152,64 @@ def up(as_json: bool) -> None:
     if health is not None:
         _report_up(health, paths, as_json, started=False)
         return
+    deadline = time.monotonic() + UP_TIMEOUT_S
+    proc: subprocess.Popen[bytes] | None = None
+    while True:
+        if proc is None:
+            # None while another daemon holds the lock: one starting (another `up`'s), or one
+            # that runs without answering yet. Wait for it; start one if it goes away instead.
+            proc = _start_unless_locked(paths)
+        elif (code := proc.poll()) is not None:
+            raise UserError(_why_it_exited(code, _log_tail(paths.daemon_log), paths.daemon_log))
+        health = _health(paths)
+        if health is not None:
+            _report_up(health, paths, as_json, started=proc is not None and health.pid == proc.pid)
+            return
+        if time.monotonic() > deadline:
+            raise UserError(f"the daemon did not answer within {UP_TIMEOUT_S:.0f} s — see {paths.daemon_log}")
+        time.sleep(0.05)
+
+
+def _start_unless_locked(paths: Paths) -> subprocess.Popen[bytes] | None:
+    """Take the daemon's lock and start a daemon holding it; None while another process holds
+    it. Only the lock's holder starts one, so `up`s typed at once start one daemon between them."""
+    from gpuwarden.daemon.lock import take_lock, write_pid
+
+    lock_fd = take_lock(paths.lock_file)
+    if lock_fd is None:
+        return None
     try:
-        paths.state_dir.mkdir(parents=True, exist_ok=True)
-        log_fd = os.open(paths.daemon_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        log_fd = _open_log(paths)
+        try:
+            proc = subprocess.Popen(
+                # -P: the folder `up` is typed in may hold another gpuwarden checkout; the daemon
+                # must be the installed one the CLI is, not whatever `-m` finds there first.
+                [sys.executable, "-P", "-m", "gpuwarden", "daemon", "--lock-fd", str(lock_fd)],
+                stdin=subprocess.DEVNULL,
+                stdout=log_fd,
+                stderr=log_fd,
+                start_new_session=True,
+                close_fds=True,
+                pass_fds=(lock_fd,),
+            )
+        finally:
+            os.close(log_fd)
+        # The daemon rewrites it once it runs; until then `down` finds this process, not an old one.
+        write_pid(paths.pid_file, proc.pid)
+    finally:
+        os.close(lock_fd)  # the daemon's copy keeps the lock
+    return proc
+
+
+def _open_log(paths: Paths) -> int:
+    try:
+        make_dirs(paths.state_dir)
+        return os.open(paths.daemon_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     except OSError as exc:  # a file in the way, a read-only mount, a folder of another user
         raise UserError(
             f"paths.state_dir: cannot write {exc.filename} ({exc.strerror or exc}) — "
             "set paths.state_dir to a place you can write"
         ) from None
-    try:
-        proc = subprocess.Popen(
-            # -P: the folder `up` is typed in may hold another gpuwarden checkout; the daemon
-            # must be the installed one the CLI is, not whatever `-m` finds there first.
-            [sys.executable, "-P", "-m", "gpuwarden", "daemon"],
-            stdin=subprocess.DEVNULL,
-            stdout=log_fd,
-            stderr=log_fd,
-            start_new_session=True,
-            close_fds=True,
-        )
-    finally:
-        os.close(log_fd)
-    deadline = time.monotonic() + UP_TIMEOUT_S
-    lost_race = False
-    while time.monotonic() < deadline:
-        code = None if lost_race else proc.poll()
-        if code is not None:
-            tail = _log_tail(paths.daemon_log)
-            lost_race = code == 1 and "already running" in tail
-            if not lost_race:
-                raise UserError(_why_it_exited(code, tail, paths.daemon_log))
-        # Still starting, or another `up` won the race and its daemon (the one we wanted) is
-        # still binding its socket: either way, wait for an answer.
-        health = _health(paths)
-        if health is not None:
-            _report_up(health, paths, as_json, started=True)
-            return
-        time.sleep(0.05)
-    raise UserError(f"the daemon did not answer within {UP_TIMEOUT_S:.0f} s — see {paths.daemon_log}")
 
 
 def _why_it_exited(code: int, tail: str, log: Path) -> str:

@@ -7,6 +7,7 @@ import os
 import click
 
 from gpuwarden.cli.format import note, print_json
+from gpuwarden.core.private import make_dirs
 from gpuwarden.daemon.systemd import UNIT_NAME, linger_state, systemctl, unit_path, unit_text
 
 # Settings that must follow the daemon into the unit, or it would read another config/state.
@@ -34,7 +35,7 @@ def service() -> None:
 def install(no_start: bool, as_json: bool) -> None:
     """Write ~/.config/systemd/user/gpuwarden.service, enable it and start it."""
     path = unit_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent)
     env = {k: v for k, v in os.environ.items() if _carried(k)}
     path.write_text(unit_text(environment=env))
     steps: list[str] = [f"wrote {path}"]

@@ -43,9 +43,31 @@ def check_owner(path: Path, owner_of: OwnerOf = file_owner, *, setting: str | No
         )
 
 
+def make_dirs(path: Path) -> None:
+    """Create `path` and each missing folder above it, 0700 whatever the umask; folders that
+    exist are left as they are. The XDG Base Directory spec asks this of a program that creates
+    a base folder ($XDG_STATE_HOME, the runtime or config folder), and a folder above gpuwarden's
+    own holds nothing of anyone else's yet: mode=0700 alone would not do, as `Path.mkdir` makes
+    the parents by the umask."""
+    missing = []
+    for folder in (path, *path.parents):
+        if folder.is_dir():
+            break
+        missing.append(folder)
+    for folder in reversed(missing):
+        try:
+            folder.mkdir(mode=DIR_MODE)
+        except FileExistsError:
+            if not folder.is_dir():
+                raise
+            continue  # made meanwhile by another process: it is that one's to set
+        os.chmod(folder, DIR_MODE)
+
+
 def ensure_private_dir(path: Path, owner_of: OwnerOf = file_owner, *, setting: str | None = None) -> None:
-    """Create `path` (and its parents) or check that the existing one is ours, then make it 0700."""
-    path.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+    """Create `path` (and its parents, 0700) or check that the existing one is ours, then make
+    it 0700."""
+    make_dirs(path)
     check_owner(path, owner_of, setting=setting)
     if stat.S_IMODE(path.stat().st_mode) != DIR_MODE:
         os.chmod(path, DIR_MODE)

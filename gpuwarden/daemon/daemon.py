@@ -66,13 +66,17 @@ class Daemon:
         gpu_reader: GpuReader | None = None,
         retune_hook: RetuneHook | None = None,
         owner_of: OwnerOf = file_owner,
+        lock: InstanceLock | None = None,
     ) -> None:
+        """`lock`: the instance lock, when the caller took it before loading the daemon."""
         self.settings = settings
         self.paths = paths or settings.resolve_paths()
         self.started_at = time.time()
         self._owner_of = owner_of
         self._umask: int | None = None
-        self.lock = InstanceLock(self.paths.lock_file, self.paths.pid_file, owner_of)
+        self.lock = (
+            lock if lock is not None else InstanceLock(self.paths.lock_file, self.paths.pid_file, owner_of)
+        )
         self.db_lock = DatabaseLock(self.paths.db)
         self.writer = StoreWriter(self.paths.db)
         self.broadcaster = Broadcaster()
@@ -231,7 +235,8 @@ class Daemon:
 
         self._umask = enter_owner_only_umask()
         prepare_private_state(self.paths, self._owner_of)
-        self.lock.acquire()
+        if not self.lock.held:
+            self.lock.acquire()
         self.db_lock.acquire(self.paths.socket)
         self.writer.start()
         reader = self._gpu_reader or open_gpu_reader()

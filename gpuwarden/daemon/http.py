@@ -2,7 +2,8 @@
 
 Every failure answers `{"error": {"code": ..., "message": "one line"}}` with a 4xx status for
 anything a client can cause; a 500 means a daemon bug (`http_errors`). The resources' routers
-live in `gpuwarden.daemon.routes`, one module each; request bodies are capped (`body_cap`).
+live in `gpuwarden.daemon.routes`, one module each; request bodies are capped, and refused by
+an operation that takes none (`body_cap`).
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ def create_app(daemon: DaemonView) -> FastAPI:
     app.state.daemon = daemon
     for module in _ROUTERS:
         app.include_router(module.router)
-    app.add_middleware(BodyCap, limit=MAX_BODY_BYTES)
+    # Each operation's body limit is read from the description: one that takes no body refuses any.
+    app.add_middleware(BodyCap, limit=MAX_BODY_BYTES, description=app.openapi)
     app.add_exception_handler(RequestValidationError, http_errors.invalid_request)  # type: ignore[arg-type]
     app.add_exception_handler(UserError, http_errors.user_error)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, http_errors.http_error)  # type: ignore[arg-type]

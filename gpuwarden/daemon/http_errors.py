@@ -36,6 +36,8 @@ STATUS_BY_CODE = {
 }
 _LONG_VALUE = re.compile(rf"\S{{{VALUE_MAX + 1},}}")
 _PARSE_FAILED = "There was an error parsing the body"
+# On a refused body: the daemon reads no more of it (uvicorn would read the rest and drop it).
+CLOSE = {"Connection": "close"}
 
 
 def too_large_message(limit: int = MAX_BODY_BYTES) -> str:
@@ -85,7 +87,7 @@ async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
     if exc.status_code == 405:
         return _method_not_allowed(request)
     if exc.status_code == 413:
-        return error_response(413, "too_large", too_large_message())
+        return error_response(413, "too_large", too_large_message(), headers=CLOSE)
     if exc.status_code == 400 and exc.detail == _PARSE_FAILED:
         return error_response(400, "bad_input", unreadable_body(exc.__cause__))
     if exc.status_code == 404 and exc.detail == "Not Found":
@@ -146,10 +148,14 @@ def allowed_methods(request: Request) -> list[str]:
     do not answer it (Prometheus' /metrics, a separate server, does)."""
     methods: set[str] = set()
     for path, operations in request.app.openapi()["paths"].items():
-        template = re.sub(r"\\\{[^/]*?\\\}", "[^/]+", re.escape(path))
-        if re.fullmatch(template, request.url.path):
+        if path_pattern(path).fullmatch(request.url.path):
             methods.update(m.upper() for m in operations)
     return sorted(methods | {"OPTIONS"}) if methods else []
+
+
+def path_pattern(template: str) -> re.Pattern[str]:
+    """The paths an OpenAPI path template (`/v1/runs/{ref}`) stands for."""
+    return re.compile(re.sub(r"\\\{[^/]*?\\\}", "[^/]+", re.escape(template)))
 
 
 def _method_not_allowed(request: Request) -> Response:

@@ -5,6 +5,10 @@ killed with -9 never leaves a stale lock behind, and a daemon that is still shut
 request thread finishing, the store flushing) still holds it: no second daemon starts beside it.
 The lock is therefore never released by hand. The pid file is only for messages and `down`; it
 may outlive the process, since only the lock says whether a daemon runs.
+
+`gpuwarden up` takes the lock before it starts a daemon and hands its descriptor down (flock
+locks belong to the open file, which the child shares): of several `up`s typed at once only the
+one holding the lock starts a process, and that process holds the lock from its first instruction.
 """
 
 from __future__ import annotations
@@ -14,7 +18,8 @@ import os
 from pathlib import Path
 
 from gpuwarden.core.errors import UserError
-from gpuwarden.core.private import OwnerOf, ensure_private_dir, file_owner
+from gpuwarden.core.private import OwnerOf, ensure_private_dir, file_owner, write_private_text
+from gpuwarden.daemon.private_state import private_folder
 
 __all__ = [
     "DaemonRunning",
@@ -24,6 +29,8 @@ __all__ = [
     "ensure_private_dir",
     "lock_holder_alive",
     "read_pid",
+    "take_lock",
+    "write_pid",
 ]
 
 
@@ -45,6 +52,44 @@ def read_pid(pid_file: Path) -> int | None:
         return None
 
 
+def write_pid(pid_file: Path, pid: int) -> None:
+    """Record the daemon's pid (0600, replaced whole: a reader never sees half of it)."""
+    tmp = pid_file.with_suffix(".tmp")
+    write_private_text(tmp, f"{pid}\n")
+    os.replace(tmp, pid_file)
+
+
+def take_lock(lock_file: Path, owner_of: OwnerOf = file_owner) -> int | None:
+    """A descriptor holding the daemon lock, or None while another process holds it."""
+    private_folder(lock_file.parent, owner_of, "paths.runtime_dir")
+    try:
+        fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:  # a folder in its place, a read-only mount
+        raise UserError(
+            f"paths.runtime_dir: cannot open the daemon's lock {lock_file} ({exc.strerror or exc}) — "
+            "remove what is in its place or set paths.runtime_dir to a folder you can write"
+        ) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _inherited(fd: int, lock_file: Path) -> bool:
+    """Whether `fd`, handed down by `gpuwarden up`, is `lock_file` with its lock held. It is then
+    kept from the daemon's own children: a run holding it would pass for a running daemon."""
+    try:
+        if not os.path.samestat(os.fstat(fd), os.stat(lock_file)):
+            return False
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held already by this open file: a no-op
+    except OSError:
+        return False
+    os.set_inheritable(fd, False)
+    return True
+
+
 class InstanceLock:
     """Exclusive, non-blocking lock plus pid file, held until the process exits."""
 
@@ -58,19 +103,17 @@ class InstanceLock:
     def held(self) -> bool:
         return self._fd is not None
 
-    def acquire(self) -> None:
-        """Take the lock or raise DaemonRunning with the holder's pid."""
-        ensure_private_dir(self.lock_file.parent, self._owner_of, setting="paths.runtime_dir")
-        fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise DaemonRunning(read_pid(self.pid_file)) from None
+    def acquire(self, inherited: int | None = None) -> None:
+        """Take the lock, or keep the `inherited` descriptor that holds it; or raise
+        DaemonRunning with the holder's pid."""
+        if inherited is not None and _inherited(inherited, self.lock_file):
+            fd: int | None = inherited
+        else:
+            fd = take_lock(self.lock_file, self._owner_of)
+        if fd is None:
+            raise DaemonRunning(read_pid(self.pid_file))
         self._fd = fd
-        tmp = self.pid_file.with_suffix(".tmp")
-        tmp.write_text(f"{os.getpid()}\n")
-        os.replace(tmp, self.pid_file)
+        write_pid(self.pid_file, os.getpid())
 
     def release(self) -> None:
         """Drop the lock now. Only for a process that stays alive without being the daemon any

@@ -9,11 +9,11 @@ from pathlib import Path
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.paths import Paths
 from gpuwarden.core.private import (
-    DIR_MODE,
     OWNER_ONLY_UMASK,
     OwnerOf,
     check_owner,
     ensure_private_dir,
+    make_dirs,
     make_private,
 )
 
@@ -31,8 +31,8 @@ def enter_owner_only_umask() -> int:
 def prepare_private_state(paths: Paths, owner_of: OwnerOf) -> None:
     """Create or check the runtime and state folders (ours, 0700), refuse a database another
     user owns, and tighten run folders, the database and the daemon log left readable."""
-    _private_folder(paths.runtime_dir, owner_of, "paths.runtime_dir")
-    _private_folder(paths.state_dir, owner_of, "paths.state_dir")
+    private_folder(paths.runtime_dir, owner_of, "paths.runtime_dir")
+    private_folder(paths.state_dir, owner_of, "paths.state_dir")
     _database_folder(paths.db)
     check_owner(paths.db, owner_of, setting="paths.db")
     ensure_private_dir(paths.runs_dir, owner_of, setting="paths.state_dir")
@@ -43,7 +43,8 @@ def prepare_private_state(paths: Paths, owner_of: OwnerOf) -> None:
         make_private(paths.tune_cache)
 
 
-def _private_folder(path: Path, owner_of: OwnerOf, setting: str) -> None:
+def private_folder(path: Path, owner_of: OwnerOf, setting: str) -> None:
+    """`ensure_private_dir`, where a folder that cannot be made is one line naming `setting`."""
     try:
         ensure_private_dir(path, owner_of, setting=setting)
     except OSError as exc:  # under /proc, a read-only mount, a file in the way
@@ -56,7 +57,7 @@ def _database_folder(db: Path) -> None:
     if db.parent.is_dir():
         return
     try:
-        db.parent.mkdir(parents=True, mode=DIR_MODE)
+        make_dirs(db.parent)
     except OSError as exc:
         raise _cannot(db.parent, exc, "paths.db") from None
 

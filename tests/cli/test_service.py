@@ -114,3 +114,19 @@ def test_the_unit_keeps_the_settings_the_installing_shell_gives_by_variable(
     text = (tmp_path / "config" / "systemd" / "user" / "gpuwarden.service").read_text()
     assert "Environment=GPUWARDEN_SAMPLE_INTERVAL=5" in text  # as `gpuwarden up` would sample
     assert "GPUWARDEN_SOCKET" not in text  # where clients connect, not a setting of the daemon
+
+
+def test_install_makes_a_missing_config_home_0700(tmp_path: Path, fake_bin: tuple[Path, Path]) -> None:
+    """The XDG Base Directory spec: a base folder a program creates is created 0700; so is each
+    folder gpuwarden makes on the way to the unit. One that exists is left as it is."""
+    bin_dir, _ = fake_bin
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    kept.chmod(0o755)
+    home = kept / "made" / "config"
+    extra = {"XDG_CONFIG_HOME": str(home)}
+    r = _run(tmp_path, "install", "--no-start", path=f"{bin_dir}:/usr/bin:/bin", extra=extra)
+    assert r.returncode == 0, r.stderr
+    made = [home.parent, home, home / "systemd", home / "systemd" / "user"]
+    modes = {str(p): oct(p.stat().st_mode & 0o777) for p in [kept, *made]}
+    assert modes == {str(kept): "0o755", **{str(p): "0o700" for p in made}}

@@ -154,6 +154,17 @@ def test_up_reports_the_log_tail_when_the_daemon_dies(daemon_factory: Any) -> No
     assert result.stderr.startswith("gpuwarden: ") and "exists and is not a socket" in result.stderr
 
 
+def test_a_lock_that_cannot_be_opened_is_one_line(daemon_factory: Any) -> None:
+    gw: DaemonHandle = daemon_factory(start=False)
+    (gw.runtime_dir / "daemon.lock").mkdir(parents=True)
+    for args in (["up"], ["daemon"]):
+        result = gw.cli(*args)
+        assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+        assert result.stderr.startswith(
+            f"gpuwarden: paths.runtime_dir: cannot open the daemon's lock {gw.runtime_dir / 'daemon.lock'} ("
+        ), result.stderr
+
+
 def test_a_second_daemon_on_the_same_database_is_refused_in_one_line(daemon_factory: Any) -> None:
     # A shell without XDG_RUNTIME_DIR (cron, some SSH sessions) finds the daemon's runtime folder
     # elsewhere: the database lock still tells the two apart.

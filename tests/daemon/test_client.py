@@ -149,3 +149,35 @@ def test_a_read_on_a_connection_the_daemon_just_closed_is_sent_again_but_a_chang
     assert err.value.code == "transport" and "\n" not in str(err.value)
     assert server.answered == ["GET /v1/health", "GET /v1/runs"]
     assert server.unanswered == ["GET /v1/runs", "POST /v1/runs/r1/stop"]
+
+
+def test_operations_that_take_no_body_are_sent_none() -> None:
+    """The daemon refuses a body where an operation takes none: the client never sends one."""
+    sent: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/health":
+            return httpx.Response(200, json={"api_version": "1.0"})
+        sent.append(request)
+        return httpx.Response(404, json={"error": {"code": "not_found", "message": "no run r1"}})
+
+    with _client(httpx.MockTransport(handler)) as client:
+        calls = (
+            client.shutdown,
+            lambda: client.resume("r1"),
+            lambda: client.tune("r1"),
+            lambda: client.delete("r1"),
+            lambda: client.stop("r1"),
+            lambda: client.terminate_process(7),
+        )
+        for call in calls:
+            with pytest.raises(UserError):
+                call()
+    assert len(sent) == len(calls)
+    for request in sent:
+        framing = (
+            request.content,
+            request.headers.get("content-length", "0"),
+            "transfer-encoding" in request.headers,
+        )
+        assert framing == (b"", "0", False), (request.method, request.url.path)

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.daemon.conftest import DaemonHandle, command_spec
+from tests.daemon.conftest import DaemonHandle, command_spec, wait_for
 
 WRITES_A_CHECKPOINT = """
 import os, sys
@@ -87,3 +89,37 @@ def test_a_relative_state_dir_in_the_config_starts_at_the_config_file(daemon_fac
     expected = (gw.root / "my-state" / "gpuwarden.db").resolve()
     assert Path(health["db"]).resolve() == expected
     assert stat.S_IMODE(expected.parent.stat().st_mode) == 0o700
+
+
+@pytest.mark.parametrize("how", ["up", "daemon"])
+def test_missing_base_folders_are_made_0700_and_existing_ones_left(
+    daemon_factory: Any, umask_022: None, how: str
+) -> None:
+    """The XDG Base Directory spec: a program that creates $XDG_STATE_HOME (or a runtime or
+    config base folder) creates it 0700; so gpuwarden makes every folder it has to 0700."""
+    gw: DaemonHandle = daemon_factory(start=False)
+    kept, short = gw.root / "kept", gw.runtime_dir.parent  # short: the socket's path must fit
+    kept.mkdir(mode=0o755)
+    gw.env.update(
+        XDG_STATE_HOME=str(kept / "made" / "state"),
+        XDG_CONFIG_HOME=str(kept / "made" / "config"),
+        GPUWARDEN_PATHS__RUNTIME_DIR=str(short / "made" / "gpuwarden"),
+    )
+    if how == "up":
+        started = gw.cli("up")
+        assert started.returncode == 0, started.stderr
+    else:
+        log = gw.log.open("ab")
+        gw.proc = subprocess.Popen(
+            [sys.executable, "-m", "gpuwarden", "daemon"], env=gw.env, stdout=log, stderr=log
+        )
+        log.close()
+        wait_for(lambda: gw.cli("status").returncode == 0, "the daemon to answer")
+    try:
+        made = [kept / "made", kept / "made" / "state", kept / "made" / "state" / "gpuwarden"]
+        made += [short / "made", short / "made" / "gpuwarden"]
+        modes = {str(p): oct(stat.S_IMODE(p.stat().st_mode)) for p in [kept, *made]}
+        assert modes == {str(kept): "0o755", **{str(p): "0o700" for p in made}}
+        assert not (kept / "made" / "config").exists()  # nothing to write there: not made
+    finally:
+        assert gw.cli("down").returncode == 0

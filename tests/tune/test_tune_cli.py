@@ -209,6 +209,24 @@ def test_a_prompt_field_the_prompts_lack_is_named_in_the_users_file_before_any_p
     )
 
 
+def test_tune_makes_a_missing_state_home_0700(tmp_path: Path) -> None:
+    """The XDG Base Directory spec: $XDG_STATE_HOME, made by the first program that needs it,
+    is made 0700 (here a tune with no daemon ever started), as is gpuwarden's folder in it."""
+    spec = tmp_path / "c.yaml"
+    argv = '[python3, -c, "raise SystemExit(2)", "{bs}", "{acc}", "{steps}", "{out}"]'
+    roles = "{micro_batch: bs, accum_steps: acc, max_steps: steps, output_dir: out}"
+    knobs = "{bs: 2, acc: 1, steps: 100, out: o}"
+    spec.write_text(f"name: c\nkind: command\ncommand:\n  argv: {argv}\n  roles: {roles}\nknobs: {knobs}\n")
+    umask = os.umask(0o022)
+    try:
+        result = _tune(tmp_path, str(spec))
+    finally:
+        os.umask(umask)
+    assert result.returncode == 2 and "no configuration ran" in result.stderr, result.stderr
+    made = [tmp_path / "state", tmp_path / "state" / "gpuwarden"]
+    assert {str(p): oct(p.stat().st_mode & 0o777) for p in made} == {str(p): "0o700" for p in made}
+
+
 @pytest.mark.slow
 def test_a_spec_the_runner_cannot_run_stops_tuning_at_the_first_probe(tmp_path: Path) -> None:
     spec = _generate_spec(tmp_path, load_in_8bit=True)  # needs CUDA: the runner exits 2

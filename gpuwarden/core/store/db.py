@@ -13,7 +13,7 @@ from pathlib import Path
 import sqlite_utils
 
 from gpuwarden.core.errors import UserError
-from gpuwarden.core.private import DIR_MODE, FILE_MODE, make_private
+from gpuwarden.core.private import FILE_MODE, make_dirs, make_private
 from gpuwarden.core.store.migrations import MIGRATIONS, SCHEMA_VERSION
 
 
@@ -92,7 +92,7 @@ def _create_private(path: Path) -> None:
         inside = path / "gpuwarden.db"
         raise UserError(f"{path} is a directory — set paths.db to the database file in it ({inside})")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)  # a new folder is owner-only too
+        make_dirs(path.parent)  # a new folder is owner-only too
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, FILE_MODE))
         for part in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
             make_private(part)

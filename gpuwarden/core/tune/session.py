@@ -17,6 +17,7 @@ from gpuwarden.core.config.inputs import require_inputs
 from gpuwarden.core.config.spec import RunSpec
 from gpuwarden.core.config.spec_tune import TuneSettings
 from gpuwarden.core.errors import UserError
+from gpuwarden.core.private import make_dirs
 from gpuwarden.core.tune.cache import TuneCache
 from gpuwarden.core.tune.command_probe import CommandProber
 from gpuwarden.core.tune.command_tune import command_knobs, command_start, setup_command_tune
@@ -157,7 +158,7 @@ def tune_spec(
     start, per_device = start_candidate(spec)
     if on_probing is not None:
         on_probing()
-    work_parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(work_parent)  # `gpuwarden tune` may be the first to make the state folder
     work = Path(tempfile.mkdtemp(prefix=f"tune-{fp[:8]}-", dir=work_parent))
     try:
         prober: ProbeFn = (

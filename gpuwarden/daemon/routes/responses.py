@@ -12,7 +12,8 @@ _WHY = {
     "matches several runs, a body that is not JSON",
     404: "no such run, attempt, GPU or process",
     409: "the run's state (or the process's owner) does not allow this now",
-    413: too_large_message(),
+    413: f"{too_large_message()} (`too_large`); or a body sent to an operation that takes none "
+    "(`unexpected_body`)",
     415: "the body was sent as another type than JSON (`Content-Type: application/json`)",
     422: "a parameter or the body does not validate (`invalid_request`), or the spec does not "
     "(`invalid_config`, one line per problem in `problems`)",
@@ -23,7 +24,7 @@ _WHY = {
 
 def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """`responses=` for an operation that can fail with `statuses` (413 is always possible: every
-    request's body is capped)."""
+    request's body is capped, at none for an operation that takes no body)."""
     return {status: {"model": ErrorBody, "description": _WHY[status]} for status in sorted({*statuses, 413})}
 
 
