@@ -174,7 +174,7 @@ class Context:
         """`fn(RunStore)` on the writer thread, committed when this returns."""
 
         def job(db: sqlite_utils.Database) -> T:
-            return fn(RunStore(db))
+            return fn(RunStore(db, self.clock))
 
         return self.writer.call(job)
 
@@ -194,7 +194,12 @@ class Context:
     def set_state(self, run_id: str, state: RunState, message: str | None = None, **fields: Any) -> None:
         """Move the run (the store checks the move), then tell stream clients."""
         event = self.store(lambda s: s.set_state(run_id, state, message, **fields))
-        log.info("run %s: %s%s", run_id, state, f" — {message}" if message else "")
+        self.state_moved(run_id, event)
+
+    def state_moved(self, run_id: str, event: Mapping[str, Any]) -> None:
+        """Log a state move the store recorded (its `state` event) and tell stream clients."""
+        message = event.get("message")
+        log.info("run %s: %s%s", run_id, event["state"], f" — {message}" if message else "")
         run = self.find(run_id)
         if run is not None:
             self.publish_run(run)
