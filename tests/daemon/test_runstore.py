@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,19 @@ def test_every_time_the_store_stamps_comes_from_its_clock(tmp_path: Path) -> Non
     assert attempt is not None and attempt["started_at"] == 110
     assert [e["ts"] for e in store.events("r1")] == [100, 110, 130, 150, 160]
     assert [r["ts"] for r in store.retunes("r1")] == [140]
+
+
+def test_a_full_database_refuses_a_write_with_its_own_error_and_takes_the_next(store: RunStore) -> None:
+    _run(store, "r1", "a")
+    pages = store.conn.execute("PRAGMA page_count").fetchone()[0]
+    store.conn.execute(f"PRAGMA max_page_count = {pages}")  # not one page more
+    with pytest.raises(sqlite3.OperationalError) as full:
+        store.add_daemon_event("r1", 0, "warning", {"message": "x" * 50_000})
+    assert full.value.sqlite_errorcode == sqlite3.SQLITE_FULL  # what tells a full disk from a bug
+    assert not store.conn.in_transaction
+    store.conn.execute(f"PRAGMA max_page_count = {pages * 1000}")
+    store.add_daemon_event("r1", 0, "warning", {"message": "room again"})
+    assert [e["message"] for e in store.events("r1", types=["warning"])] == ["room again"]
 
 
 def test_delete_removes_everything_of_a_run(store: RunStore) -> None:
