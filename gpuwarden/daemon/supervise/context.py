@@ -131,8 +131,15 @@ class Ending:
         return _STATE_OF[self.verdict.outcome]
 
 
-# What a worker thread hands back to the loop: applied under the lock, it may start an attempt.
-Completion = Callable[[], Start | None]
+@dataclass(frozen=True)
+class Completion:
+    """What a worker thread hands back to the loop for one run: `apply`, called under the lock,
+    may start the run's next attempt. Each is applied on its own: one that raises fails its run
+    and no other."""
+
+    run_id: str
+    apply: Callable[[], Start | None]
+
 
 DECISIVE_EVENTS = ("oom", "error", "finished")
 
@@ -167,6 +174,8 @@ class Context:
         self.not_before: dict[str, float] = {}
         self._done: queue.SimpleQueue[Completion] = queue.SimpleQueue()
         self.wakeup = threading.Event()
+        # Where the daemon bugs logged so far were raised: each one's traceback is logged once.
+        self.bugs_seen: set[tuple[str, str, int]] = set()
 
     # -- the store (every write runs on the writer thread) -----------------------------------------
 
@@ -244,9 +253,9 @@ class Context:
     def wake(self) -> None:
         self.wakeup.set()
 
-    def hand_back(self, completion: Completion) -> None:
-        """From a worker thread: let the loop apply `completion` on its next pass (woken now)."""
-        self._done.put(completion)
+    def hand_back(self, run_id: str, apply: Callable[[], Start | None]) -> None:
+        """From a worker thread: let the loop `apply` the run's result on its next pass (woken now)."""
+        self._done.put(Completion(run_id, apply))
         self.wake()
 
     def completions(self) -> list[Completion]:
