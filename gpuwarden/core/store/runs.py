@@ -569,10 +569,13 @@ class RunStore:
 
 def _number(value: Any) -> float | int | None:
     """A metric as stored: None for anything but a finite number (a diverged loss of Infinity, a
-    script's 1e400): no JSON answer carries infinity, and counts are summed as integers."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    script's 1e400): no JSON answer carries infinity, and counts are summed as integers. None too
+    for an integer past SQLite's 64 bits (a script's 10**30), which SQLite refuses to store."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return value
+    if isinstance(value, int):
+        return value if -(2**63) <= value < 2**63 else None
+    return value if math.isfinite(value) else None
 
 
 def _one_name(rows: list[Any], ref: str) -> bool:
