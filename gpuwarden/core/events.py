@@ -146,4 +146,9 @@ def decode(line: str) -> dict[str, Any] | None:
 def _finite_number(value: Any) -> bool:
     """A usable time: JSON's 1e400 parses as infinity (and NaN is accepted), which no API
     answer can carry as a number, so one such line would break every read of the run's events."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer past a float's range (a 400-digit time) is no time either
+        return False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,38 @@ def test_state_changes_are_events_and_runs_resolve_by_id_name_or_prefix(store: R
     assert missing.value.code == "not_found"
     with pytest.raises(UserError):
         store.resolve("%")  # LIKE wildcards are literal
+
+
+def test_every_time_the_store_stamps_comes_from_its_clock(tmp_path: Path) -> None:
+    ticks = iter(range(100, 1000, 10))
+    store = RunStore(open_db(tmp_path / "t.db"), clock=lambda: float(next(ticks)))
+    _run(store, "r1", "a")  # 100
+    store.add_attempt("r1", 1, stdout_path="o", stderr_path="e", events_path="ev", gpus=[])  # 110
+    store.update_run("r1", message="loading")  # 120
+    store.add_daemon_event("r1", 1, "warning", {"message": "slow disk"})  # 130
+    store.add_retune("r1", 1, {"bs": 8}, {"bs": 4}, spec={"name": "a"})  # 140
+    store.set_state("r1", "running")  # 150
+    store.set_state("r1", "succeeded")  # 160
+    run = store.get_run("r1")
+    assert run is not None
+    assert [run[k] for k in ("created_at", "started_at", "updated_at", "ended_at")] == [100, 110, 160, 160]
+    attempt = store.attempt("r1", 1)
+    assert attempt is not None and attempt["started_at"] == 110
+    assert [e["ts"] for e in store.events("r1")] == [100, 110, 130, 150, 160]
+    assert [r["ts"] for r in store.retunes("r1")] == [140]
+
+
+def test_a_full_database_refuses_a_write_with_its_own_error_and_takes_the_next(store: RunStore) -> None:
+    _run(store, "r1", "a")
+    pages = store.conn.execute("PRAGMA page_count").fetchone()[0]
+    store.conn.execute(f"PRAGMA max_page_count = {pages}")  # not one page more
+    with pytest.raises(sqlite3.OperationalError) as full:
+        store.add_daemon_event("r1", 0, "warning", {"message": "x" * 50_000})
+    assert full.value.sqlite_errorcode == sqlite3.SQLITE_FULL  # what tells a full disk from a bug
+    assert not store.conn.in_transaction
+    store.conn.execute(f"PRAGMA max_page_count = {pages * 1000}")
+    store.add_daemon_event("r1", 0, "warning", {"message": "room again"})
+    assert [e["message"] for e in store.events("r1", types=["warning"])] == ["room again"]
 
 
 def test_delete_removes_everything_of_a_run(store: RunStore) -> None:

@@ -58,3 +58,19 @@ def test_a_name_that_is_no_state_is_refused() -> None:
     with pytest.raises(ValueError, match="'finished' is not a valid RunState"):
         check_transition("r1", "running", "finished")
     assert check_transition("r1", "queued", "starting") is RunState.STARTING
+
+
+def test_a_new_attempt_moves_the_run_to_starting_only_where_the_table_allows(store: RunStore) -> None:
+    store.add_attempt("r1", 1, stdout_path="o", stderr_path="e", events_path="ev", gpus=[], message="go")
+    run = store.get_run("r1")
+    assert run is not None and (run["state"], run["attempt"], run["message"]) == ("starting", 1, "go")
+    assert [e["state"] for e in store.events("r1", types=["state"])] == ["queued", "starting"]
+    store.set_state("r1", "running")
+    store.set_state("r1", "succeeded", "done")
+    events_before = len(store.events("r1"))
+    with pytest.raises(IllegalTransition, match="succeeded → starting is not allowed"):
+        store.add_attempt("r1", 2, stdout_path="o", stderr_path="e", events_path="ev", gpus=[])
+    run = store.get_run("r1")
+    assert run is not None and (run["state"], run["attempt"], run["message"]) == ("succeeded", 1, "done")
+    assert [a["attempt"] for a in store.attempts("r1")] == [1]  # the attempt's row rolled back too
+    assert len(store.events("r1")) == events_before

@@ -59,6 +59,8 @@ class FakeProcess:
     ranks: dict[int, int] = field(default_factory=dict)
     stacks: dict[int, str] = field(default_factory=dict)
     rank_signals: list[int] = field(default_factory=list)
+    # Set: reading its state raises this (a process the daemon is no longer allowed to inspect).
+    unreadable: OSError | None = None
 
     @property
     def running(self) -> bool:
@@ -133,6 +135,8 @@ class FakeChild:
     def poll(self) -> ExitStatus | None:
         if self._proc is None:
             return ExitStatus(code=None, signal=None)
+        if self._proc.unreadable is not None:
+            raise self._proc.unreadable
         if self._proc.running:
             return None
         # A previous daemon's child: this one cannot know how it ended.
@@ -179,6 +183,8 @@ class FakeProcesses:
     ) -> FakeChild:
         if self.fail_with is not None:
             raise self.fail_with
+        if any("\0" in text for text in [*argv, *env.values()]):
+            raise ValueError("embedded null byte")  # as subprocess.Popen refuses one
         self._next_pid += 1
         proc = FakeProcess(
             pid=self._next_pid,

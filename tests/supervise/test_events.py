@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from gpuwarden.core.api.runs import RunEvent, RunSummary
+from gpuwarden.core.store.runs import RunStore
 from tests.supervise.conftest import Rig, command
 
 
@@ -63,3 +64,21 @@ def test_live_frames_are_what_the_api_reads_later(rig: Rig) -> None:
         assert {k: v for k, v in frame.items() if k != "run_id"} == stored[frame["id"]]
     runs = [RunSummary.model_validate(data) for kind, data in rig.broadcaster.frames if kind == "run"]
     assert runs[-1].state == "stopped"
+
+
+def test_numbers_too_large_for_a_float_or_the_store_cost_the_run_nothing(rig: Rig) -> None:
+    run_id = rig.submit(command())
+    rig.step()
+    proc = rig.proc_of(run_id)
+    huge = "9" * 30  # past SQLite's 64-bit integers
+    with proc.events_path.open("a") as fh:  # and a time past a float's range
+        fh.write(f'{{"v": 1, "type": "progress", "ts": 1{"0" * 400}, "step": {huge}, "loss": 0.5}}\n')
+    rig.step()
+    proc.exit(0)
+    rig.step()
+    assert rig.state(run_id) == "succeeded"
+    (progress,) = rig.events(run_id, "progress")
+    assert progress["step"] == int(huge)  # the event keeps what the script wrote
+    assert isinstance(progress["ts"], float)  # but a time no float can hold is the daemon's
+    (metric,) = rig.writer.call(lambda db: RunStore(db).metrics(run_id))
+    assert (metric["step"], metric["loss"]) == (None, 0.5)

@@ -6,8 +6,11 @@ import errno
 import signal
 from pathlib import Path
 
+from gpuwarden.core.events import EXIT_OOM
 from gpuwarden.core.run_state import RunState
+from gpuwarden.daemon.supervise import Hooks
 from tests.supervise.conftest import Rig, command
+from tests.supervise.test_retune import Halving
 
 
 def test_queued_run_starts_runs_and_succeeds(rig: Rig) -> None:
@@ -139,3 +142,33 @@ def test_pid_owners_map_process_groups_to_runs(rig: Rig) -> None:
     rig.step()
     owners = rig.sup.pid_owners()
     assert owners == {rig.proc_of(a).pid: a, rig.proc_of(b).pid: b}
+
+
+def test_every_time_recorded_for_a_run_is_the_supervisors_clock_and_in_order(rig: Rig) -> None:
+    rig.use(Hooks(retune=Halving()))
+    submitted = rig.clock()
+    run_id = rig.submit(command(knobs={"bs": 16}))
+    rig.clock.advance(1)
+    rig.step()  # attempt 1 starts
+    rig.clock.advance(60)
+    rig.proc_of(run_id).emit("oom", verdict="gpu_capacity")
+    rig.proc_of(run_id).exit(EXIT_OOM)
+    rig.step()  # it ends; the retune is decided
+    rig.clock.advance(1)
+    rig.step()  # attempt 2 starts
+    rig.clock.advance(60)
+    rig.proc_of(run_id).exit(0)
+    rig.step()
+    run, attempts = rig.run(run_id), rig.attempts(run_id)
+    assert run["state"] == RunState.SUCCEEDED and len(attempts) == 2
+    times = [run["created_at"], run["started_at"]]
+    for attempt in attempts:
+        times += [attempt["started_at"], attempt["ended_at"]]
+    times += [run["ended_at"]]
+    assert times == sorted(times) and times[0] == submitted and times[-1] == rig.clock()
+    assert run["updated_at"] == run["ended_at"]
+    daemon_said = [e["ts"] for e in rig.events(run_id) if e["source"] == "daemon"]
+    assert daemon_said == sorted(daemon_said)
+    assert daemon_said[0] == submitted and daemon_said[-1] == rig.clock()
+    (retune,) = rig.retunes(run_id)
+    assert attempts[0]["ended_at"] <= retune["ts"] <= attempts[1]["started_at"]

@@ -11,7 +11,7 @@ import json
 import math
 import sqlite3
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -47,7 +47,7 @@ RESTART_FIELDS = ("cause", "restart", "max", "backoff_s")
 # however long the run: a base read from a cut-off page would count samples twice.
 _RESUME_EVENT_TYPES = ("started", "checkpoint", "prepared")
 _RESUME_EVENTS_LIMIT = 1_000_000
-# Not "state": a state moves only through set_state, which checks the move.
+# Not "state": a state moves only through set_state (or add_attempt), which check the move.
 _RUN_UPDATABLE = {
     "spec",
     "name",
@@ -80,10 +80,13 @@ def transaction(conn: sqlite3.Connection) -> Iterator[None]:
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield
+        conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        # After some errors (a full disk) SQLite has rolled back already: a ROLLBACK then would
+        # raise in place of the error that says what happened.
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
         raise
-    conn.execute("COMMIT")
 
 
 def _row_dict(cursor: sqlite3.Cursor, row: Sequence[Any]) -> dict[str, Any]:
@@ -91,11 +94,17 @@ def _row_dict(cursor: sqlite3.Cursor, row: Sequence[Any]) -> dict[str, Any]:
 
 
 class RunStore:
-    """Runs, attempts, run events, retunes and run metrics in one SQLite database."""
+    """Runs, attempts, run events, retunes and run metrics in one SQLite database.
 
-    def __init__(self, db: sqlite_utils.Database) -> None:
+    Every time it stamps (created, updated, started, ended, its own events) comes from `clock`:
+    the daemon passes its supervisor's, so a run's times agree with the attempt times the
+    supervisor records, under a test's clock too.
+    """
+
+    def __init__(self, db: sqlite_utils.Database, clock: Callable[[], float] = time.time) -> None:
         self.db = db
         self.conn: sqlite3.Connection = db.conn
+        self.clock = clock
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -130,7 +139,7 @@ class RunStore:
         if states:
             sql += f" WHERE state IN ({','.join('?' * len(states))})"
             params.extend(states)
-        sql += " ORDER BY created_at DESC, id DESC"
+        sql += " ORDER BY created_at DESC, rowid DESC"
         if limit is not None:
             sql += " LIMIT ?"
             params.append(limit)
@@ -148,13 +157,15 @@ class RunStore:
         run = self.get_run(ref)
         if run is not None:
             return run
-        by_name = self._query("SELECT * FROM runs WHERE name = ? ORDER BY created_at DESC LIMIT 1", (ref,))
+        by_name = self._query(
+            "SELECT * FROM runs WHERE name = ? ORDER BY created_at DESC, rowid DESC LIMIT 1", (ref,)
+        )
         if by_name:
             return self._decode_run(by_name[0])
         escaped = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         rows = self._query(
             "SELECT * FROM runs WHERE id LIKE ? ESCAPE '\\' OR name LIKE ? ESCAPE '\\'"
-            " ORDER BY created_at DESC",
+            " ORDER BY created_at DESC, rowid DESC",
             (escaped + "%", escaped + "%"),
         )
         if len(rows) == 1 or _one_name(rows, ref):
@@ -166,7 +177,7 @@ class RunStore:
 
     def ids_named(self, name: str) -> list[str]:
         """The ids of the runs called `name`, newest first."""
-        rows = self._query("SELECT id FROM runs WHERE name = ? ORDER BY created_at DESC", (name,))
+        rows = self._query("SELECT id FROM runs WHERE name = ? ORDER BY created_at DESC, rowid DESC", (name,))
         return [str(r["id"]) for r in rows]
 
     def attempts(self, run_id: str) -> list[dict[str, Any]]:
@@ -227,7 +238,7 @@ class RunStore:
         """Attempts not yet ended, with their run's state: what a restarted daemon must re-adopt."""
         rows = self._query(
             "SELECT a.* FROM attempts a JOIN runs r ON r.id = a.run_id WHERE a.state != 'ended'"
-            " ORDER BY r.created_at"
+            " ORDER BY r.created_at, r.rowid"
         )
         return [self._decode_attempt(r) for r in rows]
 
@@ -267,7 +278,7 @@ class RunStore:
             " m.samples_per_s, m.tokens_per_s, m.samples_seen, m.loss, m.mem_peak"
             " FROM runs r LEFT JOIN run_metrics m ON m.rowid ="
             " (SELECT rowid FROM run_metrics WHERE run_id = r.id ORDER BY ts DESC LIMIT 1)"
-            " ORDER BY r.created_at"
+            " ORDER BY r.created_at, r.rowid"
         )
 
     def max_event_id(self) -> int:
@@ -319,7 +330,7 @@ class RunStore:
         environment: Mapping[str, str] | None = None,
     ) -> None:
         """Insert a queued run (with the environment its processes start from, when given)."""
-        now = time.time()
+        now = self.clock()
         with transaction(self.conn):
             self.conn.execute(
                 "INSERT INTO runs (id, name, kind, state, spec, submitted_spec, run_dir, created_at,"
@@ -370,7 +381,7 @@ class RunStore:
         if unknown:
             raise ValueError(f"{table}: cannot update {sorted(unknown)}")
         if table == "runs":
-            fields.setdefault("updated_at", time.time())
+            fields.setdefault("updated_at", self.clock())
         values = [json.dumps(v) if k in ("spec", "gpus") else v for k, v in fields.items()]
         assignments = ", ".join(f"{k} = ?" for k in fields)
         with transaction(self.conn):
@@ -379,33 +390,38 @@ class RunStore:
     def set_state(self, run_id: str, state: str, message: str | None = None, **fields: Any) -> dict[str, Any]:
         """Move a run to `state` (checked against the state table), recording a `state` daemon
         event in the same transaction; returns that event (with its id)."""
-        now = time.time()
         with transaction(self.conn):
-            # Read and write in one transaction: the move is checked against the state it replaces.
-            row = self.conn.execute("SELECT attempt, state FROM runs WHERE id = ?", (run_id,)).fetchone()
-            if row is None:
-                raise UserError(f"no run '{run_id}'", code="not_found")
-            attempt, current = row
-            target = check_transition(run_id, current, state)
-            fields["updated_at"] = now
-            if target.final:
-                fields.setdefault("ended_at", now)
-            if target is RunState.SUCCEEDED:
-                # Nothing starts a succeeded run again: the tokens and paths of the environment it
-                # was submitted with are not kept past their use.
-                self.conn.execute("DELETE FROM run_environments WHERE run_id = ?", (run_id,))
-            values = [json.dumps(v) if k == "spec" else v for k, v in fields.items()]
-            assignments = "".join(f", {k} = ?" for k in fields)
-            self.conn.execute(
-                f"UPDATE runs SET state = ?, message = ?{assignments} WHERE id = ?",
-                (str(target), message, *values, run_id),
-            )
-            payload = {"v": 1, "type": "state", "ts": now, "state": str(target), "message": message}
-            cursor = self.conn.execute(
-                "INSERT INTO run_events (run_id, attempt, ts, type, source, payload)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (run_id, attempt, now, "state", "daemon", json.dumps(payload)),
-            )
+            return self._move(run_id, state, message, fields, self.clock())
+
+    def _move(
+        self, run_id: str, state: str, message: str | None, fields: dict[str, Any], now: float
+    ) -> dict[str, Any]:
+        """`set_state` inside a transaction the caller holds: the only place a run's state is
+        written."""
+        # Read and write in one transaction: the move is checked against the state it replaces.
+        row = self.conn.execute("SELECT attempt, state FROM runs WHERE id = ?", (run_id,)).fetchone()
+        if row is None:
+            raise UserError(f"no run '{run_id}'", code="not_found")
+        attempt, current = row
+        target = check_transition(run_id, current, state)
+        fields["updated_at"] = now
+        if target.final:
+            fields.setdefault("ended_at", now)
+        if target is RunState.SUCCEEDED:
+            # Nothing starts a succeeded run again: the tokens and paths of the environment it
+            # was submitted with are not kept past their use.
+            self.conn.execute("DELETE FROM run_environments WHERE run_id = ?", (run_id,))
+        values = [json.dumps(v) if k == "spec" else v for k, v in fields.items()]
+        assignments = "".join(f", {k} = ?" for k in fields)
+        self.conn.execute(
+            f"UPDATE runs SET state = ?, message = ?{assignments} WHERE id = ?",
+            (str(target), message, *values, run_id),
+        )
+        payload = {"v": 1, "type": "state", "ts": now, "state": str(target), "message": message}
+        cursor = self.conn.execute(
+            "INSERT INTO run_events (run_id, attempt, ts, type, source, payload) VALUES (?, ?, ?, ?, ?, ?)",
+            (run_id, attempt, now, "state", "daemon", json.dumps(payload)),
+        )
         return {**payload, "id": int(cursor.lastrowid or 0), "attempt": attempt, "source": "daemon"}
 
     def add_attempt(
@@ -419,10 +435,13 @@ class RunStore:
         gpus: list[str],
         spec: dict[str, Any] | None = None,
         world_size: int = 1,
-    ) -> None:
-        """Record a new attempt (state `starting`) and make it the run's current one. An attempt
-        of `world_size` > 1 processes also gets an events offset for each rank after rank 0."""
-        now = time.time()
+        message: str | None = None,
+    ) -> dict[str, Any]:
+        """Record a new attempt (state `starting`), make it the run's current one and move the run
+        to `starting` with `message` (checked as `set_state` checks a move), in one transaction;
+        returns the run's `state` event. An attempt of `world_size` > 1 processes also gets an
+        events offset for each rank after rank 0."""
+        now = self.clock()
         with transaction(self.conn):
             self.conn.execute(
                 "INSERT INTO attempts (run_id, attempt, state, started_at, stdout_path, stderr_path,"
@@ -435,12 +454,12 @@ class RunStore:
                     (run_id, attempt, rank, str(rank_events_path(Path(events_path), rank))),
                 )
             self.conn.execute(
-                "UPDATE runs SET attempt = ?, state = 'starting', updated_at = ?,"
-                " started_at = COALESCE(started_at, ?), ended_at = NULL, stop_requested = 0 WHERE id = ?",
-                (attempt, now, now, run_id),
+                "UPDATE runs SET attempt = ?, started_at = COALESCE(started_at, ?), ended_at = NULL,"
+                " stop_requested = 0 WHERE id = ?",
+                (attempt, now, run_id),
             )
-            if spec is not None:
-                self.conn.execute("UPDATE runs SET spec = ? WHERE id = ?", (json.dumps(spec), run_id))
+            fields = {} if spec is None else {"spec": spec}
+            return self._move(run_id, RunState.STARTING, message, fields, now)
 
     def add_events(
         self,
@@ -486,7 +505,7 @@ class RunStore:
     ) -> dict[str, Any]:
         """An event the daemon itself says about a run (placement warnings, adoption,
         classification); returns it as stored, with its id (what the live stream sends)."""
-        now = time.time()
+        now = self.clock()
         body = {"v": 1, "type": type_, "ts": now, **(payload or {})}
         with transaction(self.conn):
             cursor = self.conn.execute(
@@ -509,11 +528,11 @@ class RunStore:
     ) -> int:
         """Record a retune decision, and with `spec` the run's new spec in the same transaction
         (a crash never leaves a decision recorded for a spec that was not changed, or the reverse)."""
+        now = self.clock()
         with transaction(self.conn):
             if spec is not None:
                 self.conn.execute(
-                    "UPDATE runs SET spec = ?, updated_at = ? WHERE id = ?",
-                    (json.dumps(spec), time.time(), run_id),
+                    "UPDATE runs SET spec = ?, updated_at = ? WHERE id = ?", (json.dumps(spec), now, run_id)
                 )
             cursor = self.conn.execute(
                 "INSERT INTO retunes (run_id, attempt, ts, from_json, to_json, verdict, evidence_json,"
@@ -521,7 +540,7 @@ class RunStore:
                 (
                     run_id,
                     attempt,
-                    time.time(),
+                    now,
                     json.dumps(from_),
                     json.dumps(to),
                     verdict,
@@ -550,10 +569,13 @@ class RunStore:
 
 def _number(value: Any) -> float | int | None:
     """A metric as stored: None for anything but a finite number (a diverged loss of Infinity, a
-    script's 1e400): no JSON answer carries infinity, and counts are summed as integers."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    script's 1e400): no JSON answer carries infinity, and counts are summed as integers. None too
+    for an integer past SQLite's 64 bits (a script's 10**30), which SQLite refuses to store."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return value
+    if isinstance(value, int):
+        return value if -(2**63) <= value < 2**63 else None
+    return value if math.isfinite(value) else None
 
 
 def _one_name(rows: list[Any], ref: str) -> bool:

@@ -131,8 +131,15 @@ class Ending:
         return _STATE_OF[self.verdict.outcome]
 
 
-# What a worker thread hands back to the loop: applied under the lock, it may start an attempt.
-Completion = Callable[[], Start | None]
+@dataclass(frozen=True)
+class Completion:
+    """What a worker thread hands back to the loop for one run: `apply`, called under the lock,
+    may start the run's next attempt. Each is applied on its own: one that raises fails its run
+    and no other."""
+
+    run_id: str
+    apply: Callable[[], Start | None]
+
 
 DECISIVE_EVENTS = ("oom", "error", "finished")
 
@@ -167,6 +174,8 @@ class Context:
         self.not_before: dict[str, float] = {}
         self._done: queue.SimpleQueue[Completion] = queue.SimpleQueue()
         self.wakeup = threading.Event()
+        # Where the daemon bugs logged so far were raised: each one's traceback is logged once.
+        self.bugs_seen: set[tuple[str, str, int]] = set()
 
     # -- the store (every write runs on the writer thread) -----------------------------------------
 
@@ -174,7 +183,7 @@ class Context:
         """`fn(RunStore)` on the writer thread, committed when this returns."""
 
         def job(db: sqlite_utils.Database) -> T:
-            return fn(RunStore(db))
+            return fn(RunStore(db, self.clock))
 
         return self.writer.call(job)
 
@@ -194,7 +203,12 @@ class Context:
     def set_state(self, run_id: str, state: RunState, message: str | None = None, **fields: Any) -> None:
         """Move the run (the store checks the move), then tell stream clients."""
         event = self.store(lambda s: s.set_state(run_id, state, message, **fields))
-        log.info("run %s: %s%s", run_id, state, f" — {message}" if message else "")
+        self.state_moved(run_id, event)
+
+    def state_moved(self, run_id: str, event: Mapping[str, Any]) -> None:
+        """Log a state move the store recorded (its `state` event) and tell stream clients."""
+        message = event.get("message")
+        log.info("run %s: %s%s", run_id, event["state"], f" — {message}" if message else "")
         run = self.find(run_id)
         if run is not None:
             self.publish_run(run)
@@ -239,9 +253,9 @@ class Context:
     def wake(self) -> None:
         self.wakeup.set()
 
-    def hand_back(self, completion: Completion) -> None:
-        """From a worker thread: let the loop apply `completion` on its next pass (woken now)."""
-        self._done.put(completion)
+    def hand_back(self, run_id: str, apply: Callable[[], Start | None]) -> None:
+        """From a worker thread: let the loop `apply` the run's result on its next pass (woken now)."""
+        self._done.put(Completion(run_id, apply))
         self.wake()
 
     def completions(self) -> list[Completion]:

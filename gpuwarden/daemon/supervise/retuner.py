@@ -29,7 +29,7 @@ def begin(
 
     def work() -> None:
         decision, why = decide(ctx, run_id, end, message, hook)
-        ctx.hand_back(lambda: apply(ctx, run_id, end, decision, why))
+        ctx.hand_back(run_id, lambda: apply(ctx, run_id, end, decision, why))
 
     ctx.backends.start_thread(f"retune-{run_id}", work)
 

@@ -10,6 +10,7 @@ from gpuwarden.core.config.spec import spec_from_mapping
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.run_state import RunState
 from gpuwarden.daemon.supervise.context import Context, Start
+from gpuwarden.daemon.supervise.faults import contained
 
 
 @dataclass(frozen=True)
@@ -21,29 +22,37 @@ class Scheduled:
 
 
 def due(ctx: Context, *, can_tune: bool) -> list[Scheduled]:
-    """The queued runs that fit now. A run whose stored spec no longer validates fails here."""
+    """The queued runs that fit now. A run whose stored spec no longer validates fails here, as
+    does one whose placement raised (`faults.py`): the runs behind it are still placed."""
     busy, now = ctx.busy(), ctx.clock()
     out: list[Scheduled] = []
     queued = ctx.store(lambda s: s.list_runs(states=(RunState.QUEUED,)))
     for run in reversed(queued):  # oldest first
         if run["id"] in ctx.active or run["id"] in ctx.held or ctx.not_before.get(run["id"], now) > now:
             continue
-        try:
-            spec = spec_from_mapping(run["spec"])
-        except UserError as exc:
-            ctx.set_state(run["id"], RunState.FAILED, str(exc).splitlines()[0])
-            continue
-        placement = ctx.place(spec.resources, busy)
-        if placement is None:
-            _say_why_it_waits(ctx, run, ctx.why_waiting(spec.resources, busy))
-            continue
-        ctx.not_before.pop(run["id"], None)
-        for uuid in placement.gpus:  # later runs of this pass see these GPUs taken
-            busy[uuid] = busy.get(uuid, 0) + 1
-        # `autotune` is cleared once tuned: this tunes before the first attempt, or once more
-        # after `tune_run` asked for it.
-        out.append(Scheduled(Start(run, spec, placement), tune=spec.autotune and can_tune))
+        scheduled = contained(ctx, str(run["id"]), _schedule, ctx, run, busy, can_tune)
+        if scheduled is not None:
+            out.append(scheduled)
     return out
+
+
+def _schedule(ctx: Context, run: dict[str, Any], busy: dict[str, int], can_tune: bool) -> Scheduled | None:
+    """The run, placed (its GPUs counted in `busy`), or None: it waits, or it failed."""
+    try:
+        spec = spec_from_mapping(run["spec"])
+    except UserError as exc:
+        ctx.set_state(run["id"], RunState.FAILED, str(exc).splitlines()[0])
+        return None
+    placement = ctx.place(spec.resources, busy)
+    if placement is None:
+        _say_why_it_waits(ctx, run, ctx.why_waiting(spec.resources, busy))
+        return None
+    ctx.not_before.pop(run["id"], None)
+    for uuid in placement.gpus:  # later runs of this pass see these GPUs taken
+        busy[uuid] = busy.get(uuid, 0) + 1
+    # `autotune` is cleared once tuned: this tunes before the first attempt, or once more
+    # after `tune_run` asked for it.
+    return Scheduled(Start(run, spec, placement), tune=spec.autotune and can_tune)
 
 
 def _say_why_it_waits(ctx: Context, run: dict[str, Any], why: str) -> None:

@@ -1,8 +1,9 @@
 """Starting one attempt: its folder, its record, its command line and environment, its process.
 
-The attempt is recorded (state `starting`) before the process exists and its pid right after.
-The process carries the attempt's tag (`RUN_TAG` in its environment), so a daemon that dies in
-between leaves a record and a process a restarted daemon can find and adopt.
+The attempt is recorded, and the run moved to `starting`, in one transaction before the process
+exists; its pid right after. The process carries the attempt's tag (`RUN_TAG` in its
+environment), so a daemon that dies in between leaves a record and a process a restarted daemon
+can find and adopt.
 
 A run of several processes (`train.world_size` > 1, or `command.launcher: torchrun`) starts as one
 `torch.distributed.run` process (`gpuwarden.core.gang.launch`) whose ranks inherit the tag, the
@@ -94,7 +95,9 @@ def start(ctx: Context, start: Start) -> None:
     run_dir = Path(start.run["run_dir"])
     files = _prepare(run_dir, number, spec)
     world = gang_size(spec) if uses_torchrun(spec) else 1
-    ctx.store(
+    where = ", ".join(placement.gpus) or "the CPU"
+    ranks = f" ({world} ranks through torchrun)" if world > 1 else ""
+    moved = ctx.store(
         lambda s: s.add_attempt(
             run_id,
             number,
@@ -103,11 +106,10 @@ def start(ctx: Context, start: Start) -> None:
             events_path=str(files.events),
             gpus=placement.gpus,
             world_size=world,
+            message=f"attempt {number} on {where}{ranks}",
         )
     )
-    where = ", ".join(placement.gpus) or "the CPU"
-    ranks = f" ({world} ranks through torchrun)" if world > 1 else ""
-    ctx.set_state(run_id, RunState.STARTING, f"attempt {number} on {where}{ranks}")
+    ctx.state_moved(run_id, moved)
     if placement.warning:
         ctx.event(run_id, number, "warning", code="cpu_fallback", message=placement.warning)
     base = run_environment.base(ctx.store(lambda s: s.environment(run_id)))

@@ -21,6 +21,7 @@ from gpuwarden.daemon.stream import Broadcaster
 from gpuwarden.daemon.supervise import (
     actions,
     adoption,
+    faults,
     finisher,
     restarts,
     retuner,
@@ -30,7 +31,8 @@ from gpuwarden.daemon.supervise import (
     watchdog,
 )
 from gpuwarden.daemon.supervise.backends import Backends
-from gpuwarden.daemon.supervise.context import Active, Context, Ending, GangStop, Start
+from gpuwarden.daemon.supervise.context import Active, Completion, Context, Ending, GangStop, Start
+from gpuwarden.daemon.supervise.faults import contained
 from gpuwarden.daemon.supervise.gang_stop import kill_now, stop_gang
 from gpuwarden.daemon.supervise.hooks import Hooks
 from gpuwarden.daemon.supervise.pump import pump
@@ -97,37 +99,63 @@ class Supervisor:
             try:
                 with self.lock:
                     self.step()
-            except Exception:
-                log.exception("supervisor step failed; retrying")
+            except Exception as exc:
+                self._pass_failed(exc)
             self.ctx.wakeup.wait(LOOP_INTERVAL_S)
             self.ctx.wakeup.clear()
+
+    def _pass_failed(self, exc: Exception) -> None:
+        """Each run's work is contained (`faults.py`); what fails here is the pass's own, and would
+        fail every pass: its traceback once, then quiet."""
+        if faults.refused_write(self.ctx, exc):
+            log.debug("supervisor pass: a write was refused (%s); retrying", exc)  # the writer warns
+        elif faults.first_time(self.ctx, exc):
+            log.exception("supervisor pass failed; retrying")
+        else:
+            log.debug("supervisor pass failed again (%s); retrying", exc)
 
     def adopt(self) -> None:
         """After a restart: watch live attempts again, finish those that ended meanwhile, and
         decide again the retunes the previous daemon was deciding."""
         found = adoption.adopt(self.ctx)
         for g in found.gone:
-            self._ended(finisher.finish(self.ctx, g.active, g.status, note=g.note, kill_group=False))
+            contained(self.ctx, g.active.run_id, self._gone, g)
         for e in found.ended:
-            self._ended(finisher.recorded_ending(self.ctx, e.run_id, e.attempt))
+            contained(self.ctx, e.run_id, self._ended_unwatched, e)
         for u in found.retunes:
-            end = finisher.recorded_end(self.ctx, u.run_id, u.attempt)
-            message = f"attempt {end.number}: {end.reason}"
-            retuner.begin(self.ctx, u.run_id, end, message, self.hooks.retune, again=True)
+            contained(self.ctx, u.run_id, self._retune_again, u)
+
+    def _gone(self, gone: adoption.Gone) -> None:
+        self._ended(finisher.finish(self.ctx, gone.active, gone.status, note=gone.note, kill_group=False))
+
+    def _ended_unwatched(self, ended: adoption.Unfinished) -> None:
+        self._ended(finisher.recorded_ending(self.ctx, ended.run_id, ended.attempt))
+
+    def _retune_again(self, retune: adoption.Unfinished) -> None:
+        end = finisher.recorded_end(self.ctx, retune.run_id, retune.attempt)
+        message = f"attempt {end.number}: {end.reason}"
+        retuner.begin(self.ctx, retune.run_id, end, message, self.hooks.retune, again=True)
 
     def step(self) -> None:
         """One pass: apply what worker threads decided, tail events, notice exits, enforce stop
-        deadlines, start what fits."""
+        deadlines, start what fits. Each run's part of it is contained: one that raises fails that
+        run (`faults.py`), and the pass goes on with the others."""
         for completion in self.ctx.completions():
-            self._start(completion())
+            contained(self.ctx, completion.run_id, self._complete, completion)
         now = self.ctx.clock()
         for active in list(self.ctx.active.values()):
-            self._watch(active, now)
+            contained(self.ctx, active.run_id, self._watch, active, now)
         for due in scheduler.due(self.ctx, can_tune=self.hooks.autotune is not None):
-            if due.tune and self.hooks.autotune is not None:
-                tuning.begin(self.ctx, due.start, self.hooks.autotune)
-            else:
-                self._start(due.start)
+            contained(self.ctx, str(due.start.run["id"]), self._begin, due)
+
+    def _complete(self, completion: Completion) -> None:
+        self._start(completion.apply())
+
+    def _begin(self, due: scheduler.Scheduled) -> None:
+        if due.tune and self.hooks.autotune is not None:
+            tuning.begin(self.ctx, due.start, self.hooks.autotune)
+        else:
+            self._start(due.start)
 
     def _watch(self, active: Active, now: float) -> None:
         pump(self.ctx, active)

@@ -24,7 +24,7 @@ def begin(ctx: Context, start: Start, hook: AutotuneHook) -> None:
 
     def work() -> None:
         tuned, line = tune(run_id, start.spec, start.placement.gpus, run_dir, hook)
-        ctx.hand_back(lambda: apply(ctx, start, tuned, line))
+        ctx.hand_back(run_id, lambda: apply(ctx, start, tuned, line))
 
     ctx.backends.start_thread(f"autotune-{run_id}", work)
 
