@@ -301,6 +301,7 @@ def status(as_json: bool, socket_only: bool) -> None:
         f"gpuwarden daemon {health.version} (API {health.api_version}), pid {health.pid},"
         f" up {_duration(health.uptime_s)}"
     )
+    click.echo(f"health: {health.status}" + (f" — {health.fault}" if health.fault else ""))
     click.echo(f"gpus: {health.gpu_status}")
     click.echo(f"db: {health.db}")
     click.echo(f"socket: {health.socket}")

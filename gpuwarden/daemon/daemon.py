@@ -13,6 +13,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any, Protocol
 
 import psutil
@@ -35,6 +36,7 @@ from gpuwarden.daemon.placement import GpuState
 from gpuwarden.daemon.private_state import enter_owner_only_umask, prepare_private_state
 from gpuwarden.daemon.process import LocalProcesses
 from gpuwarden.daemon.socket_watch import SocketWatch
+from gpuwarden.daemon.storage_health import StorageHealth
 from gpuwarden.daemon.stream import Broadcaster
 from gpuwarden.daemon.supervise import Backends, Hooks, RetuneHook, Supervisor
 from gpuwarden.daemon.writer import StoreWriter
@@ -78,7 +80,8 @@ class Daemon:
             lock if lock is not None else InstanceLock(self.paths.lock_file, self.paths.pid_file, owner_of)
         )
         self.db_lock = DatabaseLock(self.paths.db)
-        self.writer = StoreWriter(self.paths.db)
+        self.storage = StorageHealth(self.paths.db, self.paths.state_dir)
+        self.writer = StoreWriter(self.paths.db, self.storage)
         self.broadcaster = Broadcaster()
         self._gpu_reader = gpu_reader
         self.sampler: Any = None
@@ -274,8 +277,9 @@ class Daemon:
         assert telemetry is not None
         if self.writer.backlog > MAX_WRITE_BACKLOG:
             log.warning("store writer is %d jobs behind: dropping a tick", self.writer.backlog)
+            self.storage.dropped_sample()
         else:
-            self.writer.submit(lambda db: telemetry.write_tick(tick))
+            self.writer.submit(lambda db: telemetry.write_tick(tick)).add_done_callback(self._stored_tick)
         if self.broadcaster.client_count:
             self.broadcaster.publish(
                 "sample",
@@ -291,6 +295,12 @@ class Daemon:
             except Exception:
                 log.exception("tick listener failed")
 
+    def _stored_tick(self, written: Future[None]) -> None:
+        """A tick the store refused is dropped (and counted): samples do not wait for a disk."""
+        exc = written.exception()
+        if exc is not None and self.storage.fault_of(exc) is not None:
+            self.storage.dropped_sample()
+
     def _sample_loop(self) -> None:
         interval = self.settings.sample_interval
         next_at = time.monotonic() + interval
@@ -298,8 +308,9 @@ class Daemon:
         while not self._stop.wait(max(0.0, next_at - time.monotonic())):
             try:
                 self._tick_once()
-            except Exception:
-                log.exception("sampling failed; next tick goes on")
+            except Exception as exc:
+                if not self.storage.report(exc, database=True):
+                    log.exception("sampling failed; next tick goes on")
             now = time.monotonic()
             # Fixed cadence without drift; a stall skips the missed ticks instead of bursting.
             next_at += interval
@@ -369,12 +380,7 @@ class Daemon:
         self.supervisor.stop()
         if self._sampler_thread.is_alive():
             self._sampler_thread.join(timeout=10)
-        if self.telemetry is not None:
-            telemetry = self.telemetry
-            try:
-                self.writer.call(lambda db: telemetry.flush())
-            except Exception:
-                log.exception("flushing telemetry failed")
+        self._flush()
         self.writer.stop()
         if self.sampler is not None:
             self.sampler.close()
@@ -384,6 +390,24 @@ class Daemon:
             os.umask(self._umask)
         # The lock stays held until the process exits (see daemon/lock.py).
         log.info("gpuwarden daemon stopped")
+
+    def _flush(self) -> None:
+        """Fold the open minute's samples; say what the store never took (the next daemon
+        settles the runs from their files and processes, as after a crash)."""
+        if self.telemetry is not None:
+            telemetry = self.telemetry
+            try:
+                self.writer.call(lambda db: telemetry.flush())
+            except Exception as exc:
+                if not self.storage.report(exc, database=True):
+                    log.exception("flushing telemetry failed")
+        if unsettled := self.supervisor.unsettled:
+            log.warning(
+                "stopping with %d run updates the store did not take (%s): the next daemon "
+                "settles those runs from their processes and files",
+                unsettled,
+                self.storage.fault or "it refused them",
+            )
 
     def run(self) -> None:
         """start → serve → close."""

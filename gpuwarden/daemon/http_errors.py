@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+import sqlite3
 from collections.abc import Mapping
 
 from fastapi import Request
@@ -18,7 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gpuwarden.core.api import ErrorBody, ErrorDetail
 from gpuwarden.core.errors import ConfigError, UserError, one_line
-from gpuwarden.daemon.storage_errors import storage_message, storage_problem
+from gpuwarden.daemon.storage_health import storage_message
 
 log = logging.getLogger("gpuwarden.daemon.http")
 
@@ -98,15 +99,17 @@ async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
 
 
 async def storage_error(request: Request, exc: Exception) -> JSONResponse:
-    """An OSError or SQLite error: a full or read-only disk is the machine's problem, answered and
-    logged in one line; anything else is a bug. (Registered for these types: the handler for
-    `Exception` runs in Starlette's outermost middleware, which logs a traceback regardless.)"""
-    paths = request.app.state.daemon.paths
-    problem = storage_problem(exc, paths.state_dir, paths.db)
-    if problem is None:
+    """An OSError or SQLite error: a full or unwritable disk is the machine's problem, answered
+    and logged in one line (and reported by /v1/health until it is over); anything else is a bug.
+    (Registered for these types: the handler for `Exception` runs in Starlette's outermost
+    middleware, which logs a traceback regardless.)"""
+    health = request.app.state.daemon.storage
+    fault = health.fault_of(exc)
+    if fault is None:
         return await bug(request, exc)
-    log.warning("%s %s: cannot write %s", request.method, request.url.path, problem)
-    return error_response(507, "storage_full", storage_message(problem))
+    health.failed(fault, database=isinstance(exc, sqlite3.Error))  # it logs the fault, once a while
+    log.debug("%s %s: cannot write %s", request.method, request.url.path, fault.problem)
+    return error_response(507, fault.code, storage_message(fault))
 
 
 async def bug(request: Request, exc: Exception) -> JSONResponse:

@@ -11,7 +11,6 @@ import logging
 import queue
 import sqlite3
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
@@ -19,27 +18,26 @@ from typing import TypeVar
 
 from gpuwarden.core.store import sqlite_utils
 from gpuwarden.core.store.db import open_db
-from gpuwarden.daemon.storage_errors import storage_problem
+from gpuwarden.core.store.transaction import rollback
+from gpuwarden.daemon.storage_health import StorageHealth
 
 T = TypeVar("T")
 log = logging.getLogger("gpuwarden.daemon.writer")
-
-# A full disk fails every tick: one warning a minute says so without filling the log.
-REFUSED_WARN_EVERY_S = 60.0
 
 Job = Callable[[sqlite_utils.Database], object]
 
 
 class StoreWriter:
-    """Owns the write connection on a thread named `store-writer`."""
+    """Owns the write connection on a thread named `store-writer`; tells `health` of every write
+    the disk refuses, and of every write committed (which ends such a fault)."""
 
-    def __init__(self, db_path: Path) -> None:
+    def __init__(self, db_path: Path, health: StorageHealth | None = None) -> None:
         self.db_path = db_path
+        self.health = health or StorageHealth(db_path, db_path.parent)
         self._queue: queue.Queue[tuple[Job, Future[object]] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="store-writer", daemon=True)
         self._ready: Future[None] = Future()
         self.db: sqlite_utils.Database | None = None
-        self._refused_warned_at = -REFUSED_WARN_EVERY_S  # monotonic time of the last warning
 
     def start(self) -> None:
         """Open (create, migrate) the database on the writer thread; raises what opening raised."""
@@ -58,13 +56,8 @@ class StoreWriter:
             if item is None:
                 break
             job, future = item
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                future.set_result(job(self.db))
-            except BaseException as exc:
-                self._failed(exc)
-                future.set_exception(exc)
+            if future.set_running_or_notify_cancel():
+                self._do(self.db, job, future)
         self._checkpoint(self.db)
         self.db.conn.close()
 
@@ -78,15 +71,19 @@ class StoreWriter:
         except sqlite3.Error as exc:  # a reader mid-query, a full disk: the WAL stays valid
             log.warning("could not fold the WAL into the database file at shutdown: %s", exc)
 
-    def _failed(self, exc: BaseException) -> None:
-        """A full disk would otherwise lose every sample without a word: say so in one line."""
-        problem = storage_problem(exc, self.db_path.parent, self.db_path)
-        if problem is None:
-            log.debug("store job failed: %s", exc)
-        elif time.monotonic() - self._refused_warned_at >= REFUSED_WARN_EVERY_S:
-            # Once a minute: some writes still fit (a reused WAL page), so they come and go.
-            self._refused_warned_at = time.monotonic()
-            log.warning("cannot write %s — samples and run updates are lost until there is space", problem)
+    def _do(self, db: sqlite_utils.Database, job: Job, future: Future[object]) -> None:
+        changes = db.conn.total_changes
+        try:
+            result = job(db)
+        except BaseException as exc:
+            rollback(db.conn)  # whatever the job left open: the next one starts clean
+            if not self.health.report(exc, database=True):
+                log.debug("store job failed: %s", exc)  # the caller hears of it
+            future.set_exception(exc)
+            return
+        if db.conn.total_changes != changes:
+            self.health.stored()
+        future.set_result(result)
 
     def submit(self, job: Callable[[sqlite_utils.Database], T]) -> Future[T]:
         """Queue `job(db)`; the future holds its result or exception."""

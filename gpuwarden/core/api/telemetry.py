@@ -31,6 +31,13 @@ class Health(BaseModel):
     socket: str
     active_runs: int
     stream_clients: int
+    status: Literal["ok", "degraded"] = Field(
+        "ok", description="degraded while the daemon cannot write its database or state folder"
+    )
+    fault: str | None = Field(
+        None, description="one line: what the daemon cannot write, why, and the fix (None when ok)"
+    )
+    samples_dropped: int = Field(0, description="samples the store refused since the daemon started")
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,9 @@ import sqlite_utils
 
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.private import FILE_MODE, make_dirs, make_private
+from gpuwarden.core.storage_fault import StorageFault, storage_fault
 from gpuwarden.core.store.migrations import MIGRATIONS, SCHEMA_VERSION
+from gpuwarden.core.store.transaction import transaction
 
 
 def open_db(path: Path | str, *, readonly: bool = False) -> sqlite_utils.Database:
@@ -26,8 +28,15 @@ def open_db(path: Path | str, *, readonly: bool = False) -> sqlite_utils.Databas
     try:
         return _open(path, readonly)
     except sqlite3.DatabaseError as exc:
+        if not readonly and (fault := storage_fault(exc, folder=Path(path).parent, db=Path(path))):
+            raise UserError(cannot_write(fault)) from None
         hint = "check --db" if readonly else "move the file aside and a new database is created in its place"
         raise UserError(f"{path}: not a usable gpuwarden database ({exc}) — {hint}") from None
+
+
+def cannot_write(fault: StorageFault) -> str:
+    """Why the daemon cannot open its database for writing, in one line with the fix."""
+    return f"{fault.path}: cannot be written ({fault.why}) — {fault.fix}"
 
 
 def _open(path: Path | str, readonly: bool) -> sqlite_utils.Database:
@@ -97,6 +106,9 @@ def _create_private(path: Path) -> None:
         for part in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
             make_private(part)
     except OSError as exc:
+        fault = storage_fault(exc, folder=path.parent, db=path)
+        if path.exists() and fault is not None:
+            raise UserError(cannot_write(fault)) from None
         raise UserError(
             f"{path}: cannot create the database there ({exc.strerror or exc}) — "
             "choose a place you can write (--db, or paths.db in the config)"
@@ -119,13 +131,8 @@ def migrate(db: sqlite_utils.Database) -> int:
         if version <= current:
             continue
         conn = db.conn
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with transaction(conn):
             apply(db)
             conn.execute(f"PRAGMA user_version = {int(version)}")
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
         current = version
     return current

@@ -11,8 +11,7 @@ import json
 import math
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from gpuwarden.core.gang.ranks import RANK_EVENT_TYPES, rank_view
 from gpuwarden.core.report.samples import samples_done
 from gpuwarden.core.run_ref import MAX_REF_CHARS
 from gpuwarden.core.run_state import RunState, check_transition
+from gpuwarden.core.store.transaction import transaction
 
 _METRIC_FIELDS = (
     "step",
@@ -72,21 +72,6 @@ _ATTEMPT_UPDATABLE = {
     "gpus",
     "oom_kill_before",
 }
-
-
-@contextmanager
-def transaction(conn: sqlite3.Connection) -> Iterator[None]:
-    """BEGIN IMMEDIATE … COMMIT on an autocommit connection; ROLLBACK on any error."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-        conn.execute("COMMIT")
-    except BaseException:
-        # After some errors (a full disk) SQLite has rolled back already: a ROLLBACK then would
-        # raise in place of the error that says what happened.
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
 
 
 def _row_dict(cursor: sqlite3.Cursor, row: Sequence[Any]) -> dict[str, Any]:

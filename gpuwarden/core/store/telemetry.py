@@ -30,6 +30,7 @@ import sqlite_utils
 
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.store.schema_telemetry import HOUR_MS, MINUTE_MS
+from gpuwarden.core.store.transaction import rollback
 from gpuwarden.core.telemetry.types import (
     GPU_METRICS,
     HOST_METRICS,
@@ -357,8 +358,9 @@ class TelemetryStore:
             try:
                 yield
             except BaseException:
-                conn.execute("ROLLBACK TO telemetry")
-                conn.execute("RELEASE telemetry")
+                if conn.in_transaction:  # else SQLite rolled the whole transaction back already
+                    conn.execute("ROLLBACK TO telemetry")
+                    conn.execute("RELEASE telemetry")
                 self._reset_writer_state()
                 raise
             conn.execute("RELEASE telemetry")
@@ -366,11 +368,11 @@ class TelemetryStore:
         conn.execute("BEGIN IMMEDIATE")
         try:
             yield
+            conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            rollback(conn)
             self._reset_writer_state()
             raise
-        conn.execute("COMMIT")
 
     def _gpu_id(self, uuid: str, ts: float) -> int:
         """The small integer id of `uuid`, registering an unknown GPU on the fly."""

@@ -16,6 +16,7 @@ from gpuwarden.core.paths import Paths
 from gpuwarden.core.store.runs import RunStore
 from gpuwarden.core.store.telemetry import TelemetryStore
 from gpuwarden.core.telemetry.types import GpuProcess, GpuSample, GpuStatic, Tick
+from gpuwarden.daemon.storage_health import StorageHealth
 from gpuwarden.daemon.stream import Broadcaster
 
 RunRow = Mapping[str, Any]  # a `runs` row as the store reads it
@@ -81,6 +82,11 @@ class DaemonView(Protocol):
 
     @property
     def broadcaster(self) -> Broadcaster: ...
+
+    @property
+    def storage(self) -> StorageHealth:
+        """Whether the daemon can write its state; API handlers report what the disk refused."""
+        ...
 
     @property
     def stopping(self) -> bool:

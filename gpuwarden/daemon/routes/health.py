@@ -20,9 +20,10 @@ router = APIRouter()
     "/v1/health",
     response_model=Health,
     responses=errors(),
-    summary="daemon version, API version, pid, uptime, GPU status",
+    summary="daemon version, API version, pid, uptime, GPU status, and a fault that degrades it",
 )
 def health(daemon: DaemonDep) -> Health:
+    fault = daemon.storage.fault
     return Health(
         name="gpuwarden",
         version=__version__,
@@ -34,6 +35,9 @@ def health(daemon: DaemonDep) -> Health:
         socket=str(daemon.paths.socket),
         active_runs=len(daemon.supervisor.active),
         stream_clients=daemon.broadcaster.client_count,
+        status="ok" if fault is None else "degraded",
+        fault=fault,
+        samples_dropped=daemon.storage.samples_dropped,
     )
 
 

@@ -17,8 +17,9 @@ _WHY = {
     415: "the body was sent as another type than JSON (`Content-Type: application/json`)",
     422: "a parameter or the body does not validate (`invalid_request`), or the spec does not "
     "(`invalid_config`, one line per problem in `problems`)",
-    507: "the daemon cannot write its state: the disk under its state folder is full or read-only "
-    "(`storage_full`)",
+    507: "the daemon cannot write its database or state folder: the disk is full (`storage_full`), "
+    "or a file or folder there cannot be written — a read-only mount, an immutable flag, another "
+    "user's (`storage_unwritable`); the message names it and the fix, and /v1/health reports it",
 }
 
 
@@ -40,3 +41,5 @@ def json_errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
 ON_A_RUN = (400, 404, 422)
 # An operation that reads a JSON body can also be sent one of another type.
 WITH_A_BODY = 415
+# An operation that writes can find the disk under the state full or unwritable.
+WRITES = 507

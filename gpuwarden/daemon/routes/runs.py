@@ -29,7 +29,7 @@ from gpuwarden.core.report.energy import stored_energy
 from gpuwarden.core.run_state import RunState
 from gpuwarden.core.safeload import read_json_file
 from gpuwarden.daemon.routes.daemon_view import DaemonDep, DaemonView, RunRow
-from gpuwarden.daemon.routes.responses import ON_A_RUN, WITH_A_BODY, errors
+from gpuwarden.daemon.routes.responses import ON_A_RUN, WITH_A_BODY, WRITES, errors
 
 router = APIRouter()
 
@@ -100,7 +100,7 @@ def list_runs(
     "/v1/runs",
     status_code=201,
     response_model=RunDetail,
-    responses=errors(WITH_A_BODY, 400, 404, 409, 422, 507),
+    responses=errors(WITH_A_BODY, 400, 404, 409, 422, WRITES),
     summary="submit a run spec",
 )
 def submit(daemon: DaemonDep, body: SubmitRequest) -> RunDetail:
@@ -148,7 +148,7 @@ def get_run(daemon: DaemonDep, ref: str) -> RunDetail:
 @router.patch(
     "/v1/runs/{ref}",
     response_model=RunDetail,
-    responses=errors(WITH_A_BODY, *ON_A_RUN, 409),
+    responses=errors(WITH_A_BODY, *ON_A_RUN, 409, WRITES),
     summary="edit a run that is not running: name, some knobs, resources, dotted spec keys",
 )
 def edit_run(daemon: DaemonDep, ref: str, body: EditRequest) -> RunDetail:
@@ -160,7 +160,7 @@ def edit_run(daemon: DaemonDep, ref: str, body: EditRequest) -> RunDetail:
 @router.delete(
     "/v1/runs/{ref}",
     response_model=Deleted,
-    responses=errors(*ON_A_RUN, 409),
+    responses=errors(*ON_A_RUN, 409, WRITES),
     summary="forget a finished run and remove its directory",
 )
 def delete_run(daemon: DaemonDep, ref: str) -> Deleted:
@@ -181,7 +181,7 @@ def delete_run(daemon: DaemonDep, ref: str) -> Deleted:
 @router.post(
     "/v1/runs/{ref}/stop",
     response_model=RunDetail,
-    responses=errors(WITH_A_BODY, *ON_A_RUN, 409),
+    responses=errors(WITH_A_BODY, *ON_A_RUN, 409, WRITES),
     summary="SIGTERM the run's process group, SIGKILL after the grace period",
 )
 def stop_run(daemon: DaemonDep, ref: str, body: StopRequest | None = None) -> RunDetail:
@@ -193,7 +193,7 @@ def stop_run(daemon: DaemonDep, ref: str, body: StopRequest | None = None) -> Ru
 @router.post(
     "/v1/runs/{ref}/resume",
     response_model=RunDetail,
-    responses=errors(*ON_A_RUN, 409),
+    responses=errors(*ON_A_RUN, 409, WRITES),
     summary="queue a new attempt of a failed, stopped or interrupted run",
 )
 def resume_run(daemon: DaemonDep, ref: str) -> RunDetail:
@@ -204,7 +204,7 @@ def resume_run(daemon: DaemonDep, ref: str) -> RunDetail:
 @router.post(
     "/v1/runs/{ref}/tune",
     response_model=RunDetail,
-    responses=errors(*ON_A_RUN, 409),
+    responses=errors(*ON_A_RUN, 409, WRITES),
     summary="probe for the fastest micro-batch before the run's next attempt",
 )
 def tune_run(daemon: DaemonDep, ref: str) -> RunDetail:

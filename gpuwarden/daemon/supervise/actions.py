@@ -52,19 +52,25 @@ def submit(
             spec = spec_from_mapping(profiled)
     run_id = new_run_id()
     run_dir = ctx.paths.runs_dir / run_id
-    run_dir.mkdir(parents=True, exist_ok=True)
     document = spec_document(spec)
     text = submitted_text if submitted_text is not None else yaml.safe_dump(document, sort_keys=False)
-    (run_dir / "spec.yaml").write_text(text)
     kept = run_environment.submitted(environment)
-    with ctx.lock:
-        ctx.store(
-            lambda s: s.create_run(
-                run_id, spec.name, spec.kind, document, str(run_dir), "waiting to start", environment=kept
-            )
+    created = ctx.batch().write(
+        lambda s: s.create_run(
+            run_id, spec.name, spec.kind, document, str(run_dir), "waiting to start", environment=kept
         )
-        if profile_line:
-            ctx.event(run_id, None, "profile", message=profile_line)
+    )
+    if profile_line:
+        created.event(run_id, None, "profile", message=profile_line)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "spec.yaml").write_text(text)
+        with ctx.lock:
+            created.commit()
+    except BaseException:
+        shutil.rmtree(run_dir, ignore_errors=True)  # refused (a full disk): no folder of no run
+        raise
+    with ctx.lock:
         run = ctx.run(run_id)
         ctx.publish_run(run)
     ctx.wake()
@@ -81,7 +87,6 @@ def stop(ctx: Context, run_id: str, grace: float | None) -> dict[str, Any]:
         if state is RunState.QUEUED:
             ctx.set_state(run_id, RunState.STOPPED, _stopped_while_queued(ctx, run_id), stop_requested=1)
             return ctx.run(run_id)
-        ctx.store(lambda s: s.update_run(run_id, stop_requested=1))
         active = ctx.active.get(run_id)
         if active is None:
             ctx.set_state(run_id, RunState.STOPPED, "stopped between attempts", stop_requested=1)
@@ -92,10 +97,12 @@ def stop(ctx: Context, run_id: str, grace: float | None) -> dict[str, Any]:
                 ctx.backends.processes.kill(probes)
             return ctx.run(run_id)
         grace = ctx.settings.stop_grace_seconds if grace is None else grace
-        active.stop_requested = True
-        active.kill_at = ctx.clock() + grace
+        kill_at = ctx.clock() + grace
         # The deadline is recorded: a daemon restarted within the grace period keeps it.
-        ctx.event(run_id, active.attempt, "stopping", grace_seconds=grace, kill_at=active.kill_at)
+        stopping = ctx.batch().write(lambda s: s.update_run(run_id, stop_requested=1))
+        stopping.event(run_id, active.attempt, "stopping", grace_seconds=grace, kill_at=kill_at).commit()
+        active.stop_requested = True
+        active.kill_at = kill_at
         if not active.child.signal_group(signal.SIGTERM):
             active.kill_at = None
         ctx.wake()
@@ -143,9 +150,10 @@ def tune(ctx: Context, run_id: str) -> dict[str, Any]:
         if blocker is not None:
             raise UserError(f"run {run_id}: {blocker}")
         tuned = spec.model_copy(update={"autotune": True})
-        ctx.store(lambda s: s.update_run(run_id, spec=spec_document(tuned)))
+        changed = ctx.batch().write(lambda s: s.update_run(run_id, spec=spec_document(tuned)))
         if state is not RunState.QUEUED:
-            ctx.set_state(run_id, RunState.QUEUED, "resumed to tune", stop_requested=0, ended_at=None)
+            changed.set_state(run_id, RunState.QUEUED, "resumed to tune", stop_requested=0, ended_at=None)
+        changed.commit()
     ctx.wake()
     return ctx.run(run_id)
 
@@ -181,9 +189,9 @@ def edit(ctx: Context, run_id: str, changes: Mapping[str, Any]) -> dict[str, Any
         record = edit_record(run["spec"], spec_document(spec), changes)
         if not record:  # an empty request, or values the run already has: no story to tell
             raise UserError(f"nothing to change: run {run_id} already has what the edit asks for")
-        ctx.store(lambda s: s.update_run(run_id, spec=spec_document(spec), name=spec.name))
         # A person's change is part of the run's story: the timeline and `show` list it.
-        ctx.event(run_id, None, "edited", changes=record)
+        edited = ctx.batch().write(lambda s: s.update_run(run_id, spec=spec_document(spec), name=spec.name))
+        edited.event(run_id, None, "edited", changes=record).commit()
         updated = ctx.run(run_id)
         ctx.publish_run(updated)
         return updated

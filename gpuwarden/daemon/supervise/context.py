@@ -1,6 +1,10 @@
 """What every part of the supervisor shares: typed store writes, events to the live stream, the
 wake-up, the attempts being watched, and the backends injected from outside.
 
+Writes that belong together commit together (`batch`), so a write the disk refuses leaves a step
+undone rather than half done; what records something that already happened (a process started,
+a gang signalled) is owed (`owe`) until the store takes it, and the loop settles it first.
+
 The parts (scheduler, spawner, finisher, retuner, adoption, actions…) import this module and never
 each other; the loop in `supervisor.py` alone decides in which order they act.
 """
@@ -10,6 +14,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,9 +30,11 @@ from gpuwarden.core.paths import Paths
 from gpuwarden.core.run_state import RunState
 from gpuwarden.core.store import sqlite_utils
 from gpuwarden.core.store.runs import RunStore
+from gpuwarden.core.store.transaction import transaction
 from gpuwarden.daemon.events_tail import EventsTail
 from gpuwarden.daemon.placement import Placement, place, why_waiting
 from gpuwarden.daemon.process import ExitStatus, ExitVerdict, Outcome
+from gpuwarden.daemon.storage_health import StorageHealth
 from gpuwarden.daemon.stream import Broadcaster
 from gpuwarden.daemon.supervise.backends import Backends, ChildProcess
 from gpuwarden.daemon.supervise.hooks import AttemptEnd
@@ -78,6 +85,9 @@ class Active:
     steps: StepWatch | None = None  # the hang watchdog's view of the ranks' progress
     failed_rank: int | None = None  # the first rank that reported its own oom or error
     gang_stop: GangStop | None = None
+    # When the loop first saw the process gone: its end, even if the store takes it later.
+    exited_at: float | None = None
+    group_killed: bool = False  # what it left behind was killed as it ended (once)
 
     @property
     def gang(self) -> bool:
@@ -149,6 +159,62 @@ def spec_document(spec: RunSpec) -> dict[str, Any]:
     return spec.model_dump(mode="json")
 
 
+class Batch:
+    """Store writes committed in one transaction, then told to the log and stream clients: a step
+    of the state machine that a refused write leaves undone, never half done, so it can be taken
+    again. Each method adds a write and returns the batch; `commit` writes them all."""
+
+    def __init__(self, ctx: Context) -> None:
+        self._ctx = ctx
+        self._writes: list[tuple[Callable[[RunStore], Any], Callable[[Any], None]]] = []
+
+    def write(self, fn: Callable[[RunStore], object]) -> Batch:
+        self._writes.append((fn, _nothing))
+        return self
+
+    def set_state(self, run_id: str, state: RunState, message: str | None = None, **fields: Any) -> Batch:
+        """Move the run (the store checks the move)."""
+        self._writes.append(
+            (
+                lambda s: s.set_state(run_id, state, message, **fields),
+                lambda event: self._ctx.announce_state(run_id, state, message, event),
+            )
+        )
+        return self
+
+    def moved(self, run_id: str, fn: Callable[[RunStore], Mapping[str, Any]]) -> Batch:
+        """A write that moves the run itself and returns its `state` event (`add_attempt`)."""
+        self._writes.append((fn, lambda event: self._ctx.state_moved(run_id, event)))
+        return self
+
+    def event(self, run_id: str, attempt: int | None, type_: str, **payload: Any) -> Batch:
+        """An event the daemon itself says about a run."""
+        self._writes.append(
+            (
+                lambda s: s.add_daemon_event(run_id, attempt, type_, payload),
+                lambda stored: self._ctx.announce_event(run_id, stored),
+            )
+        )
+        return self
+
+    def commit(self) -> None:
+        """Write everything in one transaction (on the writer thread), then announce it."""
+        writes = list(self._writes)
+
+        def job(db: sqlite_utils.Database) -> list[Any]:
+            store = RunStore(db, self._ctx.clock)
+            with transaction(db.conn):
+                return [write(store) for write, _ in writes]
+
+        results = self._ctx.writer.call(job)
+        for (_, announce), result in zip(writes, results, strict=True):
+            announce(result)
+
+
+def _nothing(result: object) -> None:
+    return None
+
+
 class Context:
     """Shared by every part; see the module docstring. Parts call it under `lock`."""
 
@@ -173,9 +239,15 @@ class Context:
         # Queued runs that wait out a restart policy's backoff: not started before this time.
         self.not_before: dict[str, float] = {}
         self._done: queue.SimpleQueue[Completion] = queue.SimpleQueue()
+        self._owed: deque[Batch] = deque()
         self.wakeup = threading.Event()
         # Where the daemon bugs logged so far were raised: each one's traceback is logged once.
         self.bugs_seen: set[tuple[str, str, int]] = set()
+
+    @property
+    def health(self) -> StorageHealth:
+        """Whether the store and the state folder take writes; parts report what they refuse."""
+        return self.writer.health
 
     # -- the store (every write runs on the writer thread) -----------------------------------------
 
@@ -202,23 +274,62 @@ class Context:
 
     def set_state(self, run_id: str, state: RunState, message: str | None = None, **fields: Any) -> None:
         """Move the run (the store checks the move), then tell stream clients."""
-        event = self.store(lambda s: s.set_state(run_id, state, message, **fields))
-        self.state_moved(run_id, event)
-
-    def state_moved(self, run_id: str, event: Mapping[str, Any]) -> None:
-        """Log a state move the store recorded (its `state` event) and tell stream clients."""
-        message = event.get("message")
-        log.info("run %s: %s%s", run_id, event["state"], f" — {message}" if message else "")
-        run = self.find(run_id)
-        if run is not None:
-            self.publish_run(run)
-            self.broadcaster.publish("event", {"run_id": run_id, **event}, run_id)
+        self.batch().set_state(run_id, state, message, **fields).commit()
 
     def event(self, run_id: str, attempt: int | None, type_: str, **payload: Any) -> None:
         """Record and publish an event the daemon itself says about a run."""
-        stored = self.store(lambda s: s.add_daemon_event(run_id, attempt, type_, payload))
+        self.batch().event(run_id, attempt, type_, **payload).commit()
+
+    def batch(self) -> Batch:
+        """Writes to commit together (all or none), told to stream clients once committed."""
+        return Batch(self)
+
+    def state_moved(self, run_id: str, event: Mapping[str, Any]) -> None:
+        """Tell the log and stream clients of a state move the store recorded (its `state` event)."""
+        self.announce_state(run_id, RunState(event["state"]), event.get("message"), event)
+
+    def announce_state(
+        self, run_id: str, state: RunState, message: str | None, event: Mapping[str, Any]
+    ) -> None:
+        log.info("run %s: %s%s", run_id, state, f" — {message}" if message else "")
+        run = self.find(run_id)
+        if run is not None:
+            self.publish_run(run)
+            self.announce_event(run_id, event)
+
+    def announce_event(self, run_id: str, stored: Mapping[str, Any]) -> None:
         # The frame is the event as a later read returns it (ts included): live and stored agree.
         self.broadcaster.publish("event", {"run_id": run_id, **stored}, run_id)
+
+    def owe(self, record: Batch) -> None:
+        """Commit `record`, which says what has already happened (a process started, a gang
+        signalled): what the store refuses now is kept, and committed in order once it can be."""
+        if not self._owed:
+            try:
+                record.commit()
+                return
+            except Exception as exc:
+                if self.health.fault_of(exc) is None:
+                    raise
+        self._owed.append(record)
+
+    def settle(self) -> bool:
+        """Commit what is owed, oldest first; False while the store still refuses it."""
+        while self._owed:
+            try:
+                self._owed[0].commit()
+            except Exception as exc:
+                if self.health.fault_of(exc) is not None:
+                    return False
+                self._owed.popleft()  # a bug: said once in the log, not at every pass
+                raise
+            self._owed.popleft()
+        return True
+
+    @property
+    def owed(self) -> int:
+        """Records waiting for the store to take them."""
+        return len(self._owed)
 
     def publish_run(self, run: Mapping[str, Any]) -> None:
         # The API's own model: a `run` frame is exactly what GET /v1/runs lists.
@@ -226,10 +337,12 @@ class Context:
 
     # -- GPUs ----------------------------------------------------------------------------------------
 
-    def busy(self) -> dict[str, int]:
-        """Runs on each GPU UUID: watched attempts plus runs probing between attempts."""
+    def busy(self, *, but: str | None = None) -> dict[str, int]:
+        """Runs on each GPU UUID: watched attempts plus runs probing between attempts (`but`
+        that run's own hold)."""
         busy: dict[str, int] = {}
-        for gpus in [a.gpus for a in self.active.values()] + list(self.held.values()):
+        held = [gpus for run_id, gpus in self.held.items() if run_id != but]
+        for gpus in [a.gpus for a in self.active.values()] + held:
             for uuid in gpus:
                 busy[uuid] = busy.get(uuid, 0) + 1
         return busy

@@ -7,21 +7,21 @@ or recording it), and every other run goes on. A UserError says in its own words
 asks that cannot be done (a GPU it is pinned to that is not there); anything else is a daemon bug,
 whose traceback is logged once per place it was raised, not on every run that meets it.
 
-A write the disk refused (full, over quota, read-only) is the machine's problem, not the run's:
-the run is left as it is and the next pass tries again; the store writer names the problem in the
-log once a minute.
+A write the disk refused (full, over quota, read-only, immutable) is the machine's problem, not
+the run's: the run is left as it is and the next pass tries again; the storage health names the
+problem in the log and in /v1/health.
 """
 
 from __future__ import annotations
 
 import logging
+import sqlite3
 import traceback
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
 from gpuwarden.core.errors import UserError, one_line
 from gpuwarden.core.run_state import RunState
-from gpuwarden.daemon.storage_errors import storage_problem
 from gpuwarden.daemon.supervise.context import Context
 
 P = ParamSpec("P")
@@ -45,7 +45,8 @@ def contained(ctx: Context, run_id: str, work: Callable[P, T], *args: P.args, **
 
 
 def refused_write(ctx: Context, exc: BaseException) -> bool:
-    return storage_problem(exc, ctx.paths.state_dir, ctx.paths.db) is not None
+    """Whether `exc` is a write the disk refused (then noted for /v1/health and the log)."""
+    return ctx.health.report(exc, database=isinstance(exc, sqlite3.Error))
 
 
 def first_time(ctx: Context, exc: BaseException) -> bool:

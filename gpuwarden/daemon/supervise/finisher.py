@@ -35,17 +35,14 @@ STDERR_TAIL_BYTES = 65536
 def finish(
     ctx: Context, active: Active, status: ExitStatus, *, note: str | None = None, kill_group: bool = True
 ) -> Ending:
-    """An attempt's process ended: store what it wrote, classify, record the attempt.
+    """An attempt's process ended: store what it wrote, classify, record the attempt. A write the
+    store refuses leaves the attempt watched, to finish again at the next pass.
 
     `kill_group` is False for a process that ended while no daemon watched: its pid may have
     been reused since, so its process group is no longer known to be the run's.
     """
     status = or_recorded(status, active.exit_file)  # a re-adopted attempt's recorded status
-    pump(ctx, active, final=True)
-    if kill_group and active.child.pid and (active.gang or active.child.group_alive()):
-        # The run is over; nothing it started may outlive it (a gang's ranks lead groups of their own).
-        kill_now(active)
-    ctx.active.pop(active.run_id, None)
+    _last_events(ctx, active, kill_group)
     oom_kill = oom_kill_grew(active.oom_before, ctx.backends.oom_kills())
     stderr_tail = tail_of(active.stderr_path)
     if active.gang:
@@ -54,8 +51,8 @@ def finish(
         verdict = _verdict(ctx, active, status, oom_kill, stderr_tail)
         evidence = RankEvidence(None, status, stderr_tail)
     reason = f"{verdict.reason}; {note}" if note else verdict.reason
-    ended = ctx.clock() if kill_group else ended_unwatched(active, ctx.clock())
-    ctx.store(
+    ended = (active.exited_at or ctx.clock()) if kill_group else ended_unwatched(active, ctx.clock())
+    ctx.batch().write(
         lambda s: s.update_attempt(
             active.run_id,
             active.attempt,
@@ -66,8 +63,9 @@ def finish(
             classification=verdict.outcome,
             reason=reason,
         )
-    )
-    ctx.store(lambda s: s.set_retune_outcome(active.run_id, verdict.outcome))
+    ).write(lambda s: s.set_retune_outcome(active.run_id, verdict.outcome)).commit()
+    # Watched until its end is recorded: a store that refused it has it again at the next pass.
+    ctx.active.pop(active.run_id, None)
     log.info("run %s attempt %d: %s", active.run_id, active.attempt, reason)
     end = AttemptEnd(
         number=active.attempt,
@@ -92,6 +90,18 @@ def finish(
     return Ending(
         active.run_id, active.attempt, verdict, decisive, message, end, active.decisive_event, ended_at=ended
     )
+
+
+def _last_events(ctx: Context, active: Active, kill_group: bool) -> None:
+    """Store what the attempt wrote last; kill what it left behind, once, even when the store
+    refuses the events (the run is over: nothing it started may outlive it)."""
+    try:
+        pump(ctx, active, final=True)
+    finally:
+        alive = kill_group and not active.group_killed and active.child.pid
+        if alive and (active.gang or active.child.group_alive()):  # a gang's ranks lead groups of their own
+            kill_now(active)
+        active.group_killed = True
 
 
 def ended_unwatched(active: Active, now: float) -> float:

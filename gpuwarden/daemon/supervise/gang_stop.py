@@ -25,14 +25,17 @@ def stop_gang(ctx: Context, active: Active, stop: GangStop) -> None:
         return
     active.gang_stop = stop
     log.info("run %s attempt %d: stopping the gang (%s)", active.run_id, active.attempt, stop.reason)
-    ctx.event(
-        active.run_id,
-        active.attempt,
-        "gang_stopping",
-        cause=stop.cause,
-        rank=stop.rank,
-        reason=stop.reason,
-        grace_seconds=GANG_GRACE_S,
+    # Owed if the store refuses it: the gang is stopped all the same.
+    ctx.owe(
+        ctx.batch().event(
+            active.run_id,
+            active.attempt,
+            "gang_stopping",
+            cause=stop.cause,
+            rank=stop.rank,
+            reason=stop.reason,
+            grace_seconds=GANG_GRACE_S,
+        )
     )
     deadline = ctx.clock() + GANG_GRACE_S
     active.kill_at = deadline if active.kill_at is None else min(active.kill_at, deadline)

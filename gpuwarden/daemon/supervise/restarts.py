@@ -59,8 +59,9 @@ def cause_of(ending: Ending, policy: RestartPolicy) -> str | None:
 def schedule(ctx: Context, ending: Ending, restart: Restart) -> None:
     """Record the restart and queue the run until its backoff has passed."""
     at = ctx.clock() + restart.backoff
-    ctx.not_before[ending.run_id] = at
-    ctx.event(
+    when = f"in {restart.backoff:g} s" if restart.backoff else "now"
+    # One commit: a restart counted is a restart queued (the next count reads these events).
+    ctx.batch().event(
         ending.run_id,
         ending.attempt,
         "restart",
@@ -69,13 +70,12 @@ def schedule(ctx: Context, ending: Ending, restart: Restart) -> None:
         max=restart.max,
         backoff_s=restart.backoff,
         at=at,
-    )
-    when = f"in {restart.backoff:g} s" if restart.backoff else "now"
-    ctx.set_state(
+    ).set_state(
         ending.run_id,
         RunState.QUEUED,
         f"{ending.message}; restart {restart.number} of {restart.max} {when}, from the last checkpoint",
-    )
+    ).commit()
+    ctx.not_before[ending.run_id] = at
 
 
 def _policy(ctx: Context, run_id: str) -> RestartPolicy | None:

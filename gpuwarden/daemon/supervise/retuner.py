@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from gpuwarden.core.config.spec import spec_from_mapping
+from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
 from gpuwarden.core.errors import UserError, one_line
 from gpuwarden.core.run_state import RunState
 from gpuwarden.daemon.supervise.context import Context, Start, spec_document
@@ -52,20 +52,17 @@ def decide(
 def apply(
     ctx: Context, run_id: str, end: AttemptEnd, decision: NextAttempt | None, message: str
 ) -> Start | None:
-    """Record the decision and say where the next attempt starts (None: it fails, or waits)."""
-    ctx.held.pop(run_id, None)
+    """Record the decision and say where the next attempt starts (None: it fails, or waits). The
+    GPUs stay held until it is recorded: a store that refuses it has the decision applied again."""
     if ctx.state_of(run_id) is not RunState.RETUNING:
+        ctx.held.pop(run_id, None)
         return None  # stopped or deleted while the policy thought
-    if decision is None:
-        ctx.set_state(run_id, RunState.FAILED, message)
+    spec, failed = _spec_of(decision, message)
+    if spec is None or decision is None:
+        ctx.set_state(run_id, RunState.FAILED, failed)
+        ctx.held.pop(run_id, None)
         return None
-    try:
-        spec = spec_from_mapping(decision.spec)
-    except UserError as exc:
-        ctx.set_state(run_id, RunState.FAILED, f"{message}; the retune gave an invalid spec: {one_line(exc)}")
-        return None
-    document = spec_document(spec)
-    ctx.store(
+    recorded = ctx.batch().write(
         lambda s: s.add_retune(
             run_id,
             end.number,
@@ -74,14 +71,29 @@ def apply(
             decision.verdict,
             decision.evidence,
             decision.prediction,
-            spec=document,
+            spec=spec_document(spec),
         )
     )
     reason = ((decision.evidence or {}).get("decision") or {}).get("reason")
-    ctx.event(run_id, end.number, "retuned", changes=decision.to, verdict=decision.verdict, reason=reason)
-    placement = ctx.place(spec.resources)
+    recorded.event(
+        run_id, end.number, "retuned", changes=decision.to, verdict=decision.verdict, reason=reason
+    )
+    placement = ctx.place(spec.resources, ctx.busy(but=run_id))
     if placement is None:
         changes = ", ".join(f"{k}: {decision.from_.get(k)} → {v}" for k, v in decision.to.items())
-        ctx.set_state(run_id, RunState.QUEUED, f"retuned ({changes or 'no knob changed'}); waiting for GPUs")
-        return None
-    return Start(ctx.run(run_id), spec, placement)
+        recorded.set_state(
+            run_id, RunState.QUEUED, f"retuned ({changes or 'no knob changed'}); waiting for GPUs"
+        )
+    recorded.commit()
+    ctx.held.pop(run_id, None)
+    return None if placement is None else Start(ctx.run(run_id), spec, placement)
+
+
+def _spec_of(decision: NextAttempt | None, message: str) -> tuple[RunSpec | None, str]:
+    """The next attempt's spec, or None and the message the run fails with."""
+    if decision is None:
+        return None, message
+    try:
+        return spec_from_mapping(decision.spec), message
+    except UserError as exc:
+        return None, f"{message}; the retune gave an invalid spec: {one_line(exc)}"

@@ -46,7 +46,7 @@ from gpuwarden.daemon import run_environment
 from gpuwarden.daemon.events_tail import EventsTail
 from gpuwarden.daemon.process import RUN_TAG, run_tag
 from gpuwarden.daemon.supervise.backends import ChildProcess
-from gpuwarden.daemon.supervise.context import Active, Context, Start, spec_document
+from gpuwarden.daemon.supervise.context import Active, Batch, Context, Start, spec_document
 
 
 @dataclass(frozen=True)
@@ -89,38 +89,25 @@ class Launch:
 
 
 def start(ctx: Context, start: Start) -> None:
-    """Record, then spawn, the run's next attempt; a program that cannot start fails the run."""
+    """Record, then spawn, the run's next attempt; a program that cannot start fails the run.
+    Until the process exists a refused write leaves nothing recorded (the start can be taken
+    again); once it exists, what is recorded of it is owed until the store takes it."""
     run_id, spec, placement = str(start.run["id"]), start.spec, start.placement
     number = int(start.run["attempt"]) + 1
     run_dir = Path(start.run["run_dir"])
     files = _prepare(run_dir, number, spec)
     world = gang_size(spec) if uses_torchrun(spec) else 1
-    where = ", ".join(placement.gpus) or "the CPU"
-    ranks = f" ({world} ranks through torchrun)" if world > 1 else ""
-    moved = ctx.store(
-        lambda s: s.add_attempt(
-            run_id,
-            number,
-            stdout_path=str(files.stdout),
-            stderr_path=str(files.stderr),
-            events_path=str(files.events),
-            gpus=placement.gpus,
-            world_size=world,
-            message=f"attempt {number} on {where}{ranks}",
-        )
-    )
-    ctx.state_moved(run_id, moved)
-    if placement.warning:
-        ctx.event(run_id, number, "warning", code="cpu_fallback", message=placement.warning)
     base = run_environment.base(ctx.store(lambda s: s.environment(run_id)))
+    record = _recorded(ctx, start, number, files, world)
     try:
         launch = command_line(spec, run_id, run_dir, number, files, placement.gpus, base)
     except UserError as exc:
-        _failed_to_start(ctx, run_id, number, "the run", exc)
+        _failed_to_start(ctx, record, run_id, number, "the run", exc)
         return
     if launch.note:
         # The path as data, not only in the line: the report finds the samples it resumed at.
-        ctx.event(run_id, number, "prepared", message=launch.note, resume_from=launch.resume_from)
+        record.event(run_id, number, "prepared", message=launch.note, resume_from=launch.resume_from)
+    record.commit()
     env = launch.env
     env.update(placement.env())  # placement and tag are the daemon's: nothing overrides them
     env[RUN_TAG] = run_tag(run_id, number)
@@ -137,9 +124,32 @@ def start(ctx: Context, start: Start) -> None:
             exit_file=files.exit_status,  # see the docstring
         )
     except (OSError, UserError) as exc:
-        _failed_to_start(ctx, run_id, number, launch.argv[0], exc)
+        ctx.owe(_failed_to_start(ctx, ctx.batch(), run_id, number, launch.argv[0], exc, commit=False))
         return
     _watch(ctx, run_id, number, child, files, placement.gpus, spec, launch.world_size)
+
+
+def _recorded(ctx: Context, start: Start, number: int, files: AttemptFiles, world: int) -> Batch:
+    """The attempt's record (state `starting`), not yet committed."""
+    run_id, placement = str(start.run["id"]), start.placement
+    where = ", ".join(placement.gpus) or "the CPU"
+    ranks = f" ({world} ranks through torchrun)" if world > 1 else ""
+    record = ctx.batch().moved(
+        run_id,
+        lambda s: s.add_attempt(
+            run_id,
+            number,
+            stdout_path=str(files.stdout),
+            stderr_path=str(files.stderr),
+            events_path=str(files.events),
+            gpus=placement.gpus,
+            world_size=world,
+            message=f"attempt {number} on {where}{ranks}",
+        ),
+    )
+    if placement.warning:
+        record.event(run_id, number, "warning", code="cpu_fallback", message=placement.warning)
+    return record
 
 
 def _prepare(run_dir: Path, number: int, spec: RunSpec) -> AttemptFiles:
@@ -195,16 +205,28 @@ def _cpus() -> int:
         return os.cpu_count() or 1
 
 
-def _failed_to_start(ctx: Context, run_id: str, number: int, program: str, exc: Exception) -> None:
+def _failed_to_start(
+    ctx: Context,
+    record: Batch,
+    run_id: str,
+    number: int,
+    program: str,
+    exc: Exception,
+    *,
+    commit: bool = True,
+) -> Batch:
+    """`record` with the attempt ended and the run failed (committed unless `commit` is False)."""
     reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
     message = f"cannot start {program}: {reason}"
     ended = ctx.clock()
-    ctx.store(
+    record.write(
         lambda s: s.update_attempt(
             run_id, number, state="ended", ended_at=ended, classification="failed", reason=message
         )
-    )
-    ctx.set_state(run_id, RunState.FAILED, message)
+    ).set_state(run_id, RunState.FAILED, message)
+    if commit:
+        record.commit()
+    return record
 
 
 def _started(world_size: int) -> str:
@@ -226,16 +248,6 @@ def _watch(
     # Children share the daemon's cgroup, so its counter is theirs (and is still readable after
     # the child is gone, unlike /proc/<pid>/cgroup).
     oom_before = ctx.backends.oom_kills()
-    ctx.store(
-        lambda s: s.update_attempt(
-            run_id,
-            number,
-            state="running",
-            pid=child.pid,
-            create_time=child.create_time,
-            oom_kill_before=oom_before,
-        )
-    )
     ctx.active[run_id] = Active(
         run_id=run_id,
         attempt=number,
@@ -248,4 +260,14 @@ def _watch(
         rank_tails={r: EventsTail(rank_events_path(files.events, r), 0) for r in range(1, world_size)},
         steps=step_watch(spec, world_size),
     )
-    ctx.set_state(run_id, RunState.RUNNING, f"attempt {number}: {_started(world_size)}")
+    running = ctx.batch().write(
+        lambda s: s.update_attempt(
+            run_id,
+            number,
+            state="running",
+            pid=child.pid,
+            create_time=child.create_time,
+            oom_kill_before=oom_before,
+        )
+    )
+    ctx.owe(running.set_state(run_id, RunState.RUNNING, f"attempt {number}: {_started(world_size)}"))

@@ -1,9 +1,11 @@
 """The run supervisor's loop: the one place that decides in which order the parts act.
 
 Every state change goes through the store writer and is committed before it is acted on (a
-crash between the two leaves the run recoverable). The loop runs on a thread named `supervisor`;
-API calls take the same lock, so the state machine has one owner at a time. Slow policies
-(autotune, retune) run on threads of their own and hand their result back to the loop.
+crash between the two leaves the run recoverable); while the disk refuses writes, nothing is
+acted on that could not be recorded, and what happened meanwhile is recorded once it can be.
+The loop runs on a thread named `supervisor`; API calls take the same lock, so the state machine
+has one owner at a time. Slow policies (autotune, retune) run on threads of their own and hand
+their result back to the loop.
 """
 
 from __future__ import annotations
@@ -11,12 +13,15 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Mapping
-from typing import Any
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from gpuwarden.core.config.settings import Settings
 from gpuwarden.core.config.spec import RunSpec
 from gpuwarden.core.paths import Paths
+from gpuwarden.core.run_state import RunState
+from gpuwarden.daemon.process import ExitStatus
 from gpuwarden.daemon.stream import Broadcaster
 from gpuwarden.daemon.supervise import (
     actions,
@@ -38,6 +43,7 @@ from gpuwarden.daemon.supervise.hooks import Hooks
 from gpuwarden.daemon.supervise.pump import pump
 from gpuwarden.daemon.writer import StoreWriter
 
+T = TypeVar("T")
 log = logging.getLogger("gpuwarden.daemon.supervisor")
 
 LOOP_INTERVAL_S = 0.2
@@ -57,6 +63,10 @@ class Supervisor:
     ) -> None:
         self.ctx = Context(settings, paths, writer, broadcaster, backends)
         self.hooks = hooks or Hooks()
+        # What the loop took on but the store has not recorded yet, taken up again each pass.
+        self._endings: deque[Ending] = deque()
+        self._completions: deque[Completion] = deque()
+        self._starts: deque[Start] = deque()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="supervisor", daemon=True)
 
@@ -108,11 +118,39 @@ class Supervisor:
         """Each run's work is contained (`faults.py`); what fails here is the pass's own, and would
         fail every pass: its traceback once, then quiet."""
         if faults.refused_write(self.ctx, exc):
-            log.debug("supervisor pass: a write was refused (%s); retrying", exc)  # the writer warns
+            log.debug("supervisor pass: a write was refused (%s); retrying", exc)  # health says it
         elif faults.first_time(self.ctx, exc):
             log.exception("supervisor pass failed; retrying")
         else:
             log.debug("supervisor pass failed again (%s); retrying", exc)
+
+    def _attempt(self, run_id: str, work: Callable[..., object], *args: Any) -> bool:
+        """`work(*args)`, which is run `run_id`'s; False when the disk refused one of its writes
+        (the next pass tries again). A bug in it fails that run alone (`faults.py`): done."""
+        try:
+            return self._try(work, *args)
+        except Exception as exc:
+            faults.fail(self.ctx, run_id, exc)
+        return True
+
+    def _try(self, work: Callable[..., object], *args: Any) -> bool:
+        """`work(*args)`; False when the disk refused one of its writes, its exception when it is
+        a bug (for the caller's `_attempt` to contain)."""
+        try:
+            work(*args)
+        except Exception as exc:
+            if not faults.refused_write(self.ctx, exc):
+                raise
+            return False
+        return True
+
+    def _drain(self, waiting: deque[T], work: Callable[[T], object], run_of: Callable[[T], str]) -> bool:
+        """`work` on each item, oldest first, until the disk refuses one (it waits at the front)."""
+        while waiting:
+            if not self._attempt(run_of(waiting[0]), work, waiting[0]):
+                return False
+            waiting.popleft()
+        return True
 
     def adopt(self) -> None:
         """After a restart: watch live attempts again, finish those that ended meanwhile, and
@@ -137,37 +175,57 @@ class Supervisor:
         retuner.begin(self.ctx, retune.run_id, end, message, self.hooks.retune, again=True)
 
     def step(self) -> None:
-        """One pass: apply what worker threads decided, tail events, notice exits, enforce stop
-        deadlines, start what fits. Each run's part of it is contained: one that raises fails that
-        run (`faults.py`), and the pass goes on with the others."""
-        for completion in self.ctx.completions():
-            contained(self.ctx, completion.run_id, self._complete, completion)
+        """One pass: record what is owed, apply what worker threads decided, tail events, notice
+        exits, enforce stop deadlines, start what fits. Each run's part of it is contained: one
+        that raises fails that run (`faults.py`), and the pass goes on with the others.
+
+        While the disk refuses writes, attempts are still watched (exits noticed, deadlines kept)
+        and their events stay in their files; what cannot be recorded is not acted on, and waits
+        (in order) for a pass that can record it: an attempt's end, a retune's decision, a start.
+        """
+        self._completions.extend(self.ctx.completions())
+        settled = self.ctx.settle()
+        if settled:
+            self._drain(self._endings, self._settle_ending, lambda e: e.run_id)
+            self._drain(self._completions, self._complete, lambda c: c.run_id)
+            self._drain(self._starts, self._start_waiting, lambda s: str(s.run["id"]))
         now = self.ctx.clock()
         for active in list(self.ctx.active.values()):
-            contained(self.ctx, active.run_id, self._watch, active, now)
-        for due in scheduler.due(self.ctx, can_tune=self.hooks.autotune is not None):
-            contained(self.ctx, str(due.start.run["id"]), self._begin, due)
-
-    def _complete(self, completion: Completion) -> None:
-        self._start(completion.apply())
+            self._attempt(active.run_id, self._watch, active, now, settled)
+        if settled and self.ctx.health.writable:
+            for due in scheduler.due(self.ctx, can_tune=self.hooks.autotune is not None):
+                # A refused start leaves the run queued for the next pass.
+                self._attempt(str(due.start.run["id"]), self._begin, due)
 
     def _begin(self, due: scheduler.Scheduled) -> None:
         if due.tune and self.hooks.autotune is not None:
             tuning.begin(self.ctx, due.start, self.hooks.autotune)
         else:
-            self._start(due.start)
+            spawner.start(self.ctx, due.start)
 
-    def _watch(self, active: Active, now: float) -> None:
-        pump(self.ctx, active)
+    @property
+    def unsettled(self) -> int:
+        """What happened that the store has not taken yet (records, ends, decisions, starts)."""
+        return self.ctx.owed + len(self._endings) + len(self._completions) + len(self._starts)
+
+    def _watch(self, active: Active, now: float, settled: bool) -> None:
+        pumped = self._try(pump, self.ctx, active)
         status = active.child.poll()
         if status is not None:
-            self._ended(finisher.finish(self.ctx, active, status))
+            if active.exited_at is None:
+                active.exited_at = now
+            if settled:  # its record goes after what is owed
+                self._try(self._finish, active, status)
         elif active.kill_at is not None and now >= active.kill_at:
             log.info("run %s: grace period over, SIGKILL to its processes", active.run_id)
             kill_now(active)
             active.kill_at = None
-        elif active.gang:
-            self._watch_gang(active, now)
+        elif active.gang and pumped:  # progress not stored is progress not seen: no false hang
+            self._try(self._watch_gang, active, now)
+
+    def _finish(self, active: Active, status: ExitStatus) -> None:
+        self._endings.append(finisher.finish(self.ctx, active, status))
+        self._drain(self._endings, self._settle_ending, lambda e: e.run_id)
 
     def _watch_gang(self, active: Active, now: float) -> None:
         """One rank's own failure stops the whole gang at once; so does a hang."""
@@ -179,9 +237,27 @@ class Supervisor:
         else:
             watchdog.check(self.ctx, active, now)
 
-    def _start(self, start: Start | None) -> None:
-        if start is not None:
+    def _complete(self, completion: Completion) -> None:
+        """Apply a worker's decision; the attempt it starts, if the disk refuses it, waits."""
+        start = completion.apply()
+        if start is not None and not self._try(spawner.start, self.ctx, start):
+            self.ctx.held[str(start.run["id"])] = list(start.placement.gpus)
+            self._starts.append(start)
+
+    def _start_waiting(self, start: Start) -> None:
+        """An attempt the disk refused to start: again, unless its run was moved on meanwhile."""
+        run_id = str(start.run["id"])
+        run = self.ctx.find(run_id)
+        if run is not None and (run["state"], run["attempt"]) == (start.run["state"], start.run["attempt"]):
             spawner.start(self.ctx, start)
+        self.ctx.held.pop(run_id, None)
+
+    def _settle_ending(self, ending: Ending) -> None:
+        """Move the run on from an attempt that ended, unless something else moved it meanwhile
+        (a stop that came while the store refused its end)."""
+        state = self.ctx.state_of(ending.run_id)
+        if state in (RunState.RUNNING, RunState.STARTING):
+            self._ended(ending)
 
     def _ended(self, ending: Ending) -> None:
         if ending.verdict.outcome == "oom":

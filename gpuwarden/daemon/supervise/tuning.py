@@ -17,9 +17,9 @@ log = logging.getLogger("gpuwarden.daemon.supervisor")
 
 def begin(ctx: Context, start: Start, hook: AutotuneHook) -> None:
     run_id = str(start.run["id"])
-    ctx.held[run_id] = list(start.placement.gpus)
     where = ", ".join(start.placement.gpus) or "the CPU"
     ctx.set_state(run_id, RunState.STARTING, f"autotune: probing micro-batch sizes on {where}")
+    ctx.held[run_id] = list(start.placement.gpus)
     run_dir = Path(start.run["run_dir"])
 
     def work() -> None:
@@ -44,10 +44,12 @@ def tune(
 
 
 def apply(ctx: Context, start: Start, tuned: RunSpec, line: str) -> Start | None:
+    """Record the tuned spec; the GPUs stay held until it is (a refused write is applied again)."""
     run_id = str(start.run["id"])
-    ctx.held.pop(run_id, None)
     if ctx.state_of(run_id) is not RunState.STARTING:
+        ctx.held.pop(run_id, None)
         return None  # stopped or deleted while probing
-    ctx.store(lambda s: s.update_run(run_id, spec=spec_document(tuned)))
-    ctx.event(run_id, None, "autotuned", message=line)
+    recorded = ctx.batch().write(lambda s: s.update_run(run_id, spec=spec_document(tuned)))
+    recorded.event(run_id, None, "autotuned", message=line).commit()
+    ctx.held.pop(run_id, None)
     return Start(ctx.run(run_id), tuned, start.placement)

@@ -38,7 +38,7 @@ def check(ctx: Context, active: Active, now: float) -> None:
     found = suspects({d.rank: d.text for d in dumps})
     reason = _reason(silence, found, path)
     log.warning("run %s attempt %d: %s", active.run_id, active.attempt, reason)
-    ctx.event(
+    hung = ctx.batch().event(
         active.run_id,
         active.attempt,
         "hang",
@@ -59,6 +59,7 @@ def check(ctx: Context, active: Active, now: float) -> None:
             for d in dumps
         },
     )
+    ctx.owe(hung)  # the stacks are dumped once: a store that refuses the event has it later
     stop_gang(ctx, active, GangStop("hang", found[0] if len(found) == 1 else None, reason, now))
 
 
