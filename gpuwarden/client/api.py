@@ -7,6 +7,8 @@ serves, so a field the daemon renames breaks here, loudly, not in a caller's dic
 from __future__ import annotations
 
 import os
+import time
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -41,11 +43,17 @@ from gpuwarden.core.api import (
 from gpuwarden.core.api.requests import environment_too_large
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.run_ref import MAX_REF_CHARS
+from gpuwarden.core.submission import DEADLINE_HEADER, KEY_HEADER
 
 API_MAJOR = 1
 NOT_RUNNING = "the daemon is not running — start it with `gpuwarden up`"
 Model = TypeVar("Model", bound=BaseModel)
 IDEMPOTENT = frozenset({"GET", "HEAD"})
+# A submit reads the spec's files (a command run's config, its inputs) on the daemon: it may take
+# longer than a read. The daemon is told to give up this much before the client does, so that
+# its answer, or its not queueing the run, comes while the client still waits.
+SUBMIT_TIMEOUT_S = 30.0
+SUBMIT_MARGIN_S = 3.0
 # What a request sent on a connection the server had closed fails with (no answer came).
 STALE_CONNECTION = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 
@@ -63,8 +71,11 @@ def default_socket() -> Path:
 class ApiClient:
     """One connection pool to one daemon. The API version is checked on first use."""
 
-    def __init__(self, socket_path: Path | None = None, timeout: float = 10.0) -> None:
+    def __init__(
+        self, socket_path: Path | None = None, timeout: float = 10.0, submit_timeout: float = SUBMIT_TIMEOUT_S
+    ) -> None:
         self.socket_path = socket_path or default_socket()
+        self.submit_timeout = submit_timeout
         # A local Unix socket: no TLS (building the default certificate store costs every CLI call
         # a tenth of a second) and nothing from the environment (proxies, .netrc) applies.
         self._client = httpx.Client(
@@ -95,6 +106,13 @@ class ApiClient:
         except (httpx.ConnectError, FileNotFoundError, ConnectionRefusedError):
             raise self._not_running() from None
         except httpx.TimeoutException:
+            if KEY_HEADER in kwargs.get("headers", {}):
+                raise UserError(
+                    f"the gpuwarden daemon did not answer {method} {path} in time, and queues no "
+                    "submit it could not answer in time: nothing was queued — submit again "
+                    "(`gpuwarden status` says whether the daemon is busy)",
+                    code="timeout",
+                ) from None
             raise UserError(
                 f"the gpuwarden daemon did not answer {method} {path} in time", code="timeout"
             ) from None
@@ -121,7 +139,9 @@ class ApiClient:
         try:
             return self._client.request(method, path, **kwargs)
         except STALE_CONNECTION:
-            if method not in IDEMPOTENT:
+            # A submit with its key is safe to send again: the daemon answers the run the first
+            # one queued, if it did.
+            if method not in IDEMPOTENT and KEY_HEADER not in kwargs.get("headers", {}):
                 raise
         return self._client.request(method, path, **kwargs)
 
@@ -212,7 +232,7 @@ class ApiClient:
         }
         if environment is not None:
             body["environment"] = carried(environment)
-        return self._call(RunDetail, "POST", "/v1/runs", json=body)
+        return self._submit(body)
 
     def submit(self, spec: dict[str, Any], environment: Mapping[str, str] | None = None) -> RunDetail:
         """Submit a spec document; the run's processes start from `environment` (None: from the
@@ -220,7 +240,15 @@ class ApiClient:
         body: dict[str, Any] = {"spec": spec}
         if environment is not None:
             body["environment"] = carried(environment)
-        return self._call(RunDetail, "POST", "/v1/runs", json=body)
+        return self._submit(body)
+
+    def _submit(self, body: dict[str, Any]) -> RunDetail:
+        """POST /v1/runs with a new key, and the wait the daemon must answer within: a submit it
+        cannot queue in time it does not queue, so a timeout here means nothing was queued."""
+        wait = max(self.submit_timeout, 2 * SUBMIT_MARGIN_S)
+        deadline = time.time() + wait - SUBMIT_MARGIN_S
+        headers = {KEY_HEADER: uuid.uuid4().hex, DEADLINE_HEADER: f"{deadline:.3f}"}
+        return self._call(RunDetail, "POST", "/v1/runs", json=body, headers=headers, timeout=wait)
 
     def run(self, ref: str) -> RunDetail:
         return self._call(RunDetail, "GET", f"/v1/runs/{_q(ref)}")

@@ -34,6 +34,8 @@ STATUS_BY_CODE = {
     "ambiguous": 400,
     "invalid_config": 422,
     "invalid_request": 422,
+    "key_reused": 422,
+    "deadline": 503,
 }
 _LONG_VALUE = re.compile(rf"\S{{{VALUE_MAX + 1},}}")
 _PARSE_FAILED = "There was an error parsing the body"

@@ -11,6 +11,7 @@ import pytest
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.store.db import open_db
 from gpuwarden.core.store.runs import RunStore
+from gpuwarden.core.submission import Submission, SubmittedRun
 from gpuwarden.daemon.events_tail import EventsTail
 from gpuwarden.daemon.process import ExitStatus, classify
 
@@ -207,7 +208,8 @@ def test_a_v2_database_migrates_to_gangs_keeping_its_attempts(tmp_path: Path) ->
     path = tmp_path / "v2.db"
     db = open_db(path)  # the current schema, then back to what v2 had
     db.conn.executescript(
-        "DROP TABLE run_environments; DROP TABLE rank_offsets; DROP INDEX run_events_attempt_type;"
+        "DROP TABLE run_submissions; DROP TABLE run_environments; DROP TABLE rank_offsets;"
+        " DROP INDEX run_events_attempt_type;"
         " ALTER TABLE attempts DROP COLUMN world_size; PRAGMA user_version = 2;"
     )
     old = RunStore(db)
@@ -218,7 +220,7 @@ def test_a_v2_database_migrates_to_gangs_keeping_its_attempts(tmp_path: Path) ->
     )
     db.conn.close()
     migrated = RunStore(open_db(path))
-    assert migrations.SCHEMA_VERSION == 4
+    assert migrations.SCHEMA_VERSION == 5
     (attempt,) = migrated.attempts("r1")
     assert attempt["world_size"] == 1 and attempt["ranks"] == []
 
@@ -226,7 +228,7 @@ def test_a_v2_database_migrates_to_gangs_keeping_its_attempts(tmp_path: Path) ->
 def test_a_v3_database_migrates_to_stored_environments_keeping_its_runs(tmp_path: Path) -> None:
     path = tmp_path / "v3.db"
     db = open_db(path)  # the current schema, then back to what v3 had
-    db.conn.executescript("DROP TABLE run_environments; PRAGMA user_version = 3;")
+    db.conn.executescript("DROP TABLE run_submissions; DROP TABLE run_environments; PRAGMA user_version = 3;")
     _run(RunStore(db), "r1", "old")
     db.conn.close()
     migrated = RunStore(open_db(path))
@@ -236,3 +238,22 @@ def test_a_v3_database_migrates_to_stored_environments_keeping_its_runs(tmp_path
     assert "bar" not in str(migrated.get_run("r2"))  # not part of what a run row shows
     migrated.delete_run("r2")
     assert migrated.environment("r2") is None
+
+
+def test_a_v4_database_migrates_to_submit_keys_keeping_its_runs(tmp_path: Path) -> None:
+    path = tmp_path / "v4.db"
+    db = open_db(path)  # the current schema, then back to what v4 had
+    db.conn.executescript("DROP TABLE run_submissions; PRAGMA user_version = 4;")
+    _run(RunStore(db), "r1", "old")
+    db.conn.close()
+    migrated = RunStore(open_db(path))
+    assert migrated.get_run("r1") is not None
+    sent = Submission(key="key-00000001", digest="d1")
+    migrated.create_run("r2", "new", "command", {"name": "new"}, "/runs/r2", submission=sent)
+    assert migrated.submitted_as("key-00000001") == SubmittedRun(run_id="r2", digest="d1")
+    assert "key-00000001" not in str(migrated.get_run("r2"))  # not part of what a run row shows
+    with pytest.raises(sqlite3.IntegrityError):  # one key, one run
+        migrated.create_run("r3", "new", "command", {"name": "new"}, "/runs/r3", submission=sent)
+    assert migrated.get_run("r3") is None
+    migrated.delete_run("r2")
+    assert migrated.submitted_as("key-00000001") is None

@@ -17,7 +17,7 @@ COMMAND = "name: a\nkind: command\ncommand: {argv: [echo]}\n"
 def test_spec_values_of_the_wrong_kind_are_named_in_plain_words(gw: DaemonHandle) -> None:
     cases = {
         "name: a\nkind: command\ncommand: [echo, hi]\n": (
-            "3: command: must be a mapping (key: value lines) (got ['echo', 'hi'])"
+            "3: command: must be a mapping (key: value lines) (got a list of 2 items)"
         ),
         COMMAND + "restart: true\n": "4: restart: must be a mapping (key: value lines) (got true)",
         "name: a\nkind: train\ntrain: {task: image, batch_size: true}\n": (

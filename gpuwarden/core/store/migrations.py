@@ -6,7 +6,13 @@ from collections.abc import Callable
 
 import sqlite_utils
 
-from gpuwarden.core.store import schema_environment, schema_gang, schema_runs, schema_telemetry
+from gpuwarden.core.store import (
+    schema_environment,
+    schema_gang,
+    schema_runs,
+    schema_submissions,
+    schema_telemetry,
+)
 
 Migration = tuple[int, str, Callable[[sqlite_utils.Database], None]]
 
@@ -15,6 +21,7 @@ MIGRATIONS: list[Migration] = [
     (2, "runs: runs, attempts, events, retunes, metrics", schema_runs.migrate_v2),
     (3, "gangs: attempts.world_size, an events offset per rank", schema_gang.migrate_v3),
     (4, "runs: the environment each was submitted with", schema_environment.migrate_v4),
+    (5, "runs: the key each was submitted with", schema_submissions.migrate_v5),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -24,6 +24,7 @@ from gpuwarden.core.report.samples import samples_done
 from gpuwarden.core.run_ref import MAX_REF_CHARS
 from gpuwarden.core.run_state import RunState, check_transition
 from gpuwarden.core.store.transaction import transaction
+from gpuwarden.core.submission import Submission, SubmittedRun
 
 _METRIC_FIELDS = (
     "step",
@@ -313,8 +314,10 @@ class RunStore:
         run_dir: str,
         message: str | None = None,
         environment: Mapping[str, str] | None = None,
+        submission: Submission | None = None,
     ) -> None:
-        """Insert a queued run (with the environment its processes start from, when given)."""
+        """Insert a queued run (with the environment its processes start from, and the key its
+        submit was sent with, when given)."""
         now = self.clock()
         with transaction(self.conn):
             self.conn.execute(
@@ -344,6 +347,16 @@ class RunStore:
                     "INSERT INTO run_environments (run_id, variables) VALUES (?, ?)",
                     (run_id, json.dumps(dict(environment))),
                 )
+            if submission is not None and submission.key is not None:
+                self.conn.execute(
+                    "INSERT INTO run_submissions (key, run_id, digest) VALUES (?, ?, ?)",
+                    (submission.key, run_id, submission.digest),
+                )
+
+    def submitted_as(self, key: str) -> SubmittedRun | None:
+        """The run a submit sent with `key` queued, if one did (and was not deleted since)."""
+        row = self.conn.execute("SELECT run_id, digest FROM run_submissions WHERE key = ?", (key,)).fetchone()
+        return SubmittedRun(run_id=row[0], digest=row[1]) if row else None
 
     def environment(self, run_id: str) -> dict[str, str] | None:
         """The environment the run was submitted with (None: it was submitted without one)."""

@@ -15,6 +15,7 @@ from gpuwarden.core.config.spec import RunSpec
 from gpuwarden.core.paths import Paths
 from gpuwarden.core.store.runs import RunStore
 from gpuwarden.core.store.telemetry import TelemetryStore
+from gpuwarden.core.submission import Submission
 from gpuwarden.core.telemetry.types import GpuProcess, GpuSample, GpuStatic, Tick
 from gpuwarden.daemon.storage_health import StorageHealth
 from gpuwarden.daemon.stream import Broadcaster
@@ -41,6 +42,7 @@ class RunControl(Protocol):
         label: str = ...,
         check_inputs: bool = ...,
         environment: Mapping[str, str] | None = ...,
+        submission: Submission | None = ...,
     ) -> RunRow: ...
 
     def stop_run(self, run_id: str, grace: float | None = None) -> RunRow: ...

@@ -16,7 +16,10 @@ _WHY = {
     "(`unexpected_body`)",
     415: "the body was sent as another type than JSON (`Content-Type: application/json`)",
     422: "a parameter or the body does not validate (`invalid_request`), or the spec does not "
-    "(`invalid_config`, one line per problem in `problems`)",
+    "(`invalid_config`, one line per problem in `problems`), or an Idempotency-Key came before with "
+    "another request (`key_reused`)",
+    503: "the submit could not be queued before the time the client stops waiting "
+    "(X-Gpuwarden-Deadline): nothing was queued (`deadline`)",
     507: "the daemon cannot write its database or state folder: the disk is full (`storage_full`), "
     "or a file or folder there cannot be written — a read-only mount, an immutable flag, another "
     "user's (`storage_unwritable`); the message names it and the fix, and /v1/health reports it",

@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Header, Query, Response
 
 from gpuwarden.core.api import (
     Deleted,
@@ -28,6 +28,7 @@ from gpuwarden.core.oom.roles import effective_batch_of
 from gpuwarden.core.report.energy import stored_energy
 from gpuwarden.core.run_state import RunState
 from gpuwarden.core.safeload import read_json_file
+from gpuwarden.core.submission import DEADLINE_HEADER, KEY_HEADER, KEY_PATTERN, Submission
 from gpuwarden.daemon.routes.daemon_view import DaemonDep, DaemonView, RunRow
 from gpuwarden.daemon.routes.responses import ON_A_RUN, WITH_A_BODY, WRITES, errors
 
@@ -96,26 +97,62 @@ def list_runs(
     return RunList(runs=[RunSummary.from_row(r) for r in rows])
 
 
+SubmitKey = Annotated[
+    str | None,
+    Header(
+        alias=KEY_HEADER,
+        pattern=KEY_PATTERN,
+        description="a fresh random key per submit: the same submit sent again with it (after a "
+        "timeout or a dropped connection) answers the run the first one queued (200), never a second",
+    ),
+]
+SubmitDeadline = Annotated[
+    float | None,
+    Header(
+        alias=DEADLINE_HEADER,
+        gt=0,
+        description="when the client stops waiting for the answer (seconds since the epoch): a "
+        "submit not queued by then is not queued at all (503 `deadline`)",
+    ),
+]
+_REPLAYED: dict[int | str, dict[str, Any]] = {
+    200: {"model": RunDetail, "description": "the run an earlier submit with this Idempotency-Key queued"}
+}
+
+
 @router.post(
     "/v1/runs",
     status_code=201,
     response_model=RunDetail,
-    responses=errors(WITH_A_BODY, 400, 404, 409, 422, WRITES),
+    responses={**_REPLAYED, **errors(WITH_A_BODY, 400, 404, 409, 422, 503, 507)},
     summary="submit a run spec",
 )
-def submit(daemon: DaemonDep, body: SubmitRequest) -> RunDetail:
+def submit(
+    daemon: DaemonDep,
+    body: SubmitRequest,
+    response: Response,
+    key: SubmitKey = None,
+    deadline: SubmitDeadline = None,
+) -> RunDetail:
+    submission = Submission.of(body.model_dump_json(), key, deadline)
+    if key is not None and (earlier := daemon.runs().submitted_as(key)) is not None:
+        earlier.check_same(submission)
+        response.status_code = 200
+        return run_detail(daemon, resolve(daemon, earlier.run_id))
     label = body.label or "spec"
     if body.spec_yaml is None:
         assert body.spec is not None  # the request model allows exactly one of the two
-        return _submit(daemon, body, spec_from_mapping(body.spec, label=label), label)
+        return _submit(daemon, body, spec_from_mapping(body.spec, label=label), label, submission)
     # Both readers bound size, depth and alias expansion before anything walks the document.
     document = parse_yaml(body.spec_yaml, label)
     # Checks after validation (placeholders, inputs, GPUs) name a key; the user reads file:line.
     with document.locating(RunSpec.model_fields):
-        return _submit(daemon, body, spec_from_document(document), label)
+        return _submit(daemon, body, spec_from_document(document), label, submission)
 
 
-def _submit(daemon: DaemonView, body: SubmitRequest, spec: RunSpec, label: str) -> RunDetail:
+def _submit(
+    daemon: DaemonView, body: SubmitRequest, spec: RunSpec, label: str, submission: Submission
+) -> RunDetail:
     if body.base_dir is not None:
         spec = resolve_relative_paths(spec, Path(body.base_dir))
     elif relative := relative_paths(spec):
@@ -131,6 +168,7 @@ def _submit(daemon: DaemonView, body: SubmitRequest, spec: RunSpec, label: str) 
         label=label,
         check_inputs=body.check_inputs,
         environment=body.environment,
+        submission=submission,
     )
     return run_detail(daemon, run)
 

@@ -7,6 +7,7 @@ does not allow; the loop does the rest on its next pass (woken at once).
 from __future__ import annotations
 
 import copy
+import logging
 import os
 import shutil
 import signal
@@ -22,11 +23,14 @@ from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.oom.policy import relative_policy
 from gpuwarden.core.run_state import ACTIVE_STATES, CHANGEABLE_STATES, RESUMABLE_STATES, RunState
+from gpuwarden.core.submission import Submission
 from gpuwarden.core.tune.command_tune import tune_blocker
 from gpuwarden.daemon import run_environment
 from gpuwarden.daemon.placement import check_feasible
 from gpuwarden.daemon.supervise.context import Conflict, Context, spec_document
 from gpuwarden.daemon.supervise.hooks import ProfileHook
+
+log = logging.getLogger("gpuwarden.daemon.supervisor")
 
 
 def submit(
@@ -38,9 +42,13 @@ def submit(
     check_inputs: bool,
     profile: ProfileHook | None,
     environment: Mapping[str, str] | None = None,
+    submission: Submission | None = None,
 ) -> dict[str, Any]:
     """Validate what waiting cannot fix, persist the run as queued (with the submitter's
-    environment, when given), and wake the scheduler."""
+    environment, when given), and wake the scheduler. A submit sent again with its key answers
+    the run the first one queued; one whose client stopped waiting is not queued (`submission`)."""
+    if (earlier := _submitted_before(ctx, submission)) is not None:
+        return earlier
     spec = complete_command(spec)  # command runs: preset knobs, config values, placeholders
     if check_inputs:
         require_inputs(spec, label, "fix the path, or submit with --no-check-inputs when a run creates it")
@@ -57,7 +65,14 @@ def submit(
     kept = run_environment.submitted(environment)
     created = ctx.batch().write(
         lambda s: s.create_run(
-            run_id, spec.name, spec.kind, document, str(run_dir), "waiting to start", environment=kept
+            run_id,
+            spec.name,
+            spec.kind,
+            document,
+            str(run_dir),
+            "waiting to start",
+            environment=kept,
+            submission=submission,
         )
     )
     if profile_line:
@@ -66,15 +81,39 @@ def submit(
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "spec.yaml").write_text(text)
         with ctx.lock:
+            # Under the lock, as the commit: a twin sent meanwhile with the same key is found,
+            # and the deadline is checked last, right before the run exists.
+            if (earlier := _submitted_before(ctx, submission)) is not None:
+                shutil.rmtree(run_dir, ignore_errors=True)
+                return earlier
+            if submission is not None and submission.late_by() > 0:
+                log.info(
+                    "run %s (%s) not queued: its submit came after its client stopped waiting",
+                    run_id,
+                    spec.name,
+                )
+                submission.check_in_time()
             created.commit()
     except BaseException:
-        shutil.rmtree(run_dir, ignore_errors=True)  # refused (a full disk): no folder of no run
+        shutil.rmtree(run_dir, ignore_errors=True)  # refused (late, a full disk): no folder of no run
         raise
     with ctx.lock:
         run = ctx.run(run_id)
         ctx.publish_run(run)
     ctx.wake()
     return run
+
+
+def _submitted_before(ctx: Context, submission: Submission | None) -> dict[str, Any] | None:
+    """The run an earlier submit with the same key queued (None: there is none, or no key)."""
+    if submission is None or submission.key is None:
+        return None
+    key = submission.key
+    earlier = ctx.store(lambda s: s.submitted_as(key))
+    if earlier is None:
+        return None
+    earlier.check_same(submission)
+    return ctx.find(earlier.run_id)
 
 
 def stop(ctx: Context, run_id: str, grace: float | None) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from gpuwarden.core.config.settings import Settings
 from gpuwarden.core.config.spec import RunSpec
 from gpuwarden.core.paths import Paths
 from gpuwarden.core.run_state import RunState
+from gpuwarden.core.submission import Submission
 from gpuwarden.daemon.process import ExitStatus
 from gpuwarden.daemon.stream import Broadcaster
 from gpuwarden.daemon.supervise import (
@@ -281,9 +282,11 @@ class Supervisor:
         label: str = "spec",
         check_inputs: bool = True,
         environment: Mapping[str, str] | None = None,
+        submission: Submission | None = None,
     ) -> dict[str, Any]:
         """Queue a run. `check_inputs=False` queues one whose model or data an earlier run is
-        still to create; `environment` is the submitter's, which its processes start from."""
+        still to create; `environment` is the submitter's, which its processes start from;
+        `submission` says how the client sent it (its key, how long it waits)."""
         return actions.submit(
             self.ctx,
             spec,
@@ -292,6 +295,7 @@ class Supervisor:
             check_inputs=check_inputs,
             profile=self.hooks.profile,
             environment=environment,
+            submission=submission,
         )
 
     def stop_run(self, run_id: str, grace: float | None = None) -> dict[str, Any]:
