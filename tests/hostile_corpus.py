@@ -82,6 +82,13 @@ def corpus(marker_dir: Path) -> dict[str, bytes]:
         # A secret pasted into the wrong key: messages show a short, cut excerpt of a value.
         "secret-value.yaml": _spec(train="{task: image, batch_size: TOPSECRET-VALUE-42}"),
         "secret-daemon-value.yaml": "log_level: TOPSECRET-VALUE-FOR-THE-DAEMON\n",
+        # YAML's "\\0" is a NUL, which no program can be given in its arguments or environment.
+        "nul-argv.yaml": "name: nul\nkind: command\nresources: {gpus: 0}\n"
+        'command: {argv: [python3, "-c", "pass\\0rm -rf /"]}\n',
+        "nul-env.yaml": "name: nul\nkind: command\nresources: {gpus: 0}\n"
+        'command: {argv: [python3, "-c", pass]}\nenv: {TOKEN: "a\\0b"}\n',
+        "nul-config-path.yaml": "name: nul\nkind: command\nresources: {gpus: 0}\n"
+        'command: {argv: [python3, "{config_file}"], config_file: "/tmp/a\\0b.yaml"}\n',
     }
     out = {name: text.encode("utf-8") for name, text in texts.items()}
     # 20 MB of well-formed YAML: refused for its size before any of it is parsed.

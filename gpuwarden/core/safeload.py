@@ -78,6 +78,8 @@ def read_text_file(path: Path, limits: ReadLimits = DEFAULT_LIMITS, *, what: str
         raise UserError(f"{path}: permission denied — make it readable") from None
     except OSError as exc:
         raise UserError(f"{path}: cannot read ({exc.strerror}) — check the path") from None
+    except ValueError:  # a NUL in the path
+        raise UserError(f"{str(path)!r}: a path cannot hold a NUL character — give the file's path") from None
     try:
         mode = os.fstat(fd).st_mode
         if stat.S_ISDIR(mode):

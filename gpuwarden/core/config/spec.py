@@ -23,7 +23,7 @@ from pydantic import (
 )
 
 from gpuwarden.core.config.excerpt import value_excerpt
-from gpuwarden.core.config.spec_command import CommandSpec, KnobValue, check_env_names
+from gpuwarden.core.config.spec_command import CommandSpec, KnobValue, check_env_names, check_no_nul
 from gpuwarden.core.config.spec_infer import InferSpec
 from gpuwarden.core.config.spec_restart import RestartPolicy
 from gpuwarden.core.config.spec_train import TrainSpec
@@ -167,6 +167,8 @@ class RunSpec(StrictModel):
     @classmethod
     def _finite_knobs(cls, v: dict[str, KnobValue]) -> dict[str, KnobValue]:
         for name, value in v.items():
+            if isinstance(value, str):
+                check_no_nul(value, name)  # it may go into argv or a variable
             if isinstance(value, float) and not math.isfinite(value):
                 # Substituted as `nan` or `inf` into argv, or sent as JSON, it means nothing.
                 raise ValueError(f"{name}: {value} is not a finite number — give one, or quote it as text")

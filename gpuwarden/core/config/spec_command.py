@@ -26,12 +26,20 @@ KEY_PATH_RE = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
 
 
 def check_env_names(env: dict[str, str]) -> dict[str, str]:
-    for name in env:
+    for name, value in env.items():
         if not ENV_NAME_RE.fullmatch(name):
             raise ValueError(
                 f"{value_excerpt(name)} is not a valid environment variable name — use letters, digits, _"
             )
+        check_no_nul(value, name)
     return env
+
+
+def check_no_nul(text: str, where: str) -> None:
+    """A NUL cannot reach a program (execve ends each argument and variable at one): refused when
+    the spec is read, not when an attempt cannot start."""
+    if "\x00" in text:
+        raise ValueError(f"{where}: holds a NUL character, which no program can be given — remove it")
 
 
 class KnobBinding(StrictModel):
@@ -189,6 +197,8 @@ class CommandSpec(StrictModel):
     def _argv_not_blank(cls, v: list[str]) -> list[str]:
         if not v[0].strip():
             raise ValueError("the program (argv[0]) is empty — name the program to run")
+        for i, item in enumerate(v):
+            check_no_nul(item, f"argv[{i}]")
         return v
 
     @field_validator("env")
