@@ -16,6 +16,7 @@ import resource
 import sys
 import time
 import traceback
+from pathlib import Path
 from typing import Any
 
 from gpuwarden.cli.main import main
@@ -53,13 +54,27 @@ def run_case(argv: list[str], env: dict[str, str]) -> dict[str, Any]:
 
 
 def peak_kb() -> int:
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    """This process's peak resident memory since `reset_peak` (VmHWM). Not ru_maxrss: on Linux it
+    keeps the peak of the process this one was forked from before its exec, so a parent that had
+    grown (a benchmark that wrote a 50 MB corpus) would hide what the cases cost."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:")))
+
+
+def reset_peak() -> None:
+    """Start the peak over from the current resident memory (Linux's clear_refs, value 5)."""
+    with contextlib.suppress(OSError):
+        Path("/proc/self/clear_refs").write_text("5")
 
 
 def drive() -> None:
     cases = json.loads(sys.stdin.read())["cases"]
     warmup, *rest = cases
     results = [run_case(warmup["argv"], warmup.get("env", {}))]
+    reset_peak()
     baseline = peak_kb()
     results += [run_case(c["argv"], c.get("env", {})) for c in rest]
     # The commands under test may have replaced sys.stdout; the parent reads the real one.
