@@ -101,17 +101,23 @@ def test_a_completion_that_raises_fails_its_run_and_the_next_one_is_still_applie
     assert len(_errors(caplog)) == 1
 
 
-def test_a_run_the_process_layer_refuses_fails_and_the_run_behind_it_starts(rig: Rig) -> None:
-    bad = rig.submit(command("bad", command={"argv": ["python", "-c", "print('a\0b')"]}))
+def test_a_run_whose_stored_spec_no_longer_validates_fails_and_the_run_behind_it_starts(rig: Rig) -> None:
+    bad = rig.submit(command("bad"))
+    # Queued by an older gpuwarden, which let a NUL into argv: no program can be given one.
+    rig.writer.call(
+        lambda db: db.conn.execute(
+            "UPDATE runs SET spec = json_set(spec, '$.command.argv[2]', 'a' || char(0) || 'b') WHERE id = ?",
+            (bad,),
+        )
+    )
     good = rig.submit(command("good"))
     rig.step()
     assert rig.state(good) == RunState.RUNNING
     run = rig.run(bad)
     assert run["state"] == RunState.FAILED
-    assert run["message"] == f"attempt 1: {BUG} (ValueError: embedded null byte; a daemon bug, see its log)"
-    (attempt,) = rig.attempts(bad)
-    assert (attempt["state"], attempt["classification"], attempt["pid"]) == ("ended", "failed", None)
-    assert rig.states(bad) == ["queued", "starting", "failed"]
+    assert "argv[2]: holds a NUL character" in run["message"] and "\n" not in run["message"]
+    assert rig.attempts(bad) == []
+    assert rig.states(bad) == ["queued", "failed"]
 
 
 def test_a_queued_run_pinned_to_a_gpu_that_is_gone_fails_and_the_queue_moves_on(

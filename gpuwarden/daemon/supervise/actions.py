@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -27,7 +28,7 @@ from gpuwarden.core.submission import Submission
 from gpuwarden.core.tune.command_tune import tune_blocker
 from gpuwarden.daemon import run_environment
 from gpuwarden.daemon.placement import check_feasible
-from gpuwarden.daemon.supervise.context import Conflict, Context, spec_document
+from gpuwarden.daemon.supervise.context import Batch, Conflict, Context, spec_document
 from gpuwarden.daemon.supervise.hooks import ProfileHook
 
 log = logging.getLogger("gpuwarden.daemon.supervisor")
@@ -77,6 +78,20 @@ def submit(
     )
     if profile_line:
         created.event(run_id, None, "profile", message=profile_line)
+    if (earlier := _queue(ctx, created, run_dir, text, submission)) is not None:
+        return earlier
+    with ctx.lock:
+        run = ctx.run(run_id)
+        ctx.publish_run(run)
+    ctx.wake()
+    return run
+
+
+def _queue(
+    ctx: Context, created: Batch, run_dir: Path, text: str, submission: Submission | None
+) -> dict[str, Any] | None:
+    """Write the run's folder and commit `created`; the run an earlier submit with the same key
+    queued instead, if one did (then nothing is written)."""
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "spec.yaml").write_text(text)
@@ -87,21 +102,14 @@ def submit(
                 shutil.rmtree(run_dir, ignore_errors=True)
                 return earlier
             if submission is not None and submission.late_by() > 0:
-                log.info(
-                    "run %s (%s) not queued: its submit came after its client stopped waiting",
-                    run_id,
-                    spec.name,
-                )
+                late = "its submit came after its client stopped waiting"
+                log.info("run %s not queued: %s", run_dir.name, late)
                 submission.check_in_time()
             created.commit()
     except BaseException:
         shutil.rmtree(run_dir, ignore_errors=True)  # refused (late, a full disk): no folder of no run
         raise
-    with ctx.lock:
-        run = ctx.run(run_id)
-        ctx.publish_run(run)
-    ctx.wake()
-    return run
+    return None
 
 
 def _submitted_before(ctx: Context, submission: Submission | None) -> dict[str, Any] | None:
