@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 from fastapi.concurrency import run_in_threadpool
 
+from gpuwarden.core import run_views
 from gpuwarden.core.api import EventsPage, LogChunk
-from gpuwarden.core.errors import UserError
 from gpuwarden.core.logtail import NO_LOG, log_chunk, read_log
 from gpuwarden.core.run_state import FINAL_STATES
 from gpuwarden.daemon.routes.daemon_view import DaemonDep, DaemonView
@@ -27,16 +26,7 @@ router = APIRouter()
 
 
 def _events_page(daemon: DaemonView, run_id: str, since: int, limit: int) -> EventsPage:
-    store = daemon.runs()
-    rows = store.events(run_id, since=since, limit=limit)
-    current = store.get_run(run_id)
-    return EventsPage.model_validate(
-        {
-            "events": rows,
-            "next_since": rows[-1]["id"] if rows else since,
-            "state": current["state"] if current else "deleted",
-        }
-    )
+    return run_views.events_page(daemon.runs(), run_id, since, limit)
 
 
 @router.get(
@@ -62,9 +52,8 @@ async def events(
             await watch.changed()
 
 
-def _attempt_state(daemon: DaemonView, run_id: str, number: int) -> str | None:
-    row = daemon.runs().attempt(run_id, number)
-    return None if row is None else str(row["state"])
+def _ended(daemon: DaemonView, run_id: str, number: int) -> bool:
+    return run_views.attempt_ended(daemon.runs(), run_id, number)
 
 
 @router.get(
@@ -83,24 +72,18 @@ async def logs(
     wait: Annotated[float, Query(ge=0, le=MAX_WAIT_S, description="long-poll for new data")] = 0.0,
 ) -> LogChunk:
     run = await run_in_threadpool(resolve, daemon, ref)
-    number = attempt or run["attempt"]
-    if number == 0:
+    number, path = await run_in_threadpool(run_views.log_target, daemon.runs(), run, attempt, stream)
+    if path is None:
         return log_chunk(NO_LOG, ended=run["state"] in FINAL_STATES, attempt=0, stream=stream)
-    row = await run_in_threadpool(lambda: daemon.runs().attempt(run["id"], number))
-    if row is None:
-        raise UserError(
-            f"run {run['id']} has no attempt {number} (it has {run['attempt']})", code="not_found"
-        )
-    path = Path(row[f"{stream}_path"])
     async with watch_run(daemon.broadcaster, run["id"], wait, RECHECK_S) as watch:
         while True:
             piece = await run_in_threadpool(read_log, path, offset, limit)
             if piece.data or watch.expired or daemon.stopping:
                 break
-            if await run_in_threadpool(_attempt_state, daemon, run["id"], number) in (None, "ended"):
+            if await run_in_threadpool(_ended, daemon, run["id"], number):
                 # Ended while we looked: what it wrote last is in the file now.
                 piece = await run_in_threadpool(read_log, path, offset, limit)
                 break
             await watch.changed()
-    state = await run_in_threadpool(_attempt_state, daemon, run["id"], number)
-    return log_chunk(piece, ended=state in (None, "ended"), attempt=number, stream=stream)
+    ended = await run_in_threadpool(_ended, daemon, run["id"], number)
+    return log_chunk(piece, ended=ended, attempt=number, stream=stream)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Response
 
+from gpuwarden.core import run_views
 from gpuwarden.core.api import (
     Deleted,
     EditRequest,
@@ -17,17 +17,12 @@ from gpuwarden.core.api import (
     StopRequest,
     SubmitRequest,
 )
-from gpuwarden.core.api.runs import Attempt, Retune
-from gpuwarden.core.command.record import attempt_dir, with_records
+from gpuwarden.core.api.runs import Attempt
 from gpuwarden.core.config.resolve import relative_paths, resolve_relative_paths
 from gpuwarden.core.config.spec import RunSpec, spec_from_document, spec_from_mapping
 from gpuwarden.core.config.yamlsource import parse_yaml
 from gpuwarden.core.errors import UserError
-from gpuwarden.core.exit_record import STATUS_FILE, read_program_pid
-from gpuwarden.core.oom.roles import effective_batch_of
-from gpuwarden.core.report.energy import stored_energy
 from gpuwarden.core.run_state import RunState
-from gpuwarden.core.safeload import read_json_file
 from gpuwarden.core.submission import DEADLINE_HEADER, KEY_HEADER, KEY_PATTERN, Submission
 from gpuwarden.daemon.routes.daemon_view import DaemonDep, DaemonView, RunRow
 from gpuwarden.daemon.routes.responses import ON_A_RUN, WITH_A_BODY, WRITES, errors
@@ -36,50 +31,16 @@ router = APIRouter()
 
 
 def run_detail(daemon: DaemonView, run: RunRow) -> RunDetail:
-    """A run whole: the row, its attempts and retunes, the effective batch, its report and energy."""
-    store = daemon.runs()
-    run_dir = Path(run["run_dir"])
-    return RunDetail.model_validate(
-        {
-            **RunSummary.from_row(run).model_dump(),
-            "run_dir": run["run_dir"],
-            "stop_requested": run["stop_requested"],
-            "spec": run["spec"],
-            "submitted_spec": run["submitted_spec"],
-            "attempts": attempt_models(daemon, run),
-            "retunes": [Retune.model_validate(r) for r in store.retunes(run["id"])],
-            "effective_batch": effective_batch_of(run["spec"]),
-            "report": read_report(run_dir / "report.json"),
-            # J/sample and samples/kWh of the run and of each attempt (None without a counter).
-            "energy": stored_energy(store, daemon.telemetry_reader(), run["id"], time.time()),
-        }
-    )
+    """A run whole (`core/run_views.py`), with the pid of the program it runs now."""
+    return run_views.run_detail(daemon.runs(), daemon.telemetry_reader(), run, _live_program(daemon, run))
 
 
 def attempt_models(daemon: DaemonView, run: RunRow) -> list[Attempt]:
-    """The run's attempts with their program's pid: read live for the one running, from the exit
-    record for one that ended (a command's own program, not the recorder that started it)."""
-    run_dir = Path(run["run_dir"])
-    rows = with_records(run_dir, daemon.runs().attempts(run["id"]))
-    live = daemon.supervisor.program_of(run["id"]) if run["state"] == RunState.RUNNING else None
-    return [Attempt.model_validate({**a, "program_pid": _program_pid(run_dir, a, live)}) for a in rows]
+    return run_views.attempt_models(daemon.runs(), run, _live_program(daemon, run))
 
 
-def _program_pid(run_dir: Path, attempt: dict[str, Any], live: int | None) -> int | None:
-    if attempt["state"] != "ended":
-        return live
-    return read_program_pid(str(attempt_dir(run_dir, int(attempt["attempt"])) / STATUS_FILE))
-
-
-def read_report(path: Path) -> dict[str, Any] | None:
-    """The run's report.json (None before it is written; what went wrong when unreadable)."""
-    if not path.exists():
-        return None
-    try:
-        report = read_json_file(path, what="run report")
-    except UserError as exc:  # a command run's program may write anything there
-        return {"unreadable": exc.message}
-    return report if isinstance(report, dict) else {"unreadable": "not a JSON object"}
+def _live_program(daemon: DaemonView, run: RunRow) -> int | None:
+    return daemon.supervisor.program_of(run["id"]) if run["state"] == RunState.RUNNING else None
 
 
 def resolve(daemon: DaemonView, ref: str) -> RunRow:
