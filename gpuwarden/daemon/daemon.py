@@ -13,40 +13,32 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
 from typing import Any, Protocol
-
-import psutil
 
 from gpuwarden import __version__
 from gpuwarden.core.config.settings import MetricsSettings, Settings
 from gpuwarden.core.errors import UserError
-from gpuwarden.core.oom.classify import read_oom_kill_count
 from gpuwarden.core.paths import Paths
 from gpuwarden.core.private import OwnerOf, file_owner
-from gpuwarden.core.run_state import RunState
 from gpuwarden.core.store import sqlite_utils
 from gpuwarden.core.store.db import open_db
 from gpuwarden.core.store.runs import RunStore
 from gpuwarden.core.store.telemetry import TelemetryStore
-from gpuwarden.core.telemetry.topology import NO_TOPOLOGY, GpuTopology
 from gpuwarden.core.telemetry.types import GpuProcess, GpuReader, GpuSample, GpuStatic, HostSample, Tick
 from gpuwarden.daemon.lock import DatabaseLock, InstanceLock
 from gpuwarden.daemon.placement import GpuState
 from gpuwarden.daemon.private_state import enter_owner_only_umask, prepare_private_state
-from gpuwarden.daemon.process import LocalProcesses
+from gpuwarden.daemon.sampling import Sampling
 from gpuwarden.daemon.socket_watch import SocketWatch
 from gpuwarden.daemon.storage_health import StorageHealth
 from gpuwarden.daemon.stream import Broadcaster
-from gpuwarden.daemon.supervise import Backends, Hooks, RetuneHook, Supervisor
+from gpuwarden.daemon.supervise import RetuneHook
+from gpuwarden.daemon.wiring import build_supervisor
 from gpuwarden.daemon.writer import StoreWriter
 
 log = logging.getLogger("gpuwarden.daemon")
 
 API_VERSION = "1.0"
-RETENTION_EVERY_S = 3600.0
-# Ticks queued for the writer beyond this are dropped (and logged) rather than piling up in memory.
-MAX_WRITE_BACKLOG = 300
 
 
 class Component(Protocol):
@@ -83,56 +75,19 @@ class Daemon:
         self.storage = StorageHealth(self.paths.db, self.paths.state_dir)
         self.writer = StoreWriter(self.paths.db, self.storage)
         self.broadcaster = Broadcaster()
-        self._gpu_reader = gpu_reader
-        self.sampler: Any = None
-        self.telemetry: TelemetryStore | None = None
-        self.latest_tick: Tick | None = None
-        self.latest_processes: list[GpuProcess] = []
-        self.tick_listeners: list[Callable[[Tick], None]] = []
+        self.sampling = Sampling(settings, self.writer, self.storage, gpu_reader)
+        self.sampling.listeners.append(self._publish_sample)
         self.components: list[Component] = []
-        self.supervisor = Supervisor(
-            settings,
-            self.paths,
-            self.writer,
-            self.broadcaster,
-            local_backends(self.gpu_states, self.gpu_topology),
-            self._hooks(retune_hook),
+        self.supervisor = build_supervisor(
+            settings, self.paths, self.writer, self.broadcaster, self.sampling, retune_hook
         )
         if settings.metrics.enabled:
             self.add_component(MetricsComponent(self, settings.metrics))
         self.server: Any = None
         self._stop = threading.Event()
-        self._sampler_thread = threading.Thread(target=self._sample_loop, name="sampler", daemon=True)
         self._readers = threading.local()
         self._shutdown_hooks: list[Callable[[], None]] = []
         self.socket_watch: SocketWatch | None = None
-
-    def _hooks(self, retune_hook: RetuneHook | None) -> Hooks:
-        """The supervisor's decisions: OOM recovery by the run's policy (the product's default,
-        swapped out only in tests), autotuning and the memory-tier profile."""
-        from gpuwarden.daemon.autotune import Autotuner, apply_profile
-
-        if retune_hook is None:
-            from gpuwarden.daemon.oom_retune import OomRetune
-
-            retune_hook = OomRetune(
-                gpu_states=self.gpu_states,
-                gpu_processes=lambda: self.latest_processes,
-                retunes_of=lambda run_id: self.writer.call(lambda db: RunStore(db).retunes(run_id)),
-                environment_of=self._stored_environment,
-                stopped=self._no_longer_retuning,
-            )
-        autotune = Autotuner(
-            self._gpu_statics,
-            self.paths.tune_cache,
-            power_limit_command=self.settings.power_limit_command,
-            environment_of=self._stored_environment,
-        )
-        return Hooks(
-            retune=retune_hook,
-            autotune=autotune,
-            profile=lambda spec: apply_profile(spec, self._gpu_statics()),
-        )
 
     # -- hooks for the lead's components ------------------------------------------------------------
 
@@ -142,12 +97,9 @@ class Daemon:
 
     def on_tick(self, callback: Callable[[Tick], None]) -> None:
         """Call `callback(tick)` on the sampler thread after each tick (keep it fast)."""
-        self.tick_listeners.append(callback)
+        self.sampling.listeners.append(callback)
 
     # -- state others read ----------------------------------------------------------------------------
-
-    def _gpu_statics(self) -> list[GpuStatic]:
-        return self.sampler.gpus() if self.sampler is not None else []
 
     @property
     def uptime(self) -> float:
@@ -156,47 +108,27 @@ class Daemon:
     @property
     def gpu_status(self) -> str:
         """One line: the GPUs sampled, or why none are."""
-        if self.sampler is None:
-            return "starting"
-        status = self.sampler.status
-        if status:
-            return str(status)
-        gpus = self.sampler.gpus()
-        names = sorted({g.name for g in gpus})
-        return f"{len(gpus)} GPU{'s' if len(gpus) != 1 else ''}: {', '.join(names)}"
+        return self.sampling.gpu_status
+
+    @property
+    def latest_tick(self) -> Tick | None:
+        return self.sampling.latest_tick
+
+    @property
+    def latest_processes(self) -> list[GpuProcess]:
+        return self.sampling.latest_processes
 
     def gpu_states(self) -> list[GpuState]:
         """Placement's view of the GPUs: static totals plus the latest tick's memory use."""
-        if self.sampler is None:
-            return []
-        latest = {s.uuid: s for s in self.latest_tick.gpus} if self.latest_tick else {}
-        states = []
-        for g in self.sampler.gpus():
-            sample = latest.get(g.uuid)
-            total = sample.mem_total if sample and sample.mem_total is not None else g.memory_total
-            states.append(
-                GpuState(
-                    uuid=g.uuid,
-                    index=g.index,
-                    memory_total=total,
-                    memory_used=sample.mem_used if sample else None,
-                    lost=bool(sample and sample.lost),
-                )
-            )
-        return states
-
-    def gpu_topology(self) -> GpuTopology:
-        """How the GPUs are linked, for placing multi-GPU runs (`place(..., topology=...)`)."""
-        return self.sampler.topology() if self.sampler is not None else NO_TOPOLOGY
+        return self.sampling.gpu_states()
 
     # -- the Prometheus exporter's MetricsSource (gpuwarden.daemon.metrics) ---------------------------
 
     def gpu_snapshot(self) -> list[tuple[GpuStatic, GpuSample | None]]:
         """Each GPU's static facts with its latest sample (None before the first tick)."""
-        if self.sampler is None:
-            return []
-        latest = {s.uuid: s for s in self.latest_tick.gpus} if self.latest_tick else {}
-        return [(g, latest.get(g.uuid)) for g in self.sampler.gpus()]
+        tick = self.sampling.latest_tick
+        latest = {s.uuid: s for s in tick.gpus} if tick else {}
+        return [(g, latest.get(g.uuid)) for g in self.sampling.gpu_statics()]
 
     def host_snapshot(self) -> HostSample | None:
         return self.latest_tick.host if self.latest_tick else None
@@ -216,15 +148,6 @@ class Daemon:
     def runs(self) -> RunStore:
         return RunStore(self.read_db())
 
-    def _no_longer_retuning(self, run_id: str) -> bool:
-        """Whether a run whose retune is probing was stopped or removed meanwhile."""
-        run = self.writer.call(lambda db: RunStore(db).get_run(run_id))
-        return run is None or run["state"] != RunState.RETUNING
-
-    def _stored_environment(self, run_id: str) -> dict[str, str] | None:
-        """The environment run `run_id` was submitted with, for its probes (on their threads)."""
-        return self.writer.call(lambda db: RunStore(db).environment(run_id))
-
     def telemetry_reader(self) -> TelemetryStore:
         return TelemetryStore(self.read_db())
 
@@ -232,24 +155,16 @@ class Daemon:
 
     def start(self) -> None:
         """Everything but the API server: lock, store, first tick, re-adoption, threads."""
-        from gpuwarden.core.telemetry.host import HostReader
-        from gpuwarden.core.telemetry.nvml import open_gpu_reader
-        from gpuwarden.core.telemetry.sampler import Sampler
-
         self._umask = enter_owner_only_umask()
         prepare_private_state(self.paths, self._owner_of)
         if not self.lock.held:
             self.lock.acquire()
         self.db_lock.acquire(self.paths.socket)
         self.writer.start()
-        reader = self._gpu_reader or open_gpu_reader()
-        self.sampler = Sampler(reader, HostReader(), process_interval=self.settings.process_interval)
-        self.telemetry = self.writer.call(TelemetryStore)
-        self._store_gpus()
-        self._tick_once()
+        self.sampling.open()
         log.info("gpus: %s", self.gpu_status)
         self.supervisor.start()
-        self._sampler_thread.start()
+        self.sampling.start()
         for component in self.components:
             component.start()
         log.info(
@@ -260,26 +175,7 @@ class Daemon:
             self.paths.socket,
         )
 
-    def _store_gpus(self) -> None:
-        telemetry, gpus = self.telemetry, self.sampler.gpus()
-        assert telemetry is not None
-        self.writer.call(lambda db: telemetry.upsert_gpus(gpus, time.time()))
-
-    def _tick_once(self) -> None:
-        version = self.sampler.gpus_version
-        tick: Tick = self.sampler.tick()
-        if self.sampler.gpus_version != version:
-            self._store_gpus()
-        self.latest_tick = tick
-        if tick.processes is not None:
-            self.latest_processes = tick.processes
-        telemetry = self.telemetry
-        assert telemetry is not None
-        if self.writer.backlog > MAX_WRITE_BACKLOG:
-            log.warning("store writer is %d jobs behind: dropping a tick", self.writer.backlog)
-            self.storage.dropped_sample()
-        else:
-            self.writer.submit(lambda db: telemetry.write_tick(tick)).add_done_callback(self._stored_tick)
+    def _publish_sample(self, tick: Tick) -> None:
         if self.broadcaster.client_count:
             self.broadcaster.publish(
                 "sample",
@@ -289,51 +185,6 @@ class Daemon:
                     "host": tick.host.to_dict() if tick.host else None,
                 },
             )
-        for listener in self.tick_listeners:
-            try:
-                listener(tick)
-            except Exception:
-                log.exception("tick listener failed")
-
-    def _stored_tick(self, written: Future[None]) -> None:
-        """A tick the store refused is dropped (and counted): samples do not wait for a disk."""
-        exc = written.exception()
-        if exc is not None and self.storage.fault_of(exc) is not None:
-            self.storage.dropped_sample()
-
-    def _sample_loop(self) -> None:
-        interval = self.settings.sample_interval
-        next_at = time.monotonic() + interval
-        next_retention = time.monotonic() + 60.0
-        while not self._stop.wait(max(0.0, next_at - time.monotonic())):
-            try:
-                self._tick_once()
-            except Exception as exc:
-                if not self.storage.report(exc, database=True):
-                    log.exception("sampling failed; next tick goes on")
-            now = time.monotonic()
-            # Fixed cadence without drift; a stall skips the missed ticks instead of bursting.
-            next_at += interval
-            if next_at < now:
-                next_at = now + interval
-            if now >= next_retention:
-                next_retention = now + RETENTION_EVERY_S
-                self._retention()
-
-    def _retention(self) -> None:
-        telemetry, r = self.telemetry, self.settings.retention
-        assert telemetry is not None
-
-        def job(db: sqlite_utils.Database) -> int:
-            deleted = telemetry.enforce_retention(
-                time.time(), r.raw_hours, r.minute_days, r.hour_days, r.chunk_rows
-            )
-            # Keep the planner's statistics fresh: without ANALYZE a rollup query can fall back
-            # to a full scan (80-300 ms instead of 3 ms on a busy driver).
-            telemetry.optimize()
-            return deleted
-
-        self.writer.submit(job)
 
     def serve(self) -> None:
         """Bind the socket and serve the API until asked to stop (blocks)."""
@@ -378,12 +229,9 @@ class Daemon:
             except Exception:
                 log.exception("component failed to stop")
         self.supervisor.stop()
-        if self._sampler_thread.is_alive():
-            self._sampler_thread.join(timeout=10)
-        self._flush()
+        self.sampling.close()
+        self._say_unsettled()
         self.writer.stop()
-        if self.sampler is not None:
-            self.sampler.close()
         if self.socket_watch is not None:
             self.socket_watch.remove_socket()
         if self._umask is not None:
@@ -391,16 +239,9 @@ class Daemon:
         # The lock stays held until the process exits (see daemon/lock.py).
         log.info("gpuwarden daemon stopped")
 
-    def _flush(self) -> None:
-        """Fold the open minute's samples; say what the store never took (the next daemon
-        settles the runs from their files and processes, as after a crash)."""
-        if self.telemetry is not None:
-            telemetry = self.telemetry
-            try:
-                self.writer.call(lambda db: telemetry.flush())
-            except Exception as exc:
-                if not self.storage.report(exc, database=True):
-                    log.exception("flushing telemetry failed")
+    def _say_unsettled(self) -> None:
+        """What the store never took: the next daemon settles those runs from their files and
+        processes, as after a crash."""
         if unsettled := self.supervisor.unsettled:
             log.warning(
                 "stopping with %d run updates the store did not take (%s): the next daemon "
@@ -416,21 +257,6 @@ class Daemon:
             self.serve()
         finally:
             self.close()
-
-
-def local_backends(
-    gpu_states: Callable[[], list[GpuState]], topology: Callable[[], GpuTopology] = lambda: NO_TOPOLOGY
-) -> Backends:
-    """The supervisor's backends on this machine: real processes, the wall clock, this cgroup's
-    OOM-kill counter, the host's memory, the GPUs' state and links (NVML's topology)."""
-    return Backends(
-        processes=LocalProcesses(),
-        gpu_states=gpu_states,
-        clock=time.time,
-        oom_kills=read_oom_kill_count,
-        host_memory=lambda: int(psutil.virtual_memory().total),
-        topology=topology,
-    )
 
 
 class MetricsComponent:

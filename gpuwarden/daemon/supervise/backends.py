@@ -2,7 +2,7 @@
 the process layer, the GPUs' state and links, the clock, the OOM-kill counter, the host's memory,
 threads.
 
-`gpuwarden.daemon.daemon.local_backends` wires the real ones.
+`gpuwarden.daemon.wiring.local_backends` wires the real ones.
 """
 
 from __future__ import annotations

@@ -35,10 +35,9 @@ from gpuwarden.daemon.events_tail import EventsTail
 from gpuwarden.daemon.placement import Placement, place, why_waiting
 from gpuwarden.daemon.process import ExitStatus, ExitVerdict, Outcome
 from gpuwarden.daemon.storage_health import StorageHealth
-from gpuwarden.daemon.stream import Broadcaster
 from gpuwarden.daemon.supervise.backends import Backends, ChildProcess
 from gpuwarden.daemon.supervise.hooks import AttemptEnd
-from gpuwarden.daemon.writer import StoreWriter
+from gpuwarden.daemon.supervise.ports import Publisher, Store
 
 T = TypeVar("T")
 log = logging.getLogger("gpuwarden.daemon.supervisor")
@@ -222,8 +221,8 @@ class Context:
         self,
         settings: Settings,
         paths: Paths,
-        writer: StoreWriter,
-        broadcaster: Broadcaster,
+        writer: Store,
+        broadcaster: Publisher,
         backends: Backends,
     ) -> None:
         self.settings = settings

@@ -23,7 +23,6 @@ from gpuwarden.core.paths import Paths
 from gpuwarden.core.run_state import RunState
 from gpuwarden.core.submission import Submission
 from gpuwarden.daemon.process import ExitStatus
-from gpuwarden.daemon.stream import Broadcaster
 from gpuwarden.daemon.supervise import (
     actions,
     adoption,
@@ -41,8 +40,8 @@ from gpuwarden.daemon.supervise.context import Active, Completion, Context, Endi
 from gpuwarden.daemon.supervise.faults import contained
 from gpuwarden.daemon.supervise.gang_stop import kill_now, stop_gang
 from gpuwarden.daemon.supervise.hooks import Hooks
+from gpuwarden.daemon.supervise.ports import Publisher, Store
 from gpuwarden.daemon.supervise.pump import pump
-from gpuwarden.daemon.writer import StoreWriter
 
 T = TypeVar("T")
 log = logging.getLogger("gpuwarden.daemon.supervisor")
@@ -57,8 +56,8 @@ class Supervisor:
         self,
         settings: Settings,
         paths: Paths,
-        writer: StoreWriter,
-        broadcaster: Broadcaster,
+        writer: Store,
+        broadcaster: Publisher,
         backends: Backends,
         hooks: Hooks | None = None,
     ) -> None:
@@ -81,7 +80,7 @@ class Supervisor:
         return self.ctx.lock
 
     @property
-    def writer(self) -> StoreWriter:
+    def writer(self) -> Store:
         return self.ctx.writer
 
     def clock(self) -> float:
