@@ -37,6 +37,9 @@ SECTIONS: dict[str, dict[str, Entry]] = {
         "resume": Entry("gpuwarden.cli.runs_cmds:resume", "Resume a failed, stopped or interrupted run"),
         "rm": Entry("gpuwarden.cli.runs_cmds:rm", "Forget finished runs and delete their files"),
     },
+    "Inside a cluster job": {
+        "exec": Entry("gpuwarden.cli.exec_cmd:exec_cmd", "Supervise one run in the foreground, no daemon"),
+    },
     "Tuning and diagnosis": {
         "tune": Entry("gpuwarden.cli.tune:tune", "Probe for the fastest settings that fit"),
         "doctor": Entry("gpuwarden.cli.doctor:doctor", "Find what slows a spec or a run, and fix it"),

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from gpuwarden.cli.format import print_json
+from gpuwarden.cli.run_source import runs_option
 from gpuwarden.core.errors import UserError
 
 
@@ -16,10 +17,19 @@ from gpuwarden.core.errors import UserError
 @click.option("--md", "as_md", is_flag=True, help="the report as Markdown")
 @click.option("--plots", type=click.Path(file_okay=False, path_type=Path), help="write PNG plots here")
 @click.option("--db", type=click.Path(dir_okay=False, path_type=Path), help="read runs from this database")
-def report(run: str, as_json: bool, as_md: bool, plots: Path | None, db: Path | None) -> None:
+@runs_option
+def report(
+    run: str, as_json: bool, as_md: bool, plots: Path | None, db: Path | None, runs_dir: Path | None
+) -> None:
     """Performance report of a run (id or name), from its recorded data."""
     if as_json and as_md:
         raise UserError("--json and --md both given — choose one output format")
+    if runs_dir is not None:
+        if db is not None:
+            raise UserError("--db and --runs both given — a run folder holds its own database: give one")
+        from gpuwarden.client.run_folders import RunFolders
+
+        db = RunFolders(runs_dir).store_of(run)
     from gpuwarden.cli.report_format import render_markdown, render_text
     from gpuwarden.client.run_data import open_run_data
     from gpuwarden.core.report.performance import build_report

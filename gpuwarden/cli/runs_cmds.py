@@ -28,7 +28,9 @@ from gpuwarden.cli.command_spec import (
 from gpuwarden.cli.event_lines import event_line
 from gpuwarden.cli.format import print_json
 from gpuwarden.cli.gpu_choice import select_gpus
+from gpuwarden.cli.run_source import reading, runs_option
 from gpuwarden.client import ApiClient
+from gpuwarden.client.reader import RunReader
 from gpuwarden.core.api import GpuInfo, LogChunk, RunDetail, RunEvent
 from gpuwarden.core.config.yamlsource import read_yaml_text
 from gpuwarden.core.errors import UserError
@@ -48,10 +50,11 @@ def _when(ts: float | None) -> str:
 
 @click.command()
 @click.option("--all", "show_all", is_flag=True, help="Every finished run (default: the newest 20 of them).")
+@runs_option
 @json_option
-def ps(show_all: bool, as_json: bool) -> None:
+def ps(show_all: bool, runs_dir: Path | None, as_json: bool) -> None:
     """List runs: id, name, state, attempt, when created, message."""
-    with ApiClient() as client:
+    with reading(runs_dir) as client:
         runs = client.runs()
     hidden = 0
     if not show_all:
@@ -97,7 +100,7 @@ def run_cmd(words: tuple[str, ...], follow: bool, no_check_inputs: bool, as_json
         raise UserError(
             "give a spec file (gpuwarden run SPEC.yaml) or a command (gpuwarden run -- CMD ARGS…)"
         )
-    is_spec = _spec_given(words, flags)
+    is_spec = spec_given(words, flags)
     with contextlib.ExitStack() as stack:
         if is_spec:
             spec_file = Path(words[0])
@@ -130,7 +133,7 @@ def run_cmd(words: tuple[str, ...], follow: bool, no_check_inputs: bool, as_json
             click.echo(f"{run.id}  {run.name}  submitted", err=True)
         try:
             with _while_following(run.id):
-                final = _follow(client, run.id, as_json)
+                final = follow_run(client, run.id, as_json)
         except KeyboardInterrupt:
             # Ctrl-C leaves the run to the daemon, as `docker logs -f` leaves its container.
             click.echo(
@@ -143,27 +146,27 @@ def run_cmd(words: tuple[str, ...], follow: bool, no_check_inputs: bool, as_json
     sys.exit(0 if final.state == "succeeded" else 1)
 
 
-def _spec_given(words: tuple[str, ...], flags: dict[str, Any]) -> bool:
+def spec_given(words: tuple[str, ...], flags: dict[str, Any], command: str = "run") -> bool:
     """Whether the words name one spec file (else they are a command). A spec file's name first
     with more words or command options is a mistake, not a program called `spec.yaml`: a shell
     glob that matched several specs, or options that only build a command run's spec."""
     if not words[0].endswith(SPEC_SUFFIXES) or shutil.which(words[0]) is not None:
-        return len(words) == 1 and not flags_given(flags) and _names_a_spec(words[0])
+        return len(words) == 1 and not flags_given(flags) and _names_a_spec(words[0], command)
     if len(words) > 1:
         raise UserError(
-            f"one spec file at a time: gpuwarden run {words[0]} (got {len(words)} arguments; "
-            "a command goes after `--`: gpuwarden run -- CMD ARGS…)"
+            f"one spec file at a time: gpuwarden {command} {words[0]} (got {len(words)} arguments; "
+            f"a command goes after `--`: gpuwarden {command} -- CMD ARGS…)"
         )
     if flags_given(flags):
         given = ", ".join("--" + k.replace("_", "-") for k, v in flags.items() if v not in (None, (), False))
         raise UserError(
-            f"{given}: only for your own program (gpuwarden run [OPTIONS] -- CMD ARGS…); "
+            f"{given}: only for your own program (gpuwarden {command} [OPTIONS] -- CMD ARGS…); "
             f"{words[0]} carries its own settings — edit the file instead"
         )
     return True
 
 
-def _names_a_spec(word: str) -> bool:
+def _names_a_spec(word: str, command: str = "run") -> bool:
     """Whether a lone argument is a spec file rather than a program to run (click drops the `--`
     that would tell them apart). A path that is no program is read as a spec, so the reader says
     in one line what is wrong with it (a folder, a device, too large, …)."""
@@ -172,12 +175,12 @@ def _names_a_spec(word: str) -> bool:
     if shutil.which(word) is not None:
         return False
     if word.endswith(".py"):
-        raise UserError(f"{word} is a Python script: run it with `gpuwarden run -- python {word}`")
+        raise UserError(f"{word} is a Python script: run it with `gpuwarden {command} -- python {word}`")
     if Path(word).exists():
         return True
     raise UserError(
-        f"{word}: no such spec file or program — give a spec (gpuwarden run SPEC.yaml) "
-        "or a command (gpuwarden run -- CMD ARGS…)"
+        f"{word}: no such spec file or program — give a spec (gpuwarden {command} SPEC.yaml) "
+        f"or a command (gpuwarden {command} -- CMD ARGS…)"
     )
 
 
@@ -197,10 +200,17 @@ def _while_following(run: str) -> Iterator[None]:
         ) from None
 
 
-def _follow(client: ApiClient, run_id: str, as_json: bool) -> RunDetail:
-    """Print events and stdout/stderr as they come (long-polls); the run's final detail."""
-    since = 0
-    offsets: dict[tuple[int, str], int] = {}
+def follow_run(
+    client: RunReader,
+    run_id: str,
+    as_json: bool,
+    since: int = 0,
+    printed: dict[tuple[int, str], int] | None = None,
+) -> RunDetail:
+    """Print events after `since` and stdout/stderr as they come (long-polls); the run's final
+    detail. From the daemon, or from a run folder (`gpuwarden exec`). `printed`: how much of each
+    (attempt, stream) is printed already (an exec taking a run up again)."""
+    offsets: dict[tuple[int, str], int] = dict(printed or {})
     while True:
         batch = client.events(run_id, since=since, wait=1.0)
         for event in batch.events:
@@ -220,8 +230,17 @@ def _follow(client: ApiClient, run_id: str, as_json: bool) -> RunDetail:
             return detail
 
 
+def printed_so_far(client: RunReader, run_id: str) -> dict[tuple[int, str], int]:
+    """How long each attempt's output is now: what following from here leaves out."""
+    sizes: dict[tuple[int, str], int] = {}
+    for attempt in client.run(run_id).attempts:
+        for stream in ("stdout", "stderr"):
+            sizes[(attempt.attempt, stream)] = client.logs(run_id, stream, attempt.attempt, 0, 1).size
+    return sizes
+
+
 def _print_new_output(
-    client: ApiClient, run_id: str, detail: RunDetail, offsets: dict[tuple[int, str], int], as_json: bool
+    client: RunReader, run_id: str, detail: RunDetail, offsets: dict[tuple[int, str], int], as_json: bool
 ) -> None:
     for attempt in detail.attempts:
         for stream in ("stdout", "stderr"):
@@ -280,13 +299,20 @@ def resume(run: str, as_json: bool) -> None:
 @click.option(
     "--tail", "tail_bytes", type=click.IntRange(1, 1 << 20), default=65536, help="Bytes from the end."
 )
+@runs_option
 @json_option
 def logs(
-    run: str, follow: bool, use_stderr: bool, attempt: int | None, tail_bytes: int, as_json: bool
+    run: str,
+    follow: bool,
+    use_stderr: bool,
+    attempt: int | None,
+    tail_bytes: int,
+    runs_dir: Path | None,
+    as_json: bool,
 ) -> None:
     """Print a run's output (the end of it; with -f, then new output as it comes)."""
     stream = "stderr" if use_stderr else "stdout"
-    with ApiClient() as client:
+    with reading(runs_dir) as client:
         chunk = client.logs(run, stream=stream, attempt=attempt, offset=-tail_bytes, limit=tail_bytes)
         if as_json and not follow:
             print_json(chunk)
@@ -319,11 +345,12 @@ def logs(
 @click.command()
 @click.argument("run")
 @click.option("--since", type=click.IntRange(0), default=0, help="Only events with a larger id.")
+@runs_option
 @json_option
-def events(run: str, since: int, as_json: bool) -> None:
+def events(run: str, since: int, runs_dir: Path | None, as_json: bool) -> None:
     """A run's events: state changes, runner events, daemon notes."""
     rows: list[RunEvent] = []
-    with ApiClient() as client:
+    with reading(runs_dir) as client:
         while True:
             batch = client.events(run, since=since, limit=1000)
             rows.extend(batch.events)

@@ -13,7 +13,8 @@ import click
 
 from gpuwarden.cli.event_lines import REPORT_KEYS, edit_text
 from gpuwarden.cli.format import print_json
-from gpuwarden.client import ApiClient
+from gpuwarden.cli.run_source import reading, runs_option
+from gpuwarden.client.reader import RunReader
 from gpuwarden.core.api import Attempt, RankStatus, RunDetail, RunEvent
 from gpuwarden.core.command.record import summary_lines
 from gpuwarden.core.oom.explain import oom_phases, retune_sentence
@@ -29,7 +30,7 @@ def when(ts: float | None) -> str:
     return "-" if ts is None else dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _events(client: ApiClient, run_id: str) -> list[RunEvent]:
+def _events(client: RunReader, run_id: str) -> list[RunEvent]:
     out: list[RunEvent] = []
     since = 0
     while True:
@@ -122,10 +123,11 @@ def detail_lines(detail: RunDetail, events: list[RunEvent]) -> Iterator[str]:
 
 @click.command()
 @click.argument("run")
+@runs_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (and nothing else) on stdout.")
-def show(run: str, as_json: bool) -> None:
+def show(run: str, runs_dir: Path | None, as_json: bool) -> None:
     """A run's state, spec, attempts, retunes and report."""
-    with ApiClient() as client:
+    with reading(runs_dir) as client:
         detail = client.run(run)
         if as_json:
             print_json(detail)

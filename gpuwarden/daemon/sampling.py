@@ -40,11 +40,15 @@ class Sampling:
         writer: StoreWriter,
         storage: StorageHealth,
         gpu_reader: GpuReader | None = None,
+        open_reader: Callable[[], GpuReader] | None = None,
     ) -> None:
+        """`gpu_reader`: the GPUs to read (tests: a fake); else `open_reader()` opens them when
+        sampling opens (a job: only its own GPUs), else NVML's (the host only without a driver)."""
         self.settings = settings
         self.writer = writer
         self.storage = storage
         self._gpu_reader = gpu_reader
+        self._open_reader = open_reader
         self.sampler: Sampler | None = None
         self.telemetry: TelemetryStore | None = None
         self.latest_tick: Tick | None = None
@@ -102,7 +106,7 @@ class Sampling:
         from gpuwarden.core.telemetry.host import HostReader
         from gpuwarden.core.telemetry.nvml import open_gpu_reader
 
-        reader = self._gpu_reader or open_gpu_reader()
+        reader = self._gpu_reader or (self._open_reader or open_gpu_reader)()
         self.sampler = Sampler(reader, HostReader(), process_interval=self.settings.process_interval)
         self.telemetry = self.writer.call(TelemetryStore)
         self._store_gpus()

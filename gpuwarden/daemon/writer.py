@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from gpuwarden.core.store import sqlite_utils
-from gpuwarden.core.store.db import open_db
+from gpuwarden.core.store.db import Journal, open_db
 from gpuwarden.core.store.transaction import rollback
 from gpuwarden.daemon.storage_health import StorageHealth
 
@@ -31,8 +31,9 @@ class StoreWriter:
     """Owns the write connection on a thread named `store-writer`; tells `health` of every write
     the disk refuses, and of every write committed (which ends such a fault)."""
 
-    def __init__(self, db_path: Path, health: StorageHealth | None = None) -> None:
+    def __init__(self, db_path: Path, health: StorageHealth | None = None, journal: Journal = "wal") -> None:
         self.db_path = db_path
+        self.journal: Journal = journal
         self.health = health or StorageHealth(db_path, db_path.parent)
         self._queue: queue.Queue[tuple[Job, Future[object]] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="store-writer", daemon=True)
@@ -46,7 +47,7 @@ class StoreWriter:
 
     def _run(self) -> None:
         try:
-            self.db = open_db(self.db_path)
+            self.db = open_db(self.db_path, journal=self.journal)
         except BaseException as exc:
             self._ready.set_exception(exc)
             return

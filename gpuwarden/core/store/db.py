@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from pathlib import Path
+from typing import Literal
 
 import sqlite_utils
 
@@ -18,15 +19,21 @@ from gpuwarden.core.storage_fault import StorageFault, storage_fault
 from gpuwarden.core.store.migrations import MIGRATIONS, SCHEMA_VERSION
 from gpuwarden.core.store.transaction import transaction
 
+Journal = Literal["wal", "delete"]
 
-def open_db(path: Path | str, *, readonly: bool = False) -> sqlite_utils.Database:
+
+def open_db(path: Path | str, *, readonly: bool = False, journal: Journal = "wal") -> sqlite_utils.Database:
     """Open (and for writers, create and migrate) the store at `path`.
+
+    `journal`: WAL lets readers read while the daemon writes, but needs shared memory between
+    them, which a network filesystem (NFS, Lustre) does not give; a run folder's store, written
+    by one `gpuwarden exec`, uses the rollback journal ("delete"), which is safe there.
 
     A file that is not a gpuwarden database (another program's, damaged, a directory) is a
     UserError naming it, never a traceback.
     """
     try:
-        return _open(path, readonly)
+        return _open(path, readonly, journal)
     except sqlite3.DatabaseError as exc:
         if not readonly and (fault := storage_fault(exc, folder=Path(path).parent, db=Path(path))):
             raise UserError(cannot_write(fault)) from None
@@ -39,7 +46,7 @@ def cannot_write(fault: StorageFault) -> str:
     return f"{fault.path}: cannot be written ({fault.why}) — {fault.fix}"
 
 
-def _open(path: Path | str, readonly: bool) -> sqlite_utils.Database:
+def _open(path: Path | str, readonly: bool, journal: Journal = "wal") -> sqlite_utils.Database:
     if str(path) == ":memory:":
         conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
     elif readonly:
@@ -57,8 +64,9 @@ def _open(path: Path | str, readonly: bool) -> sqlite_utils.Database:
         db = sqlite_utils.Database(conn)
         conn.execute("PRAGMA busy_timeout = 5000")
         if not readonly:
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute(f"PRAGMA journal_mode = {'WAL' if journal == 'wal' else 'DELETE'}")
+            # WAL is durable enough at NORMAL; a rollback journal needs FULL to survive a crash.
+            conn.execute(f"PRAGMA synchronous = {'NORMAL' if journal == 'wal' else 'FULL'}")
             conn.execute("PRAGMA foreign_keys = ON")
             migrate(db)
             return db

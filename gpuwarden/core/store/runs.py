@@ -364,6 +364,16 @@ class RunStore:
         row = self.conn.execute(sql, (run_id,)).fetchone()
         return None if row is None else dict(json.loads(row[0]))
 
+    def set_environment(self, run_id: str, environment: Mapping[str, str]) -> None:
+        """Replace the environment the run's processes start from (a job started again in a new
+        allocation: its variables are that allocation's, not the first one's)."""
+        with transaction(self.conn):
+            self.conn.execute(
+                "INSERT INTO run_environments (run_id, variables) VALUES (?, ?)"
+                " ON CONFLICT (run_id) DO UPDATE SET variables = excluded.variables",
+                (run_id, json.dumps(dict(environment))),
+            )
+
     def update_run(self, run_id: str, **fields: Any) -> None:
         """Set columns of a run (spec as a dict); updated_at is set to now."""
         self._update("runs", _RUN_UPDATABLE, "id = ?", (run_id,), fields)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import os
 import shutil
 import signal
 from collections.abc import Mapping
@@ -23,6 +22,7 @@ from gpuwarden.core.config.knob_edit import check_knob_names, merged_knobs
 from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.oom.policy import relative_policy
+from gpuwarden.core.run_ref import new_run_id
 from gpuwarden.core.run_state import ACTIVE_STATES, CHANGEABLE_STATES, RESUMABLE_STATES, RunState
 from gpuwarden.core.submission import Submission
 from gpuwarden.core.tune.command_tune import tune_blocker
@@ -44,10 +44,12 @@ def submit(
     profile: ProfileHook | None,
     environment: Mapping[str, str] | None = None,
     submission: Submission | None = None,
+    run_id: str | None = None,
 ) -> dict[str, Any]:
     """Validate what waiting cannot fix, persist the run as queued (with the submitter's
     environment, when given), and wake the scheduler. A submit sent again with its key answers
-    the run the first one queued; one whose client stopped waiting is not queued (`submission`)."""
+    the run the first one queued; one whose client stopped waiting is not queued (`submission`).
+    `run_id`: the id, when the host chose it (a job's store lives in the run's folder)."""
     if (earlier := _submitted_before(ctx, submission)) is not None:
         return earlier
     spec = complete_command(spec)  # command runs: preset knobs, config values, placeholders
@@ -59,7 +61,7 @@ def submit(
         profiled, profile_line = profile(spec)
         if profiled is not None:
             spec = spec_from_mapping(profiled)
-    run_id = new_run_id()
+    run_id = run_id or new_run_id()
     run_dir = ctx.paths.runs_dir / run_id
     document = spec_document(spec)
     text = submitted_text if submitted_text is not None else yaml.safe_dump(document, sort_keys=False)
@@ -256,11 +258,6 @@ def delete(ctx: Context, run_id: str) -> None:
             raise Conflict(f"run {run_id} is {run['state']} — stop it first (`gpuwarden stop {run_id}`)")
         ctx.store(lambda s: s.delete_run(run_id))
         shutil.rmtree(run["run_dir"], ignore_errors=True)
-
-
-def new_run_id() -> str:
-    """'r' + 10 random hex digits: short to type, and a prefix of it is usually unique."""
-    return "r" + os.urandom(5).hex()
 
 
 def changed(spec: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:

@@ -282,6 +282,7 @@ class Supervisor:
         check_inputs: bool = True,
         environment: Mapping[str, str] | None = None,
         submission: Submission | None = None,
+        run_id: str | None = None,
     ) -> dict[str, Any]:
         """Queue a run. `check_inputs=False` queues one whose model or data an earlier run is
         still to create; `environment` is the submitter's, which its processes start from;
@@ -295,6 +296,7 @@ class Supervisor:
             profile=self.hooks.profile,
             environment=environment,
             submission=submission,
+            run_id=run_id,
         )
 
     def stop_run(self, run_id: str, grace: float | None = None) -> dict[str, Any]:

@@ -1,0 +1,145 @@
+"""`gpuwarden exec`: one run supervised in the foreground, with no daemon — the command a cluster
+job runs (a Slurm batch script, a Kubernetes Job, a SkyPilot task, a Ray job).
+
+    gpuwarden exec SPEC.yaml [--runs DIR]          a new run, in a folder of its own under DIR
+    gpuwarden exec [OPTIONS] -- CMD ARGS…          the same for your own program (`run`'s options)
+    gpuwarden exec --run DIR/RUN_ID                take that run up again (a requeued job)
+
+It prints what `gpuwarden run --follow` prints, keeps the run's whole record in its folder
+(`gpuwarden ps|show|logs|events --runs DIR` read it), and ends with a code an engine can act on:
+0 succeeded, 1 failed, 2 refused (nothing ran), 75 stopped at a checkpoint — start the same
+`gpuwarden exec --run` again to go on. SIGTERM, SIGINT and SIGUSR1 (Slurm's warning before the
+time limit) stop the run at a checkpoint; a second one stops it at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gpuwarden.cli.command_spec import command_document, command_options
+from gpuwarden.cli.runs_cmds import follow_run, printed_so_far, spec_given
+from gpuwarden.client.run_folders import RunFolders, run_store_path
+from gpuwarden.core.config.resolve import resolve_relative_paths
+from gpuwarden.core.config.settings import load_settings
+from gpuwarden.core.config.spec import RunSpec, spec_from_document, spec_from_mapping
+from gpuwarden.core.config.yamlsource import parse_yaml, read_yaml_text
+from gpuwarden.core.errors import UserError
+from gpuwarden.core.safeload import SPEC_FILE_LIMITS
+
+DEFAULT_RUNS = Path("gpuwarden-runs")
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+
+
+@click.command("exec")
+@click.argument("words", nargs=-1, metavar="SPEC.yaml | -- CMD [ARGS]...")
+@click.option(
+    "--runs",
+    "runs_root",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="The folder a new run's folder goes in (default: ./gpuwarden-runs).",
+)
+@click.option(
+    "--run",
+    "run_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Take up the run in this folder again (a requeued job, an exec that was killed).",
+)
+@command_options
+def exec_cmd(words: tuple[str, ...], runs_root: Path | None, run_dir: Path | None, **flags: Any) -> None:
+    """Supervise one run in the foreground, with no daemon (inside a cluster job).
+
+    Exits 0 when the run succeeded, 1 when it failed, 75 when it stopped at a checkpoint (a
+    signal: start `gpuwarden exec --run DIR` again to go on).
+    """
+    from gpuwarden.job.host import JobHost, new_run_dir
+
+    if run_dir is not None and (words or runs_root is not None):
+        raise UserError("--run DIR takes up the run in DIR: give it alone (no spec, command or --runs)")
+    if run_dir is None and not words:
+        raise UserError(
+            "give a spec (gpuwarden exec SPEC.yaml), a command (gpuwarden exec -- CMD ARGS…) or "
+            "a run folder to take up again (gpuwarden exec --run DIR)"
+        )
+    if run_dir is not None and not run_store_path(run_dir).is_file():
+        raise UserError(f"--run {run_dir}: no run there (no {run_store_path(run_dir).name}) — check the path")
+    spec, text, label = (None, None, "") if run_dir is not None else _spec(words, flags)
+    folder = run_dir if run_dir is not None else new_run_dir(runs_root or DEFAULT_RUNS)
+    host = JobHost(load_settings(), folder.absolute())
+    host.open()
+    try:
+        code = _supervise(host, spec, text, label)
+    finally:
+        host.close()
+    sys.exit(code)
+
+
+def _spec(words: tuple[str, ...], flags: dict[str, Any]) -> tuple[RunSpec, str | None, str]:
+    """The run's spec (relative paths resolved as `run` resolves them), its text, its label."""
+    if spec_given(words, flags, "exec"):
+        path = Path(words[0])
+        text = read_yaml_text(path, SPEC_FILE_LIMITS)
+        document = parse_yaml(text, str(path))
+        with document.locating(RunSpec.model_fields):
+            spec = resolve_relative_paths(spec_from_document(document), path.resolve().parent)
+        return spec, text, str(path)
+    flags.pop("print_spec", None)
+    flags_document = command_document(list(words), Path.cwd(), print_spec=False, **flags)
+    return spec_from_mapping(flags_document, label="the flags"), None, "the flags"
+
+
+def _supervise(host: Any, spec: RunSpec | None, text: str | None, label: str) -> int:
+    with _stopping_on_signals(host):
+        if spec is not None:
+            run = host.submit(spec, text, label)
+            since, printed = 0, {}
+        else:
+            # What the exec before printed (into the same job log) is not printed again.
+            reader = RunFolders(host.run_dir.parent)
+            since, printed = _last_event(reader, host.run_id), printed_so_far(reader, host.run_id)
+            run = host.go_on()
+        click.echo(
+            f"{run['id']}  {run['name']}  in {host.run_dir} — take it up again with: "
+            f"gpuwarden exec --run {host.run_dir}",
+            err=True,
+        )
+        follow_run(RunFolders(host.run_dir.parent), host.run_id, as_json=False, since=since, printed=printed)
+    code: int = host.exit_code()
+    if host.stopped_for is not None and code != 0:
+        click.echo(
+            f"stopped at a checkpoint ({host.stopped_for}): exit {code} — start it again to go on", err=True
+        )
+    return code
+
+
+def _last_event(reader: RunFolders, run_id: str) -> int:
+    """The id of the run's newest event: what an exec taking it up again does not print again."""
+    since = 0
+    while True:
+        page = reader.events(run_id, since=since, limit=10_000)
+        if not page.events:
+            return since
+        since = page.next_since
+
+
+@contextlib.contextmanager
+def _stopping_on_signals(host: Any) -> Iterator[None]:
+    """SIGTERM, SIGINT and SIGUSR1 stop the run at a checkpoint while this block runs."""
+
+    def handler(signum: int, frame: object) -> None:
+        host.stop(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
