@@ -23,7 +23,7 @@ from typing import Any
 
 import click
 
-from gpuwarden.cli.command_spec import command_document, command_options
+from gpuwarden.cli.command_spec import command_document, command_options, printable_spec
 from gpuwarden.cli.runs_cmds import follow_run, printed_so_far, spec_given
 from gpuwarden.client.run_folders import RunFolders, run_store_path
 from gpuwarden.core.config.resolve import resolve_relative_paths
@@ -91,8 +91,10 @@ def _spec(words: tuple[str, ...], flags: dict[str, Any]) -> tuple[RunSpec, str |
         with document.locating(RunSpec.model_fields):
             spec = resolve_relative_paths(spec_from_document(document), path.resolve().parent)
         return spec, text, str(path)
-    flags.pop("print_spec", None)
-    flags_document = command_document(list(words), Path.cwd(), print_spec=False, **flags)
+    flags_document = command_document(list(words), Path.cwd(), **flags)
+    if flags["print_spec"]:
+        click.echo(printable_spec(flags_document), nl=False)
+        sys.exit(0)
     return spec_from_mapping(flags_document, label="the flags"), None, "the flags"
 
 
