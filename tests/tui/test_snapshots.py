@@ -162,3 +162,8 @@ def _storage_fault(*presses: str) -> tuple[GpuwardenApp, Callable[[Pilot[Any]], 
 def test_storage_fault(snap_compare: Compare, size: tuple[int, int]) -> None:
     app, before = _storage_fault()
     assert snap_compare(app, terminal_size=size, run_before=before)
+
+
+def test_storage_fault_on_a_run_screen(snap_compare: Compare) -> None:
+    app, before = _storage_fault("2", "enter")
+    assert snap_compare(app, run_before=before)

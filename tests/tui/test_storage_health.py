@@ -1,6 +1,6 @@
-"""The daemon cannot write its store: the dashboard's top line says so for as long as the daemon's
-health says so (the same against a real daemon whose database is made immutable:
-tests/tui/test_api_e2e.py)."""
+"""The daemon cannot write its store: the dashboard's top line says so, on every screen and under
+its dialogs, for as long as the daemon's health says so (the same against a real daemon whose
+database is made immutable: tests/tui/test_api_e2e.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ from rich.text import Text
 from textual.widgets import Static
 
 from gpuwarden.tui.app import GpuwardenApp
+from gpuwarden.tui.screens.help import HelpScreen
 from tests.tui.conftest import make_app, run, settle, until
 from tests.tui.fake_backend import FakeBackend
 from tests.tui.test_app import messages, text_of
+from tests.tui.test_person import RUNNING, open_run_screen
 
 STATE = "/home/ana/.local/state/gpuwarden"
 FAULT = (
@@ -61,5 +63,28 @@ def test_a_wide_top_line_keeps_the_whole_fault_and_the_host() -> None:
             await settle(pilot)
             line = text_of(app.query_one("#status", Static))
             assert line.startswith(f"gpuwarden  gpu-box  storage: {FAULT}  "), line
+
+    run(body())
+
+
+def test_the_run_screen_and_the_help_over_it_keep_the_warning_in_sight() -> None:
+    async def body() -> None:
+        fake = FakeBackend()
+        app = _watched(fake)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot)
+            screen = await open_run_screen(pilot, RUNNING)
+            head = screen.query_one("#run-head", Static)
+            assert "storage" not in text_of(head)
+
+            fake.fault = FAULT
+            await until(pilot, lambda: text_of(head).startswith(AT_80 + "\n"), "the fault atop the run")
+            await pilot.press("question_mark")
+            await until(pilot, lambda: isinstance(app.screen, HelpScreen), "the help")
+            assert head.region.y == 0
+            assert min(w.region.y for w in app.screen.children) >= 1, "the help covers the top line"
+
+            fake.fault = None
+            await until(pilot, lambda: "storage" not in text_of(head), "the warning gone from the run")
 
     run(body())
