@@ -156,7 +156,11 @@ class ApiBackend:
             host=socket.gethostname(),
             sampling=None if gpus else health.gpu_status or "no GPU",
             version=health.version,
+            storage_fault=health.fault,
         )
+
+    def storage_fault(self) -> str | None:
+        return self.client.health().fault
 
     def gpus(self) -> list[GpuStatic]:
         statics: list[GpuStatic] = list(self.client.gpus().gpus)

@@ -10,6 +10,7 @@ history, run detail, log, controls) is its own named thread worker; their failur
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -39,7 +40,7 @@ from gpuwarden.tui.controls import OFFLINE
 from gpuwarden.tui.keys import CONTROL_ACTIONS
 from gpuwarden.tui.knobs import current_knobs, knob_changes
 from gpuwarden.tui.live import SERIES_CAPACITY, FrameBuffer, LiveState
-from gpuwarden.tui.messages import Connected, FramesReady, RunsLoaded
+from gpuwarden.tui.messages import Connected, FramesReady, HealthRead, RunsLoaded
 from gpuwarden.tui.metrics import CHART_METRICS, METRICS_BY_KEY, next_metric
 from gpuwarden.tui.palette import palette_commands
 from gpuwarden.tui.screens.dialogs import ConfirmScreen, KnobScreen, SubmitScreen
@@ -51,6 +52,12 @@ from gpuwarden.tui.widgets.status_bar import StatusBar
 
 RUNS_POLL_S = 5.0  # progress and throughput come with the runs list; state changes come live
 RECONNECT_S = 2.0
+# The daemon's storage health is asked for, not streamed. A frame sent when it changes would need
+# the daemon to notice a fault's end by itself (a file's fault ends when a look finds the file
+# writable again, which /v1/health does), and a frame dropped for a slow reader would leave the
+# warning up, or never raise it, until the next reconnect. One small request every few seconds
+# costs nothing and is right again at the next poll whatever happened before.
+HEALTH_POLL_S = 3.0
 # Failures that mean the daemon is not there (or stopped answering) rather than a fault.
 UNREACHABLE = frozenset({"not_running", "transport", "timeout"})
 TICK_S = 1.0  # the history's "newest point" age and its slower refresh of long windows
@@ -93,6 +100,7 @@ class GpuwardenApp(App[None]):
         self._on_done: dict[Worker[Any], Callable[[Any], None]] = {}
         self._on_failed: dict[Worker[Any], Callable[[], None]] = {}
         self.reconnect_s = RECONNECT_S
+        self.health_poll_s = HEALTH_POLL_S
         self.redraws = 0  # how many coalesced redraws happened (benchmarks and tests read it)
         self._held: list[events.Key] | None = None  # keys read while a dialog opens
         self._held_under: Screen[Any] | None = None  # the screen on top when the hold began
@@ -114,6 +122,7 @@ class GpuwardenApp(App[None]):
     def on_mount(self) -> None:
         # The first connect starts from the main screen's first refresh, once its panes exist.
         self.set_interval(RUNS_POLL_S, self.poll_runs)
+        self.set_interval(self.health_poll_s, self.poll_health)
         self.set_interval(TICK_S, self.tick)
 
     def on_unmount(self) -> None:
@@ -207,7 +216,9 @@ class GpuwardenApp(App[None]):
             return
         LOG.info("connected: %s %s", message.status.source, message.status.location)
         reconnected = self._had_connection and not self.connected
+        was = self.status.storage_fault if self.status else None
         self.status = message.status
+        self._tell_storage(was)
         if not message.status.controls and not self.readonly:
             self.readonly = True  # a database cannot act: hide the controls rather than fail them
             self.main.runs.readonly = True
@@ -302,6 +313,45 @@ class GpuwardenApp(App[None]):
             visible = isinstance(self.screen, MainScreen) and self.main.tab == "history"
             self.main.history.tick(self.clock(), visible)
 
+    def poll_health(self) -> None:
+        if self.connected:
+            self._read_health()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="health", name="health")
+    def _read_health(self) -> None:
+        self.post_message(HealthRead(self.backend.storage_fault()))
+
+    def on_health_read(self, message: HealthRead) -> None:
+        if not self.live_ui or not self.connected or self.status is None:
+            return  # offline, the top line says so instead; the next connect reads health again
+        was = self.status.storage_fault
+        if message.storage_fault == was:
+            return
+        self.status = dataclasses.replace(self.status, storage_fault=message.storage_fault)
+        self._tell_storage(was)
+        self.show_status()
+        for screen in self.screen_stack:
+            if isinstance(screen, RunDetailScreen):
+                screen.show_head()
+
+    def _tell_storage(self, was: str | None) -> None:
+        """A toast with the whole fault when it starts (the top line keeps a cut one while it
+        lasts), and one when it is over."""
+        fault = self.status.storage_fault if self.status else None
+        if fault == was:
+            return
+        if fault is None:
+            LOG.info("the daemon can write its store again")
+            self.notify("the daemon can write its store again", title="storage", timeout=5)
+            return
+        LOG.warning("the daemon reports: %s", fault)
+        self.notify(
+            f"{fault}\nRuns go on; new runs wait and samples may be dropped until it is fixed.",
+            title="the daemon cannot write its store",
+            severity="warning",
+            timeout=15,
+        )
+
     def poll_runs(self) -> None:
         if self.connected:
             self._load_runs()
@@ -348,6 +398,10 @@ class GpuwardenApp(App[None]):
                 self.notify(why, title="connection", severity="warning", timeout=6)
             if not self._stop.is_set():
                 self.set_timer(self.reconnect_s, self.connect)
+            return
+        if worker.group == "health":
+            # The stream tells when the daemon is gone; otherwise the next poll asks again.
+            LOG.info("health not read: %s", text)
             return
         self.notify(text, title=worker.name or worker.group, severity="error", timeout=8)
 

@@ -50,6 +50,9 @@ class SourceStatus:
     version: str | None = None
     # False when the source cannot act at all (a database): the app then hides every control.
     controls: bool = True
+    # What the daemon cannot write now (its database or state folder), in one line with the fix;
+    # None while it writes, and always for a database (nothing writes to it here).
+    storage_fault: str | None = None
 
 
 @dataclass(frozen=True)
@@ -183,6 +186,10 @@ class DashboardBackend(Protocol):
     """The calls the dashboard makes. All may block; controls raise UserError on refusal."""
 
     def status(self) -> SourceStatus: ...
+
+    def storage_fault(self) -> str | None:
+        """`SourceStatus.storage_fault` as it is now (the app asks every few seconds)."""
+        ...
 
     def gpus(self) -> list[GpuStatic]: ...
 

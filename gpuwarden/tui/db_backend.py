@@ -89,6 +89,9 @@ class DbBackend:
             controls=False,
         )
 
+    def storage_fault(self) -> str | None:
+        return None  # no daemon behind a database opened read-only: nothing here writes it
+
     def gpus(self) -> list[GpuStatic]:
         with self._lock:
             rows = self.telemetry.gpus()

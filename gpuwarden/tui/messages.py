@@ -51,6 +51,16 @@ class RunsLoaded(Message, bubble=False):
 
 
 @dataclass
+class HealthRead(Message, bubble=False):
+    """The daemon's storage fault as a poll found it (None: it writes)."""
+
+    storage_fault: str | None
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, HealthRead)
+
+
+@dataclass
 class SnapshotLoaded(Message, bubble=False):
     snapshot: Snapshot
 

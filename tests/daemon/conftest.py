@@ -225,6 +225,37 @@ def short_tmp() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+Freeze = Callable[..., None]
+
+
+@pytest.fixture
+def freeze(short_tmp: Path) -> Iterator[Freeze]:
+    """`freeze(path, …)`: make files or folders immutable (even to root) until `thaw` or the
+    test's end."""
+    probe = short_tmp / "probe"
+    probe.touch()
+    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(probe)]).returncode:
+        pytest.skip("needs chattr +i (root, on a filesystem with the immutable flag: ext4, xfs, btrfs)")
+    subprocess.run(["chattr", "-i", str(probe)], check=True)
+    frozen: list[Path] = []
+
+    def freeze(*paths: Path) -> None:
+        subprocess.run(["chattr", "+i", *map(str, paths)], check=True)
+        frozen.extend(paths)
+
+    freeze.thaw = lambda: _thaw(frozen)  # type: ignore[attr-defined]
+    try:
+        yield freeze
+    finally:
+        _thaw(frozen)
+
+
+def _thaw(frozen: list[Path]) -> None:
+    for path in frozen:
+        subprocess.run(["chattr", "-i", str(path)], check=False)
+    frozen.clear()
+
+
 @pytest.fixture
 def daemon_factory(tmp_path: Path, short_tmp: Path) -> Iterator[Any]:
     """Make (and later tear down) daemons; `daemon_factory(extra_env)` starts one."""

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import subprocess
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +13,7 @@ import pytest
 
 from gpuwarden.core.api import Health
 from gpuwarden.core.errors import UserError
-from tests.daemon.conftest import FINAL, DaemonHandle, command_spec, wait_for
+from tests.daemon.conftest import FINAL, DaemonHandle, Freeze, command_spec, wait_for
 
 # A run that says where it is as events, waits for the test's go, then finishes.
 STEPS = """
@@ -40,36 +38,6 @@ command: {argv: ["true"]}
 """
 # Lines a fault of a few seconds may add to the log: the fault, each refused request, recovery.
 FEW_LINES = 8
-
-Freeze = Callable[..., None]
-
-
-@pytest.fixture
-def freeze(short_tmp: Path) -> Iterator[Freeze]:
-    """`freeze(path, …)`: make files or folders immutable (even to root) until `thaw` or the
-    test's end."""
-    probe = short_tmp / "probe"
-    probe.touch()
-    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(probe)]).returncode:
-        pytest.skip("needs chattr +i (root, on a filesystem with the immutable flag: ext4, xfs, btrfs)")
-    subprocess.run(["chattr", "-i", str(probe)], check=True)
-    frozen: list[Path] = []
-
-    def freeze(*paths: Path) -> None:
-        subprocess.run(["chattr", "+i", *map(str, paths)], check=True)
-        frozen.extend(paths)
-
-    freeze.thaw = lambda: _thaw(frozen)  # type: ignore[attr-defined]
-    try:
-        yield freeze
-    finally:
-        _thaw(frozen)
-
-
-def _thaw(frozen: list[Path]) -> None:
-    for path in frozen:
-        subprocess.run(["chattr", "-i", str(path)], check=False)
-    frozen.clear()
 
 
 def _health(gw: DaemonHandle) -> Health:

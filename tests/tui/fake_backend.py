@@ -93,6 +93,7 @@ class FakeBackend:
         self._controls = controls
         self.actions: list[tuple[Any, ...]] = []
         self.refuse_edits: str | None = None  # the daemon's refusal of the next knob change
+        self.fault: str | None = None  # what the daemon cannot write now (its health's `fault`)
         self.history_calls: list[tuple[tuple[str, ...], tuple[str, ...], float, float, int]] = []
         self.host_history_calls: list[tuple[tuple[str, ...], float, float, int]] = []
         self._lock = threading.Lock()
@@ -304,7 +305,11 @@ class FakeBackend:
             sampling=self._sampling,
             version="0.1.0",
             controls=self._controls,
+            storage_fault=self.fault,
         )
+
+    def storage_fault(self) -> str | None:
+        return self.fault
 
     def gpus(self) -> list[GpuStatic]:
         return list(self._statics)

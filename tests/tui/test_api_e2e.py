@@ -7,7 +7,7 @@ import threading
 import time
 
 import pytest
-from textual.widgets import DataTable
+from textual.widgets import DataTable, Static
 
 from gpuwarden.tui.api_backend import ApiBackend
 from gpuwarden.tui.backend import SampleFrame
@@ -15,12 +15,15 @@ from gpuwarden.tui.screens.main import MainScreen
 from gpuwarden.tui.widgets.gpu_card import GpuCard
 from tests.daemon.conftest import (  # noqa: F401  (fixtures used by name)
     DaemonHandle,
+    Freeze,
     command_spec,
     daemon_factory,
+    freeze,
     gw,
     short_tmp,
 )
 from tests.tui.conftest import make_app, run, settle, until, wait_workers
+from tests.tui.test_app import text_of
 
 pytestmark = pytest.mark.slow
 
@@ -54,6 +57,27 @@ def test_api_backend_reads_a_live_daemon(gw: DaemonHandle) -> None:  # noqa: F81
         assert any(p.value for p in host["mem_total"])
     finally:
         backend.close()
+
+
+def test_the_top_line_warns_while_the_daemon_cannot_write_its_database(
+    gw: DaemonHandle,  # noqa: F811 (the fixture)
+    freeze: Freeze,  # noqa: F811 (the fixture)
+) -> None:
+    async def body() -> None:
+        app = make_app(ApiBackend(gw.client()), clock=time.time)
+        app.health_poll_s = 0.1  # the test waits on the poll, not on a few seconds of it
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot, timeout=10)
+            status = app.query_one("#status", Static)
+            assert "storage" not in text_of(status)
+            freeze(gw.db, gw.db.with_name(gw.db.name + "-wal"))  # the sampler's next write is refused
+            wanted = "storage: cannot write …/gpuwarden.db: marked immutable — clear the flag"
+            await until(pilot, lambda: text_of(status).startswith(wanted), "the fault in the top line", 60)
+            freeze.thaw()  # type: ignore[attr-defined]
+            await until(pilot, lambda: "storage" not in text_of(status), "the warning gone", 60)
+            assert "daemon" in text_of(status)  # the source is named again
+
+    run(body())
 
 
 def test_stop_a_real_run_from_the_dashboard(gw: DaemonHandle) -> None:  # noqa: F811 (the fixture)

@@ -21,6 +21,7 @@ from gpuwarden.tui.screens.history import HistoryPane
 from gpuwarden.tui.screens.run_detail import RunDetailScreen
 from tests.tui.conftest import make_app, settle, until, wait_workers
 from tests.tui.fake_backend import FakeBackend
+from tests.tui.test_storage_health import FAULT
 
 SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((120, 40), id="120x40")]
 Compare = Callable[..., bool]
@@ -141,3 +142,28 @@ def test_offline(snap_compare: Compare) -> None:
         await wait_workers(pilot)
 
     assert snap_compare(make_app(), run_before=before)
+
+
+def _storage_fault(*presses: str) -> tuple[GpuwardenApp, Callable[[Pilot[Any]], Awaitable[None]]]:
+    """The app on a daemon that cannot write its database, and its steps to `presses`."""
+    fake = FakeBackend()
+    fake.fault = FAULT
+
+    async def before(pilot: Pilot[Any]) -> None:
+        await keys(*presses)(pilot)
+        # The toast with the whole line goes after a while: its time would be the picture's clock.
+        pilot.app.clear_notifications()
+        await wait_workers(pilot)
+
+    return make_app(fake), before
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_storage_fault(snap_compare: Compare, size: tuple[int, int]) -> None:
+    app, before = _storage_fault()
+    assert snap_compare(app, terminal_size=size, run_before=before)
+
+
+def test_storage_fault_on_a_run_screen(snap_compare: Compare) -> None:
+    app, before = _storage_fault("2", "enter")
+    assert snap_compare(app, run_before=before)

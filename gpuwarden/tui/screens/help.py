@@ -39,8 +39,9 @@ class HelpScreen(ModalScreen[None]):
     ]
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
+    /* Taller than 80×24: kept off the top line, which says when the daemon cannot write its store. */
     HelpScreen > VerticalScroll {
-        width: 100; max-width: 100%; height: auto; max-height: 100%;
+        width: 100; max-width: 100%; height: auto; max-height: 100%; margin-top: 1;
         border: round $accent; background: $surface; padding: 0 1;
     }
     HelpScreen .title { text-style: bold; }

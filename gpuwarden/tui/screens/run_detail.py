@@ -33,6 +33,7 @@ from gpuwarden.tui.messages import DetailLoaded, DoctorLoaded, LogLoaded
 from gpuwarden.tui.screens.runs import state_text
 from gpuwarden.tui.widgets.chart import Chart
 from gpuwarden.tui.widgets.rank_table import RankTable
+from gpuwarden.tui.widgets.status_bar import storage_warning
 
 if TYPE_CHECKING:
     from gpuwarden.tui.app import GpuwardenApp
@@ -269,6 +270,9 @@ class RunDetailScreen(Screen[None]):
     def on_unmount(self) -> None:
         self._stop_log.set()
 
+    def on_resize(self) -> None:
+        self.show_head()  # its warning line is cut to the width
+
     # -- data -------------------------------------------------------------------------------
 
     def reload(self) -> None:
@@ -366,6 +370,12 @@ class RunDetailScreen(Screen[None]):
     def show_head(self) -> None:
         r = self.summary
         head = Text()
+        # This screen has no status line: what that line would warn of comes first here, as it
+        # does on the main screen (a dialog leaves the top line in sight; a run's long message,
+        # wrapped, cannot push it past the head's last line).
+        warning = self._warning()
+        if warning is not None:
+            head.append_text(warning).append("\n")
         head.append(r.name, style="bold")
         head.append(f" ({r.id}) {r.kind}  ", style="dim")
         head.append_text(state_text(r.state))
@@ -373,10 +383,16 @@ class RunDetailScreen(Screen[None]):
         head.append(f"  attempt {r.attempt}  GPU {where}" if r.placed else f"  attempt {r.attempt}  {where}")
         if r.message:
             head.append(f"\n{r.message}", style="italic")
-        if self.has_class("-offline"):
-            # This screen has no status line: without it, a frozen state and log would not say why.
-            head.append(f"\n{OFFLINE}", style="bold yellow")
         self.query_one("#run-head", Static).update(head)
+
+    def _warning(self) -> Text | None:
+        """Why the state and log stand still (no daemon), or what the daemon cannot write."""
+        if self.has_class("-offline"):
+            return Text(OFFLINE, style="bold yellow")
+        status = self.gw.status
+        if status is None or not status.storage_fault:
+            return None
+        return storage_warning(status.storage_fault, (self.size.width or self.app.size.width) - 2)
 
     def show_charts(self, detail: RunDetailView) -> None:
         metrics = detail.metrics
