@@ -51,32 +51,37 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
     "run_dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Take up the run in this folder again (a requeued job, an exec that was killed).",
+    help="The run's own folder: started there, or taken up again when it holds the run already.",
 )
 @command_options
 def exec_cmd(words: tuple[str, ...], runs_root: Path | None, run_dir: Path | None, **flags: Any) -> None:
     """Supervise one run in the foreground, with no daemon (inside a cluster job).
 
-    Exits 0 when the run succeeded, 1 when it failed, 75 when it stopped at a checkpoint (a
-    signal: start `gpuwarden exec --run DIR` again to go on).
+    `--run DIR` with a spec or a command starts the run in DIR, or takes it up again when DIR
+    holds it already: the same command every time an engine restarts the job. Exits 0 when the
+    run succeeded, 1 when it failed, 75 when it stopped at a checkpoint (a signal: start the same
+    command again to go on).
     """
     from gpuwarden.job.host import JobHost, new_run_dir
 
-    if run_dir is not None and (words or runs_root is not None):
-        raise UserError("--run DIR takes up the run in DIR: give it alone (no spec, command or --runs)")
+    if run_dir is not None and runs_root is not None:
+        raise UserError("--run names the run's folder and --runs the folder new runs go in: give one")
     if run_dir is None and not words:
         raise UserError(
             "give a spec (gpuwarden exec SPEC.yaml), a command (gpuwarden exec -- CMD ARGS…) or "
             "a run folder to take up again (gpuwarden exec --run DIR)"
         )
-    if run_dir is not None and not run_store_path(run_dir).is_file():
+    going_on = run_dir is not None and run_store_path(run_dir).is_file()
+    if run_dir is not None and not going_on and not words:
         raise UserError(f"--run {run_dir}: no run there (no {run_store_path(run_dir).name}) — check the path")
-    spec, text, label = (None, None, "") if run_dir is not None else _spec(words, flags)
+    spec, text, label = (None, None, "") if going_on else _spec(words, flags)
     folder = run_dir if run_dir is not None else new_run_dir(runs_root or DEFAULT_RUNS)
+    # A run made under --runs is named by its folder, as the daemon's runs are.
+    run_id = folder.name if run_dir is None else None
     host = JobHost(load_settings(), folder.absolute())
-    host.open()
     try:
-        code = _supervise(host, spec, text, label)
+        host.open()
+        code = _supervise(host, spec, text, label, run_id)
     finally:
         host.close()
     sys.exit(code)
@@ -98,14 +103,14 @@ def _spec(words: tuple[str, ...], flags: dict[str, Any]) -> tuple[RunSpec, str |
     return spec_from_mapping(flags_document, label="the flags"), None, "the flags"
 
 
-def _supervise(host: Any, spec: RunSpec | None, text: str | None, label: str) -> int:
+def _supervise(host: Any, spec: RunSpec | None, text: str | None, label: str, run_id: str | None) -> int:
     with _stopping_on_signals(host):
         if spec is not None:
-            run = host.submit(spec, text, label)
+            run = host.submit(spec, text, label, run_id)
             since, printed = 0, {}
         else:
             # What the exec before printed (into the same job log) is not printed again.
-            reader = RunFolders(host.run_dir.parent)
+            reader = RunFolders.one(host.run_dir)
             since, printed = _last_event(reader, host.run_id), printed_so_far(reader, host.run_id)
             run = host.go_on()
         click.echo(
@@ -113,7 +118,7 @@ def _supervise(host: Any, spec: RunSpec | None, text: str | None, label: str) ->
             f"gpuwarden exec --run {host.run_dir}",
             err=True,
         )
-        follow_run(RunFolders(host.run_dir.parent), host.run_id, as_json=False, since=since, printed=printed)
+        follow_run(RunFolders.one(host.run_dir), host.run_id, as_json=False, since=since, printed=printed)
     code: int = host.exit_code()
     if host.stopped_for is not None and code != 0:
         click.echo(

@@ -38,10 +38,17 @@ class RunFolders:
     """The runs under `root` (each a folder holding `run.db`), read-only. Same calls as the
     daemon's client for what the run commands use."""
 
-    def __init__(self, root: Path) -> None:
-        if not root.is_dir():
+    def __init__(self, root: Path, *, only: Path | None = None) -> None:
+        """`only`: read that one run folder (under `root` or not), none of its neighbours."""
+        if only is None and not root.is_dir():
             raise UserError(f"--runs {root}: no such folder — give the folder that holds the run folders")
         self.root = root
+        self._only = only
+
+    @classmethod
+    def one(cls, folder: Path) -> RunFolders:
+        """The run in `folder` alone (an exec following its own run)."""
+        return cls(folder.parent, only=folder)
 
     def __enter__(self) -> RunFolders:
         return self
@@ -52,7 +59,8 @@ class RunFolders:
     # -- reading one store ------------------------------------------------------------------------
 
     def _stores(self) -> Iterator[Path]:
-        for folder in sorted(self.root.iterdir()):
+        folders = [self._only] if self._only is not None else sorted(self.root.iterdir())
+        for folder in folders:
             path = run_store_path(folder)
             if path.is_file():
                 yield path

@@ -47,6 +47,10 @@ class Paths:
     def runs_dir(self) -> Path:
         return self.state_dir / "runs"
 
+    def run_dir(self, run_id: str) -> Path:
+        """Where run `run_id` keeps its files."""
+        return self.runs_dir / run_id
+
     @property
     def socket(self) -> Path:
         return self.runtime_dir / "api.sock"

@@ -71,14 +71,15 @@ class JobHost:
         self.supervisor: Supervisor = build_supervisor(
             settings, self.paths, self.writer, Silent(), self.sampling, retune_hook
         )
-        self.run_id = run_dir.name
+        # The folder's run, once `open` has read it; a new run's id comes with `submit`.
+        self.run_id = ""
         # Why the run was stopped by this host (a signal's name), if it was: then "start me again".
         self.stopped_for: str | None = None
         self._stops = 0
 
     @property
     def run_dir(self) -> Path:
-        return self.paths.run_dir
+        return self.paths.folder
 
     def open(self) -> None:
         make_dirs(self.run_dir)
@@ -88,6 +89,16 @@ class JobHost:
         log.info("gpus: %s", self.sampling.gpu_status)
         self.supervisor.start()
         self.sampling.start()
+        runs = self.writer.call(lambda db: RunStore(db).list_runs(limit=2))
+        if len(runs) > 1:
+            raise UserError(
+                f"{self.run_dir}: holds {len(runs)} runs — a run folder holds one; check the path"
+            )
+        self.run_id = str(runs[0]["id"]) if runs else ""
+
+    @property
+    def has_run(self) -> bool:
+        return bool(self.run_id)
 
     def _job_gpus(self) -> GpuReader:
         """The node's GPUs as NVML sees them, less those the job was not given."""
@@ -104,11 +115,23 @@ class JobHost:
 
     # -- the run -------------------------------------------------------------------------------------
 
-    def submit(self, spec: RunSpec, text: str | None, label: str) -> dict[str, Any]:
-        """Queue `spec` as this folder's run; its processes start from the job's environment."""
-        return self.supervisor.submit(
-            spec, text, label=label, check_inputs=True, environment=self.environ, run_id=self.run_id
+    def submit(
+        self, spec: RunSpec, text: str | None, label: str, run_id: str | None = None
+    ) -> dict[str, Any]:
+        """Queue `spec` as this folder's run (with `run_id`, else a new id); its processes start
+        from the job's environment."""
+        if self.has_run:
+            raise UserError(f"{self.run_dir}: holds run {self.run_id} already — take it up with --run")
+        run = self.supervisor.submit(
+            spec,
+            text,
+            label=label,
+            check_inputs=True,
+            environment=self.environ,
+            run_id=run_id or new_run_id(),
         )
+        self.run_id = str(run["id"])
+        return run
 
     def go_on(self) -> dict[str, Any]:
         """Take up the folder's run again (a requeued job, an exec that was killed): its processes
@@ -121,7 +144,9 @@ class JobHost:
         return run
 
     def _run(self) -> dict[str, Any]:
-        run = self.supervisor.writer.call(lambda db: RunStore(db).get_run(self.run_id))
+        run = (
+            self.supervisor.writer.call(lambda db: RunStore(db).get_run(self.run_id)) if self.run_id else None
+        )
         if run is None:
             raise UserError(f"{self.run_dir}: holds no run — start one with `gpuwarden exec SPEC.yaml`")
         return run

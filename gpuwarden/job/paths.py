@@ -11,26 +11,28 @@ from gpuwarden.core.paths import Paths, default_state_dir
 
 @dataclass(frozen=True)
 class JobPaths(Paths):
-    """A run folder as the supervisor's `Paths`: the store in the folder, the folder's parent as
-    the runs folder (the supervisor puts a run at `runs_dir / id`), the lock beside the store.
-    The tuning cache stays the user's own, shared with the daemon."""
+    """A run folder as the supervisor's `Paths`: its one run lives in it, whatever its name (an
+    engine restarts the same command, so the folder is the run's stable name), with the store and
+    the lock inside. The tuning cache stays the user's own, shared with the daemon."""
 
-    run_dir: Path = Path()
+    folder: Path = Path()
 
     @classmethod
-    def of(cls, run_dir: Path) -> JobPaths:
-        return cls(
-            state_dir=default_state_dir(), runtime_dir=run_dir, db=run_store_path(run_dir), run_dir=run_dir
-        )
+    def of(cls, folder: Path) -> JobPaths:
+        db = run_store_path(folder)
+        return cls(state_dir=default_state_dir(), runtime_dir=folder, db=db, folder=folder)
 
     @property
     def runs_dir(self) -> Path:
-        return self.run_dir.parent
+        return self.folder.parent
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.folder
 
     @property
     def lock_file(self) -> Path:
-        return self.run_dir / "exec.lock"
+        return self.folder / "exec.lock"
 
     @property
     def pid_file(self) -> Path:
-        return self.run_dir / "exec.pid"
+        return self.folder / "exec.pid"

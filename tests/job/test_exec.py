@@ -93,8 +93,8 @@ def job(daemon_factory: Any) -> Job:
     return Job(handle.root, handle.env)
 
 
-def _events(job: Job, run_id: str, kind: str) -> list[dict[str, Any]]:
-    reader = RunFolders(job.runs)
+def _events(job: Job, run_id: str, kind: str, folder: Path | None = None) -> list[dict[str, Any]]:
+    reader = RunFolders.one(folder) if folder is not None else RunFolders(job.runs)
     page = reader.events(run_id, limit=10_000)
     return [e.model_dump() for e in page.events if e.type == kind]
 
@@ -232,10 +232,35 @@ def test_bad_invocations_are_one_line(job: Job, tmp_path: Path) -> None:
     for args, words in (
         ((), "give a spec"),
         (("--run", str(tmp_path)), "no run there"),
-        (("--run", str(tmp_path), "--", "true"), "give it alone"),
+        (("--run", str(tmp_path), "--runs", str(tmp_path)), "give one"),
         (("nope.yaml",), "no such file"),
     ):
         done = job.run(*args, timeout=60)
         assert done.returncode == exit_codes.REFUSED, (args, done.stderr)
         assert done.stderr.count("\n") == 1 and words in done.stderr, (args, done.stderr)
     assert not job.runs.exists() or job.folders() == []
+
+
+def test_the_same_command_starts_the_run_in_its_folder_then_takes_it_up(job: Job) -> None:
+    """What an engine does: it starts the same command again after exit 75, so `--run DIR` with a
+    spec starts the run there the first time and goes on with it every time after."""
+    spec = job.spec("stalled", STALLED_TRAIN)
+    folder = job.root / "my-run"
+    first = job.start(str(spec), "--run", str(folder))
+    wait_for(
+        lambda: (folder / "run.db").exists() and _events(job, _id(folder), "checkpoint", folder), "step 20"
+    )
+    first.send_signal(signal.SIGTERM)  # a preemption
+    first.communicate(timeout=120)
+    assert first.returncode == exit_codes.RESTART
+    again = job.run(str(spec), "--run", str(folder))
+    assert again.returncode == exit_codes.SUCCEEDED, again.stderr[-3000:]
+    detail = json.loads(job.cli("show", "--runs", str(job.root), _id(folder), "--json").stdout)
+    assert detail["state"] == "succeeded" and len(detail["attempts"]) == 2
+    assert detail["run_dir"] == str(folder)
+
+
+def _id(folder: Path) -> str:
+    """The id of the run in `folder` ("" before its record can be read)."""
+    runs = RunFolders.one(folder).runs() if (folder / "run.db").exists() else []
+    return runs[0].id if runs else ""

@@ -62,7 +62,7 @@ def submit(
         if profiled is not None:
             spec = spec_from_mapping(profiled)
     run_id = run_id or new_run_id()
-    run_dir = ctx.paths.runs_dir / run_id
+    run_dir = ctx.paths.run_dir(run_id)
     document = spec_document(spec)
     text = submitted_text if submitted_text is not None else yaml.safe_dump(document, sort_keys=False)
     kept = run_environment.submitted(environment)
