@@ -247,9 +247,7 @@ def test_the_same_command_starts_the_run_in_its_folder_then_takes_it_up(job: Job
     spec = job.spec("stalled", STALLED_TRAIN)
     folder = job.root / "my-run"
     first = job.start(str(spec), "--run", str(folder))
-    wait_for(
-        lambda: (folder / "run.db").exists() and _events(job, _id(folder), "checkpoint", folder), "step 20"
-    )
+    wait_for(lambda: _id(folder) and _events(job, _id(folder), "checkpoint", folder), "the checkpoint")
     first.send_signal(signal.SIGTERM)  # a preemption
     first.communicate(timeout=120)
     assert first.returncode == exit_codes.RESTART
