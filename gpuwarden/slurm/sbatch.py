@@ -19,6 +19,9 @@ from gpuwarden.core.errors import UserError
 
 # sbatch keeps a signal's lead time in 16 bits.
 MAX_SIGNAL_LEAD_S = 65535
+# slurmctld checks time limits this often, and sends the warning at the first check less than
+# lead + this before the limit (docs/decisions.md, Slurm).
+TIME_LIMIT_CHECK_S = 30
 COMMENT_WIDTH = 96
 _LONG_OPTION = re.compile(r"--[A-Za-z][A-Za-z0-9-]*(=.*)?", re.DOTALL)
 _SHORT_OPTION = re.compile(r"-[A-Za-z].*", re.DOTALL)
@@ -111,8 +114,9 @@ def _directives(options: SbatchOptions) -> list[tuple[str, str]]:
     if options.signal_lead_s is not None:
         found.append(
             (
-                f"SIGUSR1 to the command {options.signal_lead_s} s before the time limit (Slurm may send"
-                " it up to a minute earlier): it checkpoints, and may ask to be requeued.",
+                f"SIGUSR1 to the command {options.signal_lead_s} s before the time limit (up to"
+                f" {TIME_LIMIT_CHECK_S} s earlier: Slurm checks time limits that often): it checkpoints,"
+                " and may ask to be requeued.",
                 f"--signal=B:USR1@{options.signal_lead_s}",
             )
         )
@@ -158,10 +162,11 @@ def _check_time(limit: timedelta | None, lead_s: int | None) -> None:
         return
     if not 1 <= lead_s <= MAX_SIGNAL_LEAD_S:
         raise UserError(f"signal lead {lead_s} s is out of range: give 1 to {MAX_SIGNAL_LEAD_S} seconds")
-    if limit is not None and lead_s >= limit.total_seconds():
+    if limit is not None and limit.total_seconds() - lead_s <= TIME_LIMIT_CHECK_S:
         raise UserError(
-            f"signal lead {lead_s} s is not shorter than the time limit {format_time(limit)}: the signal"
-            " would come at the start; give a longer time limit or a shorter lead"
+            f"signal lead {lead_s} s leaves {max(0, int(limit.total_seconds()) - lead_s)} s of the time limit"
+            f" {format_time(limit)}: Slurm may send the signal up to {TIME_LIMIT_CHECK_S} s early, before the"
+            f" command has started; give a time limit over lead + {TIME_LIMIT_CHECK_S} s or a shorter lead"
         )
 
 

@@ -23,7 +23,8 @@ REPORT = """
 import json, os
 from gpuwarden.slurm.environment import current_job
 job = current_job()
-print(json.dumps({"job_id": job.job_id, "hosts": job.hostnames(), "node": os.environ["SLURMD_NODENAME"],
+print(json.dumps({"job_id": job.job_id, "name": os.environ["SLURM_JOB_NAME"],
+                  "hosts": job.hostnames(), "node": os.environ["SLURMD_NODENAME"],
                   "restarts": job.restart_count, "nodes": job.num_nodes, "submit_dir": str(job.submit_dir)}))
 """
 
@@ -66,11 +67,15 @@ def _running(now: JobState) -> bool:
 
 
 def test_a_built_script_runs_its_command_which_sees_its_job(slurm: Slurm) -> None:
-    job_id = _python(slurm, "report", REPORT, SbatchOptions(job_name="gpuwarden report"))
+    # An option given after `--` comes later in the script, so it wins; its value, a token of its
+    # own, reaches Slurm whole, space included.
+    options = SbatchOptions(job_name="gpuwarden report", extra=("-J", "named after --"))
+    job_id = _python(slurm, "report", REPORT, options)
     assert slurm.wait_ended(job_id) == JobState("COMPLETED", "None")
     seen = json.loads(slurm.output("report").read_text())
     assert seen == {
         "job_id": job_id,
+        "name": "named after --",
         "hosts": [seen["node"]],
         "node": seen["node"],
         "restarts": 0,

@@ -72,6 +72,15 @@ def test_several_nodes_run_one_copy_per_node_through_srun() -> None:
     )
 
 
+def test_a_lead_leaving_more_than_a_time_limit_check_is_taken() -> None:
+    options = SbatchOptions(time=timedelta(minutes=2), signal_lead_s=89)
+    assert "--signal=B:USR1@89" in _directives(sbatch_script(options, ["true"]))
+    with pytest.raises(UserError, match="signal lead 90 s leaves 30 s of the time limit"):
+        SbatchOptions(time=timedelta(minutes=2), signal_lead_s=90)
+    with pytest.raises(UserError, match="signal lead 200 s leaves 0 s of the time limit"):
+        SbatchOptions(time=timedelta(minutes=2), signal_lead_s=200)
+
+
 def test_time_is_days_hours_minutes_seconds() -> None:
     assert format_time(timedelta(minutes=1)) == "0-00:01:00"
     assert format_time(timedelta(days=2, hours=3, seconds=5)) == "2-03:00:05"
@@ -88,8 +97,9 @@ def test_time_is_days_hours_minutes_seconds() -> None:
         (lambda: SbatchOptions(time=timedelta(0)), "time limit 0:00:00 is not positive"),
         (lambda: SbatchOptions(signal_lead_s=0), "signal lead 0 s is out of range: give 1 to 65535 seconds"),
         (
-            lambda: SbatchOptions(time=timedelta(minutes=1), signal_lead_s=60),
-            "signal lead 60 s is not shorter than the time limit 0-00:01:00",
+            lambda: SbatchOptions(time=timedelta(minutes=1), signal_lead_s=50),
+            "signal lead 50 s leaves 10 s of the time limit 0-00:01:00: Slurm may send the signal up to 30 s"
+            " early, before the command has started; give a time limit over lead + 30 s or a shorter lead",
         ),
         (lambda: SbatchOptions(extra=("qos=high",)), "'qos=high' is not an sbatch option"),
         (lambda: SbatchOptions(extra=("--qos", "high", "low")), "'low' is not an sbatch option"),
