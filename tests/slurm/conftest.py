@@ -87,5 +87,8 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slurm]:
         pytest.skip(reason)
     live = Slurm(tmp_path_factory.mktemp("slurm"))
     yield live
-    for job_id in live.submitted:
-        cancel(job_id)
+    # Only those still queued or running: Slurm forgets an ended job after MinJobAge, and
+    # cancelling an id it has forgotten is an error.
+    for job_id, now in state(live.submitted).items():
+        if not now.ended:
+            cancel(job_id)
