@@ -119,3 +119,12 @@ def test_a_runner_refusing_its_spec_never_loads_torch(tmp_path: Path) -> None:
     assert status == EXIT_USER_ERROR, out.stderr
     assert "gpuwarden: " in out.stderr and "Traceback" not in out.stderr
     assert not (_top(set(mods)) & set(HEAVY)), sorted(_top(set(mods)) & set(HEAVY))
+
+
+def test_the_slurm_adapter_loads_nothing_of_gpuwarden_but_core() -> None:
+    """A Slurm job imports the adapter to read its environment and requeue itself: nothing of
+    gpuwarden beyond core (a package added later included), nothing heavy."""
+    mods = _modules_after_importing(["gpuwarden.slurm"])
+    ours = {m for m in mods if m.startswith("gpuwarden.")}
+    assert all(m.startswith(("gpuwarden.core", "gpuwarden.slurm")) for m in ours), sorted(ours)
+    assert not (_top(mods) & {*HEAVY, *DATAFRAMES}), sorted(_top(mods) & {*HEAVY, *DATAFRAMES})
