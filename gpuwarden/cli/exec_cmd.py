@@ -23,15 +23,14 @@ from typing import Any
 
 import click
 
-from gpuwarden.cli.command_spec import command_document, command_options, printable_spec
-from gpuwarden.cli.runs_cmds import follow_run, printed_so_far, spec_given
+from gpuwarden.cli.command_spec import command_options
+from gpuwarden.cli.runs_cmds import follow_run, printed_so_far
+from gpuwarden.cli.spec_input import spec_of
 from gpuwarden.client.run_folders import RunFolders, run_store_path
-from gpuwarden.core.config.resolve import resolve_relative_paths
 from gpuwarden.core.config.settings import load_settings
-from gpuwarden.core.config.spec import RunSpec, spec_from_document, spec_from_mapping
-from gpuwarden.core.config.yamlsource import parse_yaml, read_yaml_text
+from gpuwarden.core.config.spec import RunSpec
 from gpuwarden.core.errors import UserError
-from gpuwarden.core.safeload import SPEC_FILE_LIMITS
+from gpuwarden.job import exit_codes
 
 DEFAULT_RUNS = Path("gpuwarden-runs")
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
@@ -53,8 +52,22 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
     default=None,
     help="The run's own folder: started there, or taken up again when it holds the run already.",
 )
+@click.option(
+    "--slurm-requeue",
+    "slurm_requeue",
+    type=click.IntRange(0, 1000),
+    default=None,
+    help="In a Slurm job: when the run stops at a checkpoint, requeue the job (scontrol requeue), "
+    "up to this many times in all.",
+)
 @command_options
-def exec_cmd(words: tuple[str, ...], runs_root: Path | None, run_dir: Path | None, **flags: Any) -> None:
+def exec_cmd(
+    words: tuple[str, ...],
+    runs_root: Path | None,
+    run_dir: Path | None,
+    slurm_requeue: int | None,
+    **flags: Any,
+) -> None:
     """Supervise one run in the foreground, with no daemon (inside a cluster job).
 
     `--run DIR` with a spec or a command starts the run in DIR, or takes it up again when DIR
@@ -74,7 +87,7 @@ def exec_cmd(words: tuple[str, ...], runs_root: Path | None, run_dir: Path | Non
     going_on = run_dir is not None and run_store_path(run_dir).is_file()
     if run_dir is not None and not going_on and not words:
         raise UserError(f"--run {run_dir}: no run there (no {run_store_path(run_dir).name}) — check the path")
-    spec, text, label = (None, None, "") if going_on else _spec(words, flags)
+    spec, text, label = (None, None, "") if going_on else spec_of(words, flags, "exec")
     folder = run_dir if run_dir is not None else new_run_dir(runs_root or DEFAULT_RUNS)
     # A run made under --runs is named by its folder, as the daemon's runs are.
     run_id = folder.name if run_dir is None else None
@@ -84,23 +97,32 @@ def exec_cmd(words: tuple[str, ...], runs_root: Path | None, run_dir: Path | Non
         code = _supervise(host, spec, text, label, run_id)
     finally:
         host.close()
+    if code == exit_codes.RESTART and slurm_requeue is not None:
+        _requeue(slurm_requeue)
     sys.exit(code)
 
 
-def _spec(words: tuple[str, ...], flags: dict[str, Any]) -> tuple[RunSpec, str | None, str]:
-    """The run's spec (relative paths resolved as `run` resolves them), its text, its label."""
-    if spec_given(words, flags, "exec"):
-        path = Path(words[0])
-        text = read_yaml_text(path, SPEC_FILE_LIMITS)
-        document = parse_yaml(text, str(path))
-        with document.locating(RunSpec.model_fields):
-            spec = resolve_relative_paths(spec_from_document(document), path.resolve().parent)
-        return spec, text, str(path)
-    flags_document = command_document(list(words), Path.cwd(), **flags)
-    if flags["print_spec"]:
-        click.echo(printable_spec(flags_document), nl=False)
-        sys.exit(0)
-    return spec_from_mapping(flags_document, label="the flags"), None, "the flags"
+def _requeue(limit: int) -> None:
+    """Queue this Slurm job again so the next run of it goes on from the checkpoint, unless its
+    requeues are used up (SLURM_RESTART_COUNT) or Slurm is requeueing it already (a preemption)."""
+    from gpuwarden.slurm.environment import current_job, requeue
+
+    job = current_job()
+    if job is None:
+        click.echo("--slurm-requeue: not in a Slurm job (no SLURM_JOB_ID): nothing requeued", err=True)
+        return
+    if job.restart_count >= limit:
+        click.echo(
+            f"Slurm job {job.job_id}: requeued {job.restart_count} times already, the most asked", err=True
+        )
+        return
+    try:
+        requeue(job.job_id)
+    except UserError as exc:  # already being requeued from outside, or the job cannot be
+        click.echo(f"Slurm job {job.job_id} not requeued: {exc.message}", err=True)
+        return
+    done = f"requeued ({job.restart_count + 1} of {limit}): it goes on from the checkpoint"
+    click.echo(f"Slurm job {job.job_id} {done}", err=True)
 
 
 def _supervise(host: Any, spec: RunSpec | None, text: str | None, label: str, run_id: str | None) -> int:
@@ -113,6 +135,7 @@ def _supervise(host: Any, spec: RunSpec | None, text: str | None, label: str, ru
             reader = RunFolders.one(host.run_dir)
             since, printed = _last_event(reader, host.run_id), printed_so_far(reader, host.run_id)
             run = host.go_on()
+        host.note_job()
         click.echo(
             f"{run['id']}  {run['name']}  in {host.run_dir} — take it up again with: "
             f"gpuwarden exec --run {host.run_dir}",

@@ -39,6 +39,7 @@ SECTIONS: dict[str, dict[str, Entry]] = {
     },
     "Inside a cluster job": {
         "exec": Entry("gpuwarden.cli.exec_cmd:exec_cmd", "Supervise one run in the foreground, no daemon"),
+        "slurm": Entry("gpuwarden.cli.slurm_cmds:slurm", "Submit a run as a Slurm job that requeues itself"),
     },
     "Tuning and diagnosis": {
         "tune": Entry("gpuwarden.cli.tune:tune", "Probe for the fastest settings that fit"),

@@ -56,6 +56,11 @@ def ps(show_all: bool, runs_dir: Path | None, as_json: bool) -> None:
     """List runs: id, name, state, attempt, when created, message."""
     with reading(runs_dir) as client:
         runs = client.runs()
+    jobs: dict[str, str] = {}
+    if runs_dir is not None:
+        from gpuwarden.cli.slurm_view import slurm_jobs
+
+        runs, jobs = slurm_jobs(runs_dir, runs)
     hidden = 0
     if not show_all:
         active = [r for r in runs if r.state not in FINAL_STATES]
@@ -63,16 +68,18 @@ def ps(show_all: bool, runs_dir: Path | None, as_json: bool) -> None:
         hidden = max(0, len(done) - SHOWN_FINISHED)
         runs = active + done[:SHOWN_FINISHED]
     if as_json:
-        print_json({"runs": runs, "hidden_finished": hidden})
+        print_json({"runs": runs, "hidden_finished": hidden, **({"slurm_jobs": jobs} if jobs else {})})
         return
     if not runs:
         click.echo("no runs — submit one with `gpuwarden run SPEC.yaml`")
         return
-    click.echo(f"{'ID':<12} {'NAME':<24} {'STATE':<12} {'ATT':>3}  {'CREATED':<19}  MESSAGE")
+    job_head = f"{'SLURM JOB':<24} " if jobs else ""
+    click.echo(f"{'ID':<12} {'NAME':<24} {'STATE':<12} {'ATT':>3}  {'CREATED':<19}  {job_head}MESSAGE")
     for r in runs:
+        job = f"{jobs.get(r.id, '-')[:24]:<24} " if jobs else ""
         click.echo(
             f"{r.id:<12} {r.name[:24]:<24} {r.state:<12} {r.attempt:>3}  {_when(r.created_at)}"
-            f"  {(r.message or '')[:80]}"
+            f"  {job}{(r.message or '')[:80]}"
         )
     if hidden:
         click.echo(f"… and {hidden} older finished run(s) — gpuwarden ps --all lists every run")

@@ -22,7 +22,7 @@ from gpuwarden.core.config.settings import Settings
 from gpuwarden.core.config.spec import RunSpec
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.private import make_dirs
-from gpuwarden.core.run_ref import new_run_id
+from gpuwarden.core.run_ref import RUN_ID_RE, new_run_id
 from gpuwarden.core.run_state import FINAL_STATES, RESUMABLE_STATES, RunState
 from gpuwarden.core.store.runs import RunStore
 from gpuwarden.core.telemetry.job_gpus import JobGpus, job_devices
@@ -37,6 +37,15 @@ from gpuwarden.job.lock import RunLock
 from gpuwarden.job.paths import JobPaths
 
 log = logging.getLogger("gpuwarden.job")
+
+# What an engine tells a job about itself that its run's history keeps.
+_JOB_VARIABLES = (
+    "SLURM_JOB_ID",
+    "SLURM_RESTART_COUNT",
+    "SLURM_JOB_NODELIST",
+    "SLURM_ARRAY_JOB_ID",
+    "SLURM_ARRAY_TASK_ID",
+)
 
 
 class Silent:
@@ -128,10 +137,14 @@ class JobHost:
             label=label,
             check_inputs=True,
             environment=self.environ,
-            run_id=run_id or new_run_id(),
+            run_id=run_id or self._named() or new_run_id(),
         )
         self.run_id = str(run["id"])
         return run
+
+    def _named(self) -> str | None:
+        """A folder named like a run id (`slurm submit` makes one so) names its run."""
+        return self.run_dir.name if RUN_ID_RE.match(self.run_dir.name) else None
 
     def go_on(self) -> dict[str, Any]:
         """Take up the folder's run again (a requeued job, an exec that was killed): its processes
@@ -150,6 +163,14 @@ class JobHost:
         if run is None:
             raise UserError(f"{self.run_dir}: holds no run — start one with `gpuwarden exec SPEC.yaml`")
         return run
+
+    def note_job(self) -> None:
+        """A `job` event naming the allocation this start of the run is in, as the engine tells
+        it (Slurm's job id, its requeue count, its nodes): a run's history says where each part of
+        it ran."""
+        fields = {name.lower(): value for name, value in self.environ.items() if name in _JOB_VARIABLES}
+        if fields:
+            self.supervisor.ctx.event(self.run_id, None, "job", **fields)
 
     def state(self) -> RunState:
         return RunState(self._run()["state"])
