@@ -45,6 +45,11 @@ STEPS: tuple[Step, ...] = (
         "gpucheck.steps.oom",
     ),
     Step(
+        "exec-oom",
+        "the same kind of CUDA OOM recovered by `gpuwarden exec` inside a job, with no daemon",
+        "gpucheck.steps.oom",
+    ),
+    Step(
         "oom-generate",
         "the same LLM generating under a 12 GB cap: no item lost or duplicated",
         "gpucheck.steps.oom",
