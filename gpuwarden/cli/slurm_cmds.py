@@ -57,9 +57,6 @@ def slurm() -> None:
 @click.option(
     "--time", "time_limit", default=None, help="The job's time limit: MINUTES, HH:MM:SS or D-HH:MM:SS."
 )
-@click.option(
-    "--nodes", type=click.IntRange(1, 1), default=1, help="Nodes (one: several are not supported yet)."
-)
 @click.option("--gpus-per-node", type=click.IntRange(1, 64), default=None, help="GPUs on each node.")
 @click.option("--partition", default=None, help="The partition (queue) to run in.")
 @click.option("--job-name", default=None, help="The name squeue shows (default: the run's name).")
@@ -90,7 +87,6 @@ def submit(
     words: tuple[str, ...],
     runs_root: Path | None,
     time_limit: str | None,
-    nodes: int,
     gpus_per_node: int | None,
     partition: str | None,
     job_name: str | None,
@@ -106,6 +102,7 @@ def submit(
     if not words:
         raise UserError("give a spec (gpuwarden slurm submit SPEC.yaml) or a command (… -- CMD ARGS…)")
     spec_words, extra = _split(words)
+    _one_node((*extra, *sbatch_extra))
     spec, _, _ = spec_of(spec_words, flags, "slurm submit")
     limit = parse_time(time_limit) if time_limit is not None else None
     folder = (runs_root or DEFAULT_RUNS).absolute() / new_run_id()
@@ -113,7 +110,6 @@ def submit(
         job_name=job_name or spec.name,
         output=str(folder / "slurm-%j.out"),
         time=limit,
-        nodes=nodes,
         gpus_per_node=gpus_per_node,
         partition=partition,
         requeue=True,
@@ -143,6 +139,17 @@ def _split(words: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     if words[0].endswith((".yaml", ".yml")) and len(words) > 1:
         return words[:1], words[1:]
     return words, ()
+
+
+def _one_node(options: tuple[str, ...]) -> None:
+    """A run spans one node's GPUs: the batch script runs on the job's first node, so more nodes
+    would be held and left idle."""
+    for option in options:
+        if option in ("-N", "--nodes") or option.startswith(("--nodes=", "-N")):
+            raise UserError(
+                f"sbatch option {option}: a run spans one node's GPUs, and other nodes would sit idle "
+                "— leave it out (ask for GPUs with --gpus-per-node)"
+            )
 
 
 def _lead(limit: timedelta) -> int:
