@@ -5,8 +5,9 @@
   the `oom` event to attempt 2's `running` state, which includes the retune's two probes. The
   same run under the daemon takes the same path; no requeue and no queue wait either way.
 - Time limit → running again after the requeue (needs a Slurm: `.ci/slurm-up`): a training run
-  submitted with `gpuwarden slurm submit --time 2:00 --signal-lead 75` holds at step 20; from
-  the `stopping` event (SIGUSR1 received) to the job pending again, and from the job's release
+  longer than its job, submitted with `gpuwarden slurm submit --time 2:00 --signal-lead 75`; from
+  the `stopping` event (SIGUSR1 received) to the job pending again (the step in progress, a
+  checkpoint, the exit, `scontrol requeue`), and from the job's release
   (`scontrol update StartTime=now`: Slurm would otherwise hold a requeued job back for a while,
   `BeginTime`) to attempt 2's `running` state. The queue's own wait is the cluster's, not counted.
 """
@@ -28,17 +29,19 @@ from bench.figures import REPEATS, figure_row, main_for
 
 REPO = Path(__file__).resolve().parents[1]
 OOM_SPEC = REPO / "configs" / "examples" / "oom-recovery-cpu.yaml"
-STALLED = """
-name: stalled
+# Trains for longer than its job's 2 minutes: the warning lands mid-step, and the figure is what a
+# real run's stop costs (the step it is in, a checkpoint, the exit).
+LONG = """
+name: long
 kind: train
-env: {OMP_NUM_THREADS: "1", GPUWARDEN_TEST_STALL: "0:20"}
+env: {OMP_NUM_THREADS: "1"}
 resources: {gpus: 0}
 train:
   task: image
   batch_size: 4
-  max_steps: 40
+  max_steps: 100000
   log_interval: 10
-  checkpoint_interval: 20
+  checkpoint_interval: 200
   image: {base_channels: 8, num_blocks: 1, patch_size: 32, synthetic_samples: 64}
 """
 
@@ -117,8 +120,8 @@ def _wait(check: Callable[[], bool], timeout: float = 300) -> float:
 
 def _time_limit_requeue(root: Path) -> tuple[float, float]:
     """(stop → pending again, release → running again), seconds."""
-    spec = root / "stalled.yaml"
-    spec.write_text(STALLED)
+    spec = root / "long.yaml"
+    spec.write_text(LONG)
     done = _gw(
         root,
         "slurm",
@@ -138,8 +141,10 @@ def _time_limit_requeue(root: Path) -> tuple[float, float]:
     stopping_at = _first(_events(root, run_id), lambda e: e["type"] == "stopping")
     released_at = time.time()
     subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=True, timeout=30)
-    _wait(lambda: _squeue(job_id)[0] in ("COMPLETED", "FAILED", "CANCELLED"), timeout=300)
+    _wait(lambda: any(_running(2)(e) for e in _events(root, run_id)), timeout=300)
     running_again = _first(_events(root, run_id), _running(2))
+    subprocess.run(["scancel", str(job_id)], check=True, timeout=30)  # the figure is taken
+    _wait(lambda: _squeue(job_id)[0] in ("CANCELLED", "COMPLETED", "FAILED", ""), timeout=120)
     return pending_at - stopping_at, running_again - released_at
 
 

@@ -57,7 +57,7 @@ def test_every_option_of_a_command_says_what_it_does(command: str) -> None:
     [
         (["stauts"], "no command 'stauts' — did you mean `gpuwarden status`?"),
         (["frobnicate"], "no command 'frobnicate' — `gpuwarden --help` lists them"),
-        (["ps", "--bogus"], "no option '--bogus' — `gpuwarden ps --help` lists them"),
+        (["ps", "--frobnicate"], "no option '--frobnicate' — `gpuwarden ps --help` lists them"),
         (["ps", "--jsn"], "no option '--jsn' — did you mean `--json`?"),
         (["run", "--folow", "--", "true"], "no option '--folow' — did you mean `--follow` or `--role`?"),
         (

@@ -4,12 +4,15 @@ reads it back."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import sqlite3
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +49,10 @@ class Job:
         self.root = root
         self.runs = root / "runs"
         self.env = env
+        self.started: list[subprocess.Popen[str]] = []
 
     def start(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             [sys.executable, "-m", "gpuwarden", "exec", *args],
             env={**self.env, **(env or {})},
             cwd=self.root,
@@ -56,6 +60,17 @@ class Job:
             stderr=subprocess.PIPE,
             text=True,
         )
+        self.started.append(proc)
+        return proc
+
+    def stop_all(self) -> None:
+        """Kill what the test started and left running (a test that failed midway): the execs,
+        and the attempts' process groups their stores name (each runs in a session of its own)."""
+        for proc in self.started:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate(timeout=30)
+        kill_recorded_groups(self.root)
 
     def run(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         proc = self.start(*args)
@@ -88,9 +103,24 @@ class Job:
 
 
 @pytest.fixture
-def job(daemon_factory: Any) -> Job:
+def job(daemon_factory: Any) -> Iterator[Job]:
     handle: DaemonHandle = daemon_factory(start=False)
-    return Job(handle.root, handle.env)
+    started = Job(handle.root, handle.env)
+    yield started
+    started.stop_all()
+
+
+def kill_recorded_groups(root: Path) -> None:
+    """SIGKILL the process group of every attempt a run store under `root` records."""
+    for store in root.rglob("run.db"):
+        try:
+            with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as conn:
+                pids = [row[0] for row in conn.execute("SELECT pid FROM attempts WHERE pid IS NOT NULL")]
+        except sqlite3.Error:
+            continue
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
 
 
 def _events(job: Job, run_id: str, kind: str, folder: Path | None = None) -> list[dict[str, Any]]:
@@ -178,6 +208,13 @@ def test_an_exec_killed_with_its_job_leaves_a_folder_that_reads_and_goes_on(job:
 def test_execs_and_a_daemon_side_by_side_never_share_a_store(daemon_factory: Any) -> None:
     gw: DaemonHandle = daemon_factory()
     job = Job(gw.root, gw.env)
+    try:
+        _side_by_side(gw, job)
+    finally:
+        job.stop_all()
+
+
+def _side_by_side(gw: DaemonHandle, job: Job) -> None:
     code = "import os; print(os.environ.get('CUDA_VISIBLE_DEVICES'))"
     procs = [
         job.start("--runs", str(job.runs), "--gpus", "1", "--", sys.executable, "-c", code) for _ in range(2)

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +17,9 @@ import torch
 
 from gpuwarden.client.run_folders import RunFolders
 from gpuwarden.slurm.record import read_record
-from gpuwarden.slurm.scheduler import JobState, release_begin_time
+from gpuwarden.slurm.scheduler import JobState, cancel, release_begin_time, state
 from tests.daemon.conftest import REPO, wait_for
-from tests.job.test_exec import STALLED_TRAIN
+from tests.job.test_exec import STALLED_TRAIN, kill_recorded_groups
 from tests.slurm.conftest import Slurm
 
 PINNED = {"OMP_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "2"}  # as the OOM example pins them
@@ -73,17 +74,27 @@ class Submitter:
 
 
 @pytest.fixture
-def gw(slurm: Slurm, tmp_path: Path) -> Submitter:
-    return Submitter(tmp_path, slurm)
+def gw(slurm: Slurm, tmp_path: Path) -> Iterator[Submitter]:
+    submitter = Submitter(tmp_path, slurm)
+    yield submitter
+    # A job cancelled mid-run under proctrack/linuxproc can leave its attempt's session behind.
+    for job_id, now in state(slurm.submitted).items():
+        if not now.ended:
+            cancel(job_id)
+    kill_recorded_groups(tmp_path)
 
 
 def _requeued(now: JobState) -> bool:
     return now.state == "PENDING" and now.reason == "BeginTime"
 
 
-def _go_on_after_requeue(gw: Submitter, job_id: int, run_id: str) -> None:
-    """Slurm holds a requeued job back a while (BeginTime): let it start now, then see it end."""
+def _go_on_after_requeue(gw: Submitter, job_id: int, run_id: str, minutes: int | None = None) -> None:
+    """Slurm holds a requeued job back a while (BeginTime): let it start now (with a time limit of
+    `minutes`, so its own warning cannot come before a loaded machine ends it), then see it end."""
     gw.slurm.wait(job_id, _requeued, "the job to be requeued", timeout=180)
+    if minutes is not None:
+        limit = ["scontrol", "update", f"JobId={job_id}", f"TimeLimit={minutes}"]
+        assert subprocess.run(limit, capture_output=True, timeout=30).returncode == 0
     release_begin_time(job_id)
     ended = gw.slurm.wait_ended(job_id, timeout=300)
     assert ended.state == "COMPLETED", (ended, gw.log(job_id, run_id)[-3000:])
@@ -143,7 +154,7 @@ def test_the_time_limit_checkpoints_requeues_and_goes_on_with_no_step_redone(gw:
     spec.write_text(STALLED_TRAIN)
     # The warning comes 15–45 s into a 2-minute job (Slurm checks time limits every 30 s).
     run_id, job_id = gw.submit(str(spec), "--time", "2:00", "--signal-lead", "75")
-    _go_on_after_requeue(gw, job_id, run_id)
+    _go_on_after_requeue(gw, job_id, run_id, minutes=10)
     detail = gw.show(run_id)
     assert detail["state"] == "succeeded", detail["message"]
     assert [a["classification"] for a in detail["attempts"]] == ["stopped", "succeeded"]
