@@ -112,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
             runtime_env={"env_vars": env} if env else None,
             gpus=args.gpus,
         )
+    except (OSError, RuntimeError) as e:  # Ray out of reach (ConnectionError), or a call refused
+        print(f"ray_job: {e}".splitlines()[0], file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         # The job is the cluster's, not this loop's: it runs on.
         print("ray_job: interrupted; the Ray job runs on (ray job list shows it)", file=sys.stderr)

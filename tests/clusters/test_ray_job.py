@@ -18,7 +18,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar
 
-import httpx
 import psutil
 import pytest
 
@@ -81,16 +80,21 @@ class RayHead:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        wait_for(self._serves_jobs, "the Ray head's job server", timeout=180)
+        # Ready once it runs a job: its job server answers before its node's agent can take one.
+        first = wait_for(self._takes_a_job, "the Ray head's job server", timeout=180)
+        client = job_submission.JobSubmissionClient(self.address)
+        done = wait_for(lambda: _ended(client, first), "the Ray head's first job", timeout=120)
+        assert done.status == job_submission.JobStatus.SUCCEEDED, done.message
 
-    def _serves_jobs(self) -> bool:
+    def _takes_a_job(self) -> str:
         assert self.proc is not None
         if self.proc.poll() is not None:
             raise RuntimeError(f"ray start exited {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
         try:
-            return httpx.get(f"{self.address}/api/jobs/", timeout=5).status_code == 200
-        except httpx.HTTPError:
-            return False
+            submitted: str = job_submission.JobSubmissionClient(self.address).submit_job(entrypoint="true")
+            return submitted
+        except (OSError, RuntimeError):  # not listening yet (ConnectionError), or no agent yet
+            return ""
 
     def stop(self) -> None:
         """SIGTERM to `ray start --block` ends every process it started; any left (and what the
@@ -118,6 +122,12 @@ class RayHead:
         return "".join(
             f"\n--- {j.submission_id}:\n{client.get_job_logs(j.submission_id)[-3000:]}" for j in jobs
         )
+
+
+def _ended(client: Any, job_id: str) -> Any:
+    """The job's details once it has ended, else None."""
+    details = client.get_job_info(job_id)
+    return details if details.status.is_terminal() else None
 
 
 def _free_ports(count: int) -> list[int]:
