@@ -26,10 +26,11 @@ import click
 from gpuwarden.cli.command_spec import command_options
 from gpuwarden.cli.runs_cmds import follow_run, printed_so_far
 from gpuwarden.cli.spec_input import spec_of
-from gpuwarden.client.run_folders import RunFolders, run_store_path
+from gpuwarden.client.run_folders import RunFolders
 from gpuwarden.core.config.settings import load_settings
 from gpuwarden.core.config.spec import RunSpec
 from gpuwarden.core.errors import UserError
+from gpuwarden.core.run_folder import run_store_path
 from gpuwarden.job import exit_codes
 
 DEFAULT_RUNS = Path("gpuwarden-runs")
@@ -57,8 +58,8 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
     "slurm_requeue",
     type=click.IntRange(0, 1000),
     default=None,
-    help="In a Slurm job: when the run stops at a checkpoint, requeue the job (scontrol requeue), "
-    "up to this many times in all.",
+    help="In a Slurm job: when SIGUSR1 (the time limit's warning) stopped the run at a checkpoint, "
+    "requeue the job (scontrol requeue), up to this many times in all.",
 )
 @command_options
 def exec_cmd(
@@ -97,7 +98,9 @@ def exec_cmd(
         code = _supervise(host, spec, text, label, run_id)
     finally:
         host.close()
-    if code == exit_codes.RESTART and slurm_requeue is not None:
+    # Only the time limit's warning asks this job to queue itself again: a SIGTERM is Slurm's own
+    # doing (a preemption it requeues by itself, a scancel that must end the job).
+    if code == exit_codes.RESTART and slurm_requeue is not None and host.stopped_for == "SIGUSR1":
         _requeue(slurm_requeue)
     sys.exit(code)
 

@@ -19,19 +19,14 @@ from typing import Any
 from gpuwarden.core import run_views
 from gpuwarden.core.api import EventsPage, LogChunk, RunDetail, RunSummary
 from gpuwarden.core.errors import UserError
-from gpuwarden.core.run_state import FINAL_STATES
+from gpuwarden.core.run_folder import run_store_path, supervised
+from gpuwarden.core.run_state import FINAL_STATES, RunState
 from gpuwarden.core.store import sqlite_utils
 from gpuwarden.core.store.db import open_db
 from gpuwarden.core.store.runs import RunStore
 from gpuwarden.core.store.telemetry import TelemetryStore
 
-STORE_NAME = "run.db"
 POLL_S = 0.2
-
-
-def run_store_path(run_dir: Path) -> Path:
-    """Where a run folder keeps its record."""
-    return run_dir / STORE_NAME
 
 
 class RunFolders:
@@ -80,7 +75,9 @@ class RunFolders:
         for path in self._stores():
             try:
                 with self._open(path) as db:
-                    found.extend((path, row) for row in RunStore(db).list_runs(limit=10_000))
+                    found.extend(
+                        (path, as_read(path.parent, row)) for row in RunStore(db).list_runs(limit=10_000)
+                    )
             except (UserError, sqlite3.Error):
                 continue
         return sorted(found, key=lambda item: float(item[1]["created_at"]), reverse=True)
@@ -117,9 +114,10 @@ class RunFolders:
         return [RunSummary.from_row(row) for row in rows]
 
     def run(self, ref: str) -> RunDetail:
-        with self._open(self._find(ref)) as db:
+        path = self._find(ref)
+        with self._open(path) as db:
             store = RunStore(db)
-            return run_views.run_detail(store, TelemetryStore(db), store.resolve(ref))
+            return run_views.run_detail(store, TelemetryStore(db), as_read(path.parent, store.resolve(ref)))
 
     def events(self, ref: str, since: int = 0, limit: int = 1000, wait: float = 0.0) -> EventsPage:
         """A page of events; with `wait`, polls the store until there is one or the run ended."""
@@ -129,6 +127,8 @@ class RunFolders:
             with self._open(path) as db:
                 store = RunStore(db)
                 page = run_views.events_page(store, store.resolve(ref)["id"], since, limit)
+            if page.state not in FINAL_STATES and not supervised(path.parent):
+                page = page.model_copy(update={"state": RunState.INTERRUPTED})
             if page.events or page.state in FINAL_STATES or time.monotonic() >= deadline:
                 return page
             time.sleep(POLL_S)
@@ -156,3 +156,13 @@ class RunFolders:
             if chunk.data or chunk.eof or time.monotonic() >= deadline:
                 return chunk
             time.sleep(POLL_S)
+
+
+def as_read(folder: Path, row: dict[str, Any]) -> dict[str, Any]:
+    """The run's row as a reader should take it: one still active in its record whose folder no
+    exec holds any more was interrupted there (its job ended or was killed mid-run), whatever the
+    record last said; the next `gpuwarden exec --run` takes it up."""
+    if RunState(row["state"]).final or supervised(folder):
+        return row
+    gone = f"its gpuwarden exec is gone (was {row['state']}) — gpuwarden exec --run {folder} takes it up"
+    return {**row, "state": RunState.INTERRUPTED, "message": gone}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import os
 import socket
+import time
 from pathlib import Path
 
 from gpuwarden.core.errors import UserError
@@ -28,9 +29,7 @@ class RunLock:
                 f"{self.lock_file}: cannot open the run's lock ({exc.strerror or exc}) — the run "
                 "folder must be one you can write"
             ) from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not _take(fd):
             os.close(fd)
             raise UserError(
                 f"{self.lock_file.parent}: another gpuwarden exec supervises this run ({self._holder()})"
@@ -48,3 +47,20 @@ class RunLock:
         except (OSError, ValueError):
             return "its pid is not known"
         return f"pid {pid} on {host}"
+
+
+# A reader (`ps --runs`) probes the lock for a moment to tell a live exec from a dead one: a new
+# exec gives such a probe this long before it decides that another exec holds the run.
+PROBE_PATIENCE_S = 2.0
+
+
+def _take(fd: int) -> bool:
+    deadline = time.monotonic() + PROBE_PATIENCE_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuwarden.client.run_folders import run_store_path
 from gpuwarden.core.paths import Paths, default_state_dir
+from gpuwarden.core.run_folder import PID_NAME, lock_path, run_store_path
 
 
 @dataclass(frozen=True)
@@ -31,8 +31,8 @@ class JobPaths(Paths):
 
     @property
     def lock_file(self) -> Path:
-        return self.folder / "exec.lock"
+        return lock_path(self.folder)
 
     @property
     def pid_file(self) -> Path:
-        return self.folder / "exec.pid"
+        return self.folder / PID_NAME

@@ -192,10 +192,12 @@ def test_an_exec_killed_with_its_job_leaves_a_folder_that_reads_and_goes_on(job:
     first.communicate(timeout=30)
     psutil.wait_procs(tree, timeout=30)
 
-    shown = job.cli("show", "--runs", str(job.runs), run_id)
-    assert shown.returncode == 0 and "running" in shown.stdout, shown.stderr
+    # Its record last said running; no exec holds the folder any more: it reads as interrupted.
+    shown = job.show(run_id)
+    assert shown["state"] == "interrupted", shown["message"]
+    assert shown["message"].startswith("its gpuwarden exec is gone (was running)")
     listed = job.cli("ps", "--runs", str(job.runs))
-    assert run_id in listed.stdout and "stalled" in listed.stdout
+    assert run_id in listed.stdout and "interrupted" in listed.stdout
 
     again = job.run("--run", str(job.runs / run_id))
     assert again.returncode == exit_codes.SUCCEEDED, again.stderr[-3000:]

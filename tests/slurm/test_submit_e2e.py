@@ -210,3 +210,20 @@ def test_ps_shows_the_job_and_cancel_ends_it(gw: Submitter) -> None:
     several = gw.cli("slurm", "submit", "--runs", str(gw.runs), str(spec), "--", "--nodes=2")
     assert several.returncode == 2 and "other nodes would sit idle" in several.stderr
     assert sorted(gw.runs.iterdir()) == before  # nothing submitted, no folder left
+
+
+@pytest.mark.slow
+def test_a_job_cancelled_while_it_runs_stays_cancelled(gw: Submitter) -> None:
+    """scancel sends SIGTERM, as a preemption does: the run stops at a checkpoint, and the job
+    must not queue itself again (only the time limit's warning asks for that)."""
+    spec = gw.root / "stalled.yaml"
+    spec.write_text(STALLED_TRAIN)
+    run_id, job_id = gw.submit(str(spec), "--time", "20")
+    wait_for(lambda: gw.events(run_id, "checkpoint"), "the checkpoint at step 20", timeout=180)
+    cancelled = gw.cli("slurm", "cancel", "--runs", str(gw.runs), run_id)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert gw.slurm.wait_ended(job_id, timeout=120).state == "CANCELLED"
+    # Stopped at its checkpoint, or (this stalled runner ignores SIGTERM) killed with its job
+    # after Slurm's KillWait: either way no longer running, and not queued again.
+    wait_for(lambda: gw.show(run_id)["state"] in ("stopped", "interrupted"), "the run to end")
+    assert "requeued" not in gw.log(job_id, run_id)
