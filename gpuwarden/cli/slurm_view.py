@@ -8,7 +8,6 @@ from pathlib import Path
 
 from gpuwarden.core.api import RunSummary
 from gpuwarden.core.errors import UserError
-from gpuwarden.core.run_state import RunState
 from gpuwarden.slurm.record import records
 from gpuwarden.slurm.scheduler import JobState, state
 
@@ -32,23 +31,7 @@ def slurm_jobs(runs_dir: Path, runs: list[RunSummary]) -> tuple[list[RunSummary]
         )
         jobs[run_id] = f"{record.job_id} {said}"
     listed = {r.id for r in runs}
-    waiting = [
-        RunSummary(
-            id=run_id,
-            name=record.name,
-            kind=record.kind,
-            state=RunState.QUEUED,
-            attempt=0,
-            message="waiting for its Slurm job to start",
-            created_at=record.submitted_at,
-            updated_at=record.submitted_at,
-            started_at=None,
-            ended_at=None,
-            gpus=None,
-        )
-        for run_id, (_, record) in found.items()
-        if run_id not in listed
-    ]
+    waiting = [record.waiting_run() for run_id, (_, record) in found.items() if run_id not in listed]
     return sorted([*runs, *waiting], key=lambda r: r.created_at, reverse=True), jobs
 
 

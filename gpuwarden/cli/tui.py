@@ -93,6 +93,12 @@ def _open_db(path: Path) -> DashboardBackend:
     return DbBackend(path)
 
 
+def _open_runs(root: Path) -> DashboardBackend:
+    from gpuwarden.tui.runs_backend import RunsBackend
+
+    return RunsBackend(root)
+
+
 def _ask(prompt: str, choices: list[str]) -> str:
     return str(click.prompt(prompt, type=click.Choice(choices), default=choices[0], err=True))
 
@@ -104,6 +110,12 @@ def _ask(prompt: str, choices: list[str]) -> str:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Browse this database read-only instead of connecting to the daemon.",
 )
+@click.option(
+    "--runs",
+    "runs_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Browse the run folders in DIR (gpuwarden exec's, in cluster jobs) read-only instead.",
+)
 @click.option("--readonly", is_flag=True, help="Watch only: no control (stop, submit, …) is offered.")
 @click.option(
     "--log",
@@ -111,12 +123,25 @@ def _ask(prompt: str, choices: list[str]) -> str:
     type=click.Path(dir_okay=False, writable=True, path_type=Path),
     help="Append what the dashboard told you, its connections and why a live stream ended to this file.",
 )
-def tui(db_path: Path | None, readonly: bool, log_path: Path | None) -> None:
+def tui(db_path: Path | None, runs_dir: Path | None, readonly: bool, log_path: Path | None) -> None:
     """Open the dashboard: GPUs, runs and history, live from the daemon (works over SSH)."""
+    if db_path is not None and runs_dir is not None:
+        raise UserError("--db and --runs: give one (--db reads one database, --runs every run folder in DIR)")
     if log_path is not None:
         from gpuwarden.tui.session_log import open_session_log
 
         open_session_log(log_path)
+    if runs_dir is not None:
+        backend, forced = _open_runs(runs_dir), True
+    else:
+        backend, forced = _daemon_or_db(db_path)
+    from gpuwarden.tui.app import GpuwardenApp
+
+    GpuwardenApp(backend, readonly=readonly or forced, cwd=Path.cwd()).run()
+
+
+def _daemon_or_db(db_path: Path | None) -> tuple[DashboardBackend, bool]:
+    """The daemon, or the database `--db` names (or the one the user chose to browse)."""
     interactive = sys.stdin.isatty() and sys.stdout.isatty()
     fallback: Path | None = None
     if db_path is None:
@@ -124,7 +149,7 @@ def tui(db_path: Path | None, readonly: bool, log_path: Path | None) -> None:
             fallback = default_db()
         except UserError:
             fallback = None  # a broken config: the daemon offer still works, browsing does not
-    backend, forced = choose_backend(
+    return choose_backend(
         db_path,
         interactive=interactive,
         connect=_connect,
@@ -133,6 +158,3 @@ def tui(db_path: Path | None, readonly: bool, log_path: Path | None) -> None:
         start=start_daemon,
         fallback_db=fallback,
     )
-    from gpuwarden.tui.app import GpuwardenApp
-
-    GpuwardenApp(backend, readonly=readonly or forced, cwd=Path.cwd()).run()

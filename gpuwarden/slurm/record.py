@@ -12,12 +12,15 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from gpuwarden.core.api import RunSummary
 from gpuwarden.core.errors import UserError
+from gpuwarden.core.run_state import RunState
 from gpuwarden.core.safeload import read_json_file
 
 RECORD_NAME = "slurm.json"
 SCRIPT_NAME = "job.sbatch"
 SPEC_NAME = "job.yaml"
+WAITING = "waiting for its Slurm job to start"
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,23 @@ class SlurmRecord:
         tmp = folder / (RECORD_NAME + ".tmp")
         tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
         os.replace(tmp, folder / RECORD_NAME)
+
+    def waiting_run(self) -> RunSummary:
+        """The run as listed while its job has not started: it has no record of its own yet (its
+        exec makes that), so it is queued since it was submitted."""
+        return RunSummary(
+            id=self.run_id,
+            name=self.name,
+            kind=self.kind,
+            state=RunState.QUEUED,
+            attempt=0,
+            message=WAITING,
+            created_at=self.submitted_at,
+            updated_at=self.submitted_at,
+            started_at=None,
+            ended_at=None,
+            gpus=None,
+        )
 
 
 def read_record(folder: Path) -> SlurmRecord | None:

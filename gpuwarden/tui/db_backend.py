@@ -92,6 +92,12 @@ class DbBackend:
     def storage_fault(self) -> str | None:
         return None  # no daemon behind a database opened read-only: nothing here writes it
 
+    def version(self) -> int:
+        """SQLite's data_version: it changes whenever another connection (a writer) commits, so a
+        reader of many stores reads again only those that changed."""
+        with self._lock:
+            return int(self.db.conn.execute("PRAGMA data_version").fetchone()[0])
+
     def gpus(self) -> list[GpuStatic]:
         with self._lock:
             rows = self.telemetry.gpus()
