@@ -19,7 +19,7 @@ from typing import Any
 from gpuwarden.core import run_views
 from gpuwarden.core.api import EventsPage, LogChunk, RunDetail, RunSummary
 from gpuwarden.core.errors import UserError
-from gpuwarden.core.run_folder import run_store_path, supervised
+from gpuwarden.core.run_folder import gone_message, run_store_path, supervised
 from gpuwarden.core.run_state import FINAL_STATES, RunState
 from gpuwarden.core.store import sqlite_utils
 from gpuwarden.core.store.db import open_db
@@ -164,5 +164,4 @@ def as_read(folder: Path, row: dict[str, Any]) -> dict[str, Any]:
     record last said; the next `gpuwarden exec --run` takes it up."""
     if RunState(row["state"]).final or supervised(folder):
         return row
-    gone = f"its gpuwarden exec is gone (was {row['state']}) — gpuwarden exec --run {folder} takes it up"
-    return {**row, "state": RunState.INTERRUPTED, "message": gone}
+    return {**row, "state": RunState.INTERRUPTED, "message": gone_message(folder, row["state"])}

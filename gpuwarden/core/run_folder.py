@@ -41,3 +41,8 @@ def supervised(run_dir: Path) -> bool:
     finally:
         os.close(fd)  # closing drops a lock taken just now
     return False
+
+
+def gone_message(run_dir: Path, state: str) -> str:
+    """What a run still active in its record says once no exec holds its folder."""
+    return f"its gpuwarden exec is gone (was {state}) — gpuwarden exec --run {run_dir} takes it up"

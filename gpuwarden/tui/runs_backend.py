@@ -24,10 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from gpuwarden.client.run_folders import run_store_path
 from gpuwarden.core.api import LogChunk
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.logtail import NO_LOG, log_chunk
+from gpuwarden.core.run_folder import gone_message, run_store_path, supervised
+from gpuwarden.core.run_state import RunState
 from gpuwarden.core.telemetry.types import GpuSample, GpuStatic, HostSample
 from gpuwarden.slurm.record import read_record
 from gpuwarden.tui.backend import (
@@ -125,17 +126,20 @@ class RunsBackend:
             stores: dict[Path, _Store] = {}
             where: dict[str, DbBackend] = {}
             waiting: dict[str, RunRow] = {}
+            gone: dict[str, RunRow] = {}
             for folder in self._folders():
                 store = self._read(run_store_path(folder))
                 if store is not None:
                     stores[folder] = store
                     where.update((row.id, store.backend) for row in store.rows)
+                    gone |= {row.id: _gone(folder, row) for row in store.rows if _exec_gone(folder, row)}
                 if (store is None or not store.rows) and (record := read_record(folder)) is not None:
                     waiting[record.run_id] = run_row(record.waiting_run())
             # A removed folder's store is dropped, not closed: a worker may still be reading it,
             # and its connection closes once nothing holds it.
             self._stores, self._where, self._waiting = stores, where, waiting
-            rows = [row for store in stores.values() for row in store.rows] + list(waiting.values())
+            rows = [gone.get(row.id, row) for store in stores.values() for row in store.rows]
+            rows += list(waiting.values())
             self._rows = sorted(rows, key=lambda r: r.created_at, reverse=True)
             return self._rows
 
@@ -295,3 +299,13 @@ class RunsBackend:
             stores, self._stores = list(self._stores.values()), {}
         for store in stores:
             store.backend.close()
+
+
+def _exec_gone(folder: Path, row: RunRow) -> bool:
+    """Whether the row's record says the run is active while no exec holds its folder."""
+    return not RunState(row.state).final and not supervised(folder)
+
+
+def _gone(folder: Path, row: RunRow) -> RunRow:
+    """The row as `ps --runs` shows such a run: interrupted where its exec died."""
+    return row.model_copy(update={"state": RunState.INTERRUPTED, "message": gone_message(folder, row.state)})

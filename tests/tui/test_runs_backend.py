@@ -6,8 +6,11 @@ XDG folders with two fake H100s (under a second each), as a cluster job would.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -17,10 +20,13 @@ import pytest
 from textual.widgets import DataTable, Log, Static
 
 from gpuwarden.cli.main import main
+from gpuwarden.core.errors import UserError
 from gpuwarden.slurm.record import WAITING, SlurmRecord
+from gpuwarden.tui.backend import RunRow
 from gpuwarden.tui.db_backend import DbBackend
 from gpuwarden.tui.runs_backend import RunsBackend
 from gpuwarden.tui.screens.run_detail import RunDetailScreen
+from tests.daemon.conftest import wait_for
 from tests.tui.conftest import make_app, run, settle, until
 from tests.tui.test_app import footer_keys, text_of, timeline_text
 
@@ -191,3 +197,60 @@ def test_bad_folders_are_one_line(
     assert exited.value.code == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"gpuwarden: {said.format(**where)}")
+
+
+def test_a_run_whose_exec_died_with_its_job_reads_as_interrupted(tmp_path: Path) -> None:
+    """The record of a run killed with its job still says running; no exec holds its folder, so
+    the dashboard (as `ps --runs`) says it was interrupted and how to take it up."""
+    made = Folders(tmp_path)
+    go = tmp_path / "go"
+    waits = f"import pathlib, time\nwhile not pathlib.Path({str(go)!r}).exists(): time.sleep(0.05)"
+    argv = [
+        "exec",
+        "--runs",
+        str(made.dir),
+        "--gpus",
+        "1",
+        "--name",
+        "killed",
+        "--",
+        sys.executable,
+        "-c",
+        waits,
+    ]
+    proc = subprocess.Popen([sys.executable, "-m", "gpuwarden", *argv], env=made.env, start_new_session=True)
+    try:
+        backend_rows = wait_for(lambda: _running_rows(made.dir), "the run to be recorded running")
+        assert [r.name for r in backend_rows] == ["killed"]
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the exec, and below the program (its own session): a job's end
+        proc.wait(30)
+        for store in made.dir.rglob("run.db"):
+            _kill_recorded(store)
+    backend = RunsBackend(made.dir)
+    try:
+        (row,) = backend.runs()
+        assert row.state == "interrupted"
+        assert row.message is not None and row.message.startswith("its gpuwarden exec is gone (was running)")
+    finally:
+        backend.close()
+
+
+def _running_rows(folder: Path) -> list[RunRow]:
+    if not folder.exists():
+        return []
+    try:
+        backend = RunsBackend(folder)
+    except UserError:  # no run recorded yet
+        return []
+    try:
+        return [r for r in backend.runs() if r.state == "running"]
+    finally:
+        backend.close()
+
+
+def _kill_recorded(store: Path) -> None:
+    with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as conn:
+        for (pid,) in conn.execute("SELECT pid FROM attempts WHERE pid IS NOT NULL"):
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
