@@ -19,7 +19,7 @@ import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -32,6 +32,9 @@ from gpuwarden.core.config.spec import RunSpec
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.run_folder import run_store_path
 from gpuwarden.job import exit_codes
+
+if TYPE_CHECKING:  # the job's parts are imported when exec runs, not for `--help`
+    from gpuwarden.job.host import JobHost
 
 DEFAULT_RUNS = Path("gpuwarden-runs")
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
@@ -85,10 +88,10 @@ def exec_cmd(
             "give a spec (gpuwarden exec SPEC.yaml), a command (gpuwarden exec -- CMD ARGS…) or "
             "a run folder to take up again (gpuwarden exec --run DIR)"
         )
-    going_on = run_dir is not None and run_store_path(run_dir).is_file()
-    if run_dir is not None and not going_on and not words:
+    if run_dir is not None and not words and not run_store_path(run_dir).is_file():
         raise UserError(f"--run {run_dir}: no run there (no {run_store_path(run_dir).name}) — check the path")
-    spec, text, label = (None, None, "") if going_on else spec_of(words, flags, "exec")
+    # Read even when the folder may hold the run: whether it does is known only under its lock.
+    spec, text, label = spec_of(words, flags, "exec") if words else (None, None, "")
     folder = run_dir if run_dir is not None else new_run_dir(runs_root or DEFAULT_RUNS)
     # A run made under --runs is named by its folder, as the daemon's runs are.
     run_id = folder.name if run_dir is None else None
@@ -128,9 +131,13 @@ def _requeue(limit: int) -> None:
     click.echo(f"Slurm job {job.job_id} {done}", err=True)
 
 
-def _supervise(host: Any, spec: RunSpec | None, text: str | None, label: str, run_id: str | None) -> int:
+def _supervise(host: JobHost, spec: RunSpec | None, text: str | None, label: str, run_id: str | None) -> int:
     with _stopping_on_signals(host):
-        if spec is not None:
+        if not host.has_run:
+            if spec is None:
+                raise UserError(
+                    f"{host.run_dir}: holds no run — start one with `gpuwarden exec SPEC.yaml --run DIR`"
+                )
             run = host.submit(spec, text, label, run_id)
             since, printed = 0, {}
         else:
@@ -164,7 +171,7 @@ def _last_event(reader: RunFolders, run_id: str) -> int:
 
 
 @contextlib.contextmanager
-def _stopping_on_signals(host: Any) -> Iterator[None]:
+def _stopping_on_signals(host: JobHost) -> Iterator[None]:
     """SIGTERM, SIGINT and SIGUSR1 stop the run at a checkpoint while this block runs."""
 
     def handler(signum: int, frame: object) -> None:
