@@ -7,6 +7,7 @@ says so rather than guessing how it ended.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
@@ -33,6 +34,8 @@ ENDED_STATES = frozenset(
 FORGOTTEN = "ended (no accounting)"
 # squeue's fields: %A the job's own id, %T its state in full, %r the reason it is pending (or None).
 _SQUEUE_FORMAT = "%A|%T|%r"
+# Slurm's credentials carry their time in whole seconds (see `release_begin_time`).
+_CREDENTIAL_SECOND = 1.1
 
 
 class JobState(NamedTuple):
@@ -92,6 +95,11 @@ def cancel(job_id: int) -> None:
 def release_begin_time(job_id: int) -> None:
     """Let a pending job start now: Slurm holds a requeued job back for a while (reason
     `BeginTime`), and `--begin` holds a new one."""
+    # slurmd refuses a batch job whose credential was made in the same second as its last run was
+    # killed ("Job credential revoked", the job then FAILED), which a requeued job released at
+    # once can meet; after a second the new credential is younger than the revocation. Not
+    # `StartTime=now+1`: a start time not yet due waits for Slurm's next scheduling pass (30 s).
+    time.sleep(_CREDENTIAL_SECOND)
     answer = run_tool(["scontrol", "update", f"JobId={job_id}", "StartTime=now"])
     if answer.ok:
         return
