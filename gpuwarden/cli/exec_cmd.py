@@ -4,6 +4,8 @@ job runs (a Slurm batch script, a Kubernetes Job, a SkyPilot task, a Ray job).
     gpuwarden exec SPEC.yaml [--runs DIR]          a new run, in a folder of its own under DIR
     gpuwarden exec [OPTIONS] -- CMD ARGS…          the same for your own program (`run`'s options)
     gpuwarden exec --run DIR/RUN_ID                take that run up again (a requeued job)
+    gpuwarden exec SPEC.yaml --run DIR --nodes N [--node-rank K]
+                                                   one of N machines of a run (one exec on each)
 
 It prints what `gpuwarden run --follow` prints, keeps the run's whole record in its folder
 (`gpuwarden ps|show|logs|events --runs DIR` read it), and ends with a code an engine can act on:
@@ -15,7 +17,9 @@ time limit) stop the run at a checkpoint; a second one stops it at once.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,6 +39,7 @@ from gpuwarden.job import exit_codes
 
 if TYPE_CHECKING:  # the job's parts are imported when exec runs, not for `--help`
     from gpuwarden.job.host import JobHost
+    from gpuwarden.job.leader import LeaderMachines
 
 DEFAULT_RUNS = Path("gpuwarden-runs")
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
@@ -64,12 +69,34 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
     help="In a Slurm job: when SIGUSR1 (the time limit's warning) stopped the run at a checkpoint, "
     "requeue the job (scontrol requeue), up to this many times in all.",
 )
+@click.option(
+    "--nodes",
+    type=click.IntRange(1, 1024),
+    default=None,
+    help="Machines the run spans (its resources.nodes): start one exec on each, with --node-rank "
+    "and the same --run folder on a shared file system.",
+)
+@click.option(
+    "--node-rank",
+    type=click.IntRange(0, 1023),
+    default=None,
+    help="This machine's place among them (0 supervises the run; default: Slurm's SLURM_NODEID).",
+)
+@click.option(
+    "--rendezvous-host",
+    default=None,
+    metavar="HOST",
+    help="Node 0: the address the other machines reach it at (default: its host name).",
+)
 @command_options
 def exec_cmd(
     words: tuple[str, ...],
     runs_root: Path | None,
     run_dir: Path | None,
     slurm_requeue: int | None,
+    nodes: int | None,
+    node_rank: int | None,
+    rendezvous_host: str | None,
     **flags: Any,
 ) -> None:
     """Supervise one run in the foreground, with no daemon (inside a cluster job).
@@ -90,22 +117,84 @@ def exec_cmd(
         )
     if run_dir is not None and not words and not run_store_path(run_dir).is_file():
         raise UserError(f"--run {run_dir}: no run there (no {run_store_path(run_dir).name}) — check the path")
+    rank = _node_rank(nodes, node_rank, run_dir)
+    if rank > 0 and run_dir is not None:
+        sys.exit(_follow(run_dir.absolute(), rank))
     # Read even when the folder may hold the run: whether it does is known only under its lock.
-    spec, text, label = spec_of(words, flags, "exec") if words else (None, None, "")
+    spec, text, label = spec_of(words, flags, "exec", nodes) if words else (None, None, "")
     folder = run_dir if run_dir is not None else new_run_dir(runs_root or DEFAULT_RUNS)
     # A run made under --runs is named by its folder, as the daemon's runs are.
     run_id = folder.name if run_dir is None else None
-    host = JobHost(load_settings(), folder.absolute())
+    machines = _machines(folder.absolute(), nodes, rendezvous_host)
+    host = JobHost(load_settings(), folder.absolute(), machines=machines)
+    code = exit_codes.FAILED
     try:
         host.open()
         code = _supervise(host, spec, text, label, run_id)
     finally:
         host.close()
+        if machines is not None:
+            machines.end(code)
     # Only the time limit's warning asks this job to queue itself again: a SIGTERM is Slurm's own
     # doing (a preemption it requeues by itself, a scancel that must end the job).
     if code == exit_codes.RESTART and slurm_requeue is not None and host.stopped_for == "SIGUSR1":
         _requeue(slurm_requeue)
     sys.exit(code)
+
+
+def _node_rank(nodes: int | None, node_rank: int | None, run_dir: Path | None) -> int:
+    """This machine's rank among the run's (0 on one machine)."""
+    if nodes is None or nodes == 1:
+        if node_rank:
+            raise UserError(f"--node-rank {node_rank} needs --nodes: how many machines the run spans")
+        return 0
+    if run_dir is None:
+        raise UserError(
+            f"--nodes {nodes}: every machine's exec names the same run folder — give --run DIR, "
+            "on a file system the machines share"
+        )
+    rank = node_rank
+    if rank is None:
+        given = os.environ.get("SLURM_NODEID", "")
+        if not given.isdigit():
+            raise UserError(f"--nodes {nodes}: say which machine this is with --node-rank (0 … {nodes - 1})")
+        rank = int(given)
+    if rank >= nodes:
+        raise UserError(f"--node-rank {rank}: the run spans {nodes} machines, ranked 0 … {nodes - 1}")
+    return rank
+
+
+def _machines(folder: Path, nodes: int | None, host: str | None) -> LeaderMachines | None:
+    """Node 0's reach to the other machines of a run over several."""
+    from gpuwarden.job.leader import LeaderMachines
+
+    if nodes is None or nodes == 1:
+        return None
+    return LeaderMachines(folder, nodes, host or socket.gethostname())
+
+
+def _follow(run_dir: Path, rank: int) -> int:
+    """Machine `rank` > 0 of a run over several: start its part of each attempt node 0 plans, end
+    as the run ends. A signal is node 0's to act on (a job signals every machine)."""
+    from gpuwarden.core.private import make_dirs
+    from gpuwarden.daemon.process import LocalProcesses
+    from gpuwarden.job.follower import NodeFollower
+    from gpuwarden.job.lock import RunLock
+
+    make_dirs(run_dir)
+    RunLock(run_dir / f"exec.node{rank}.lock", run_dir / f"exec.node{rank}.pid").acquire()
+
+    def say(line: str) -> None:
+        click.echo(line, err=True)
+
+    def handler(signum: int, frame: object) -> None:
+        say(
+            f"node {rank}: {signal.Signals(signum).name} — node 0's exec stops the run, and this part with it"
+        )
+
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, handler)
+    return NodeFollower(run_dir, rank, LocalProcesses(), say).run()
 
 
 def _requeue(limit: int) -> None:

@@ -1,6 +1,6 @@
 """`gpuwarden slurm submit|cancel`: a run as a Slurm batch job that survives its own failures.
 
-    gpuwarden slurm submit SPEC.yaml [OPTIONS] [-- SBATCH_OPTIONS…]
+    gpuwarden slurm submit SPEC.yaml [--nodes N] [OPTIONS] [-- SBATCH_OPTIONS…]
     gpuwarden slurm submit [OPTIONS] [RUN'S OPTIONS] -- CMD ARGS…     (sbatch options: --sbatch OPT)
     gpuwarden slurm cancel RUN [--runs DIR]
 
@@ -9,7 +9,9 @@ absolute) and a readable batch script (`job.sbatch`) beside it, and submits the 
 runs `gpuwarden exec`: an out-of-memory failure is retuned inside the allocation; Slurm's warning
 before the time limit (SIGUSR1) or a preemption (SIGTERM) stops the run at a checkpoint and the job
 queues itself again (`scontrol requeue`, up to --max-requeues times), and its next start goes on
-from that checkpoint. `gpuwarden ps --runs DIR` lists it with the job's state.
+from that checkpoint. With `--nodes N` the script `srun`s one `gpuwarden exec` per node: node 0
+supervises the run, the others start their ranks from its plan (`docs/clusters.md`).
+`gpuwarden ps --runs DIR` lists it with the job's state.
 """
 
 from __future__ import annotations
@@ -57,6 +59,12 @@ def slurm() -> None:
 @click.option(
     "--time", "time_limit", default=None, help="The job's time limit: MINUTES, HH:MM:SS or D-HH:MM:SS."
 )
+@click.option(
+    "--nodes",
+    type=click.IntRange(1, 1024),
+    default=None,
+    help="Nodes the run spans (its resources.nodes): srun starts one gpuwarden exec on each.",
+)
 @click.option("--gpus-per-node", type=click.IntRange(1, 64), default=None, help="GPUs on each node.")
 @click.option("--partition", default=None, help="The partition (queue) to run in.")
 @click.option("--job-name", default=None, help="The name squeue shows (default: the run's name).")
@@ -87,6 +95,7 @@ def submit(
     words: tuple[str, ...],
     runs_root: Path | None,
     time_limit: str | None,
+    nodes: int | None,
     gpus_per_node: int | None,
     partition: str | None,
     job_name: str | None,
@@ -103,13 +112,14 @@ def submit(
         raise UserError("give a spec (gpuwarden slurm submit SPEC.yaml) or a command (… -- CMD ARGS…)")
     spec_words, extra = _split(words)
     _one_node((*extra, *sbatch_extra))
-    spec, _, _ = spec_of(spec_words, flags, "slurm submit")
+    spec, _, _ = spec_of(spec_words, flags, "slurm submit", nodes)
     limit = parse_time(time_limit) if time_limit is not None else None
     folder = (runs_root or DEFAULT_RUNS).absolute() / new_run_id()
     options = SbatchOptions(
         job_name=job_name or spec.name,
         output=str(folder / "slurm-%j.out"),
         time=limit,
+        nodes=spec.resources.nodes,
         gpus_per_node=gpus_per_node,
         partition=partition,
         requeue=True,
@@ -142,13 +152,13 @@ def _split(words: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 
 def _one_node(options: tuple[str, ...]) -> None:
-    """A run spans one node's GPUs: the batch script runs on the job's first node, so more nodes
-    would be held and left idle."""
+    """The job's nodes are the run's (`--nodes`, its resources.nodes): an sbatch option giving
+    others would hold nodes no exec runs on, or split the ranks wrongly."""
     for option in options:
         if option in ("-N", "--nodes") or option.startswith(("--nodes=", "-N")):
             raise UserError(
-                f"sbatch option {option}: a run spans one node's GPUs, and other nodes would sit idle "
-                "— leave it out (ask for GPUs with --gpus-per-node)"
+                f"sbatch option {option}: the job's nodes are the run's — give gpuwarden's own "
+                "--nodes N (it sets resources.nodes and starts one gpuwarden exec per node)"
             )
 
 
@@ -170,6 +180,8 @@ def _write_folder(folder: Path, spec: RunSpec, options: SbatchOptions, max_reque
     )
     command = [sys.executable, "-m", "gpuwarden", "exec", str(spec_path), "--run", str(folder)]
     command += ["--slurm-requeue", str(max_requeues)]
+    if spec.resources.nodes > 1:  # each node's exec learns its rank from SLURM_NODEID
+        command += ["--nodes", str(spec.resources.nodes)]
     script = folder / SCRIPT_NAME
     script.write_text(sbatch_script(options, command))
     return script

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import psutil
 
@@ -22,6 +23,7 @@ from gpuwarden.daemon.placement import GpuState
 from gpuwarden.daemon.process import LocalProcesses
 from gpuwarden.daemon.sampling import Sampling
 from gpuwarden.daemon.supervise import Backends, Hooks, RetuneHook, Supervisor
+from gpuwarden.daemon.supervise.backends import OtherMachines
 from gpuwarden.daemon.supervise.ports import Publisher, Store
 
 
@@ -32,10 +34,12 @@ def build_supervisor(
     publisher: Publisher,
     sampling: Sampling,
     retune_hook: RetuneHook | None = None,
+    machines: OtherMachines | None = None,
 ) -> Supervisor:
     """A supervisor on this machine's processes and `sampling`'s GPUs, writing to `store` and
-    telling `publisher`; `retune_hook` replaces OOM recovery by the run's policy (tests only)."""
-    backends = local_backends(sampling.gpu_states, sampling.gpu_topology)
+    telling `publisher`; `retune_hook` replaces OOM recovery by the run's policy (tests only);
+    `machines`: the others a run over several machines also runs on (a job's first node)."""
+    backends = replace(local_backends(sampling.gpu_states, sampling.gpu_topology), machines=machines)
     return Supervisor(
         settings, paths, store, publisher, backends, _hooks(settings, paths, store, sampling, retune_hook)
     )

@@ -33,6 +33,7 @@ from gpuwarden.daemon.supervise import RetuneHook, Supervisor
 from gpuwarden.daemon.wiring import build_supervisor
 from gpuwarden.daemon.writer import StoreWriter
 from gpuwarden.job import exit_codes
+from gpuwarden.job.leader import LeaderMachines
 from gpuwarden.job.lock import RunLock
 from gpuwarden.job.paths import JobPaths
 
@@ -68,6 +69,7 @@ class JobHost:
         environ: Mapping[str, str] | None = None,
         gpu_reader: GpuReader | None = None,
         retune_hook: RetuneHook | None = None,
+        machines: LeaderMachines | None = None,
     ) -> None:
         self.settings = settings
         self.paths = JobPaths.of(run_dir)
@@ -77,8 +79,10 @@ class JobHost:
         self.writer = StoreWriter(self.paths.db, self.storage, journal="delete")
         self._gpu_reader = gpu_reader
         self.sampling = Sampling(settings, self.writer, self.storage, open_reader=self._job_gpus)
+        # A run over several machines: this is the first, and reaches the others through these.
+        self.machines = machines
         self.supervisor: Supervisor = build_supervisor(
-            settings, self.paths, self.writer, Silent(), self.sampling, retune_hook
+            settings, self.paths, self.writer, Silent(), self.sampling, retune_hook, machines
         )
         # The folder's run, once `open` has read it; a new run's id comes with `submit`.
         self.run_id = ""
@@ -93,6 +97,8 @@ class JobHost:
     def open(self) -> None:
         make_dirs(self.run_dir)
         self.lock.acquire()
+        if self.machines is not None:
+            self.machines.start()
         self.writer.start()
         self.sampling.open()
         log.info("gpus: %s", self.sampling.gpu_status)

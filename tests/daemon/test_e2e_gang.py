@@ -318,3 +318,19 @@ def test_a_two_rank_run_on_a_one_gpu_spec_is_refused_with_one_line(gw: DaemonHan
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert "world_size 2" in lines[0] and "resources.gpus: 2" in lines[0]
+
+
+def test_a_run_over_several_machines_is_sent_to_a_cluster_job(gw: DaemonHandle) -> None:
+    spec = gw.write_spec(
+        "two-machines",
+        """
+        name: two-machines
+        kind: train
+        resources: {gpus: 0, nodes: 2}
+        train: {task: image, world_size: 2}
+        """,
+    )
+    result = gw.cli("run", str(spec))
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert "resources.nodes is 2" in line and "gpuwarden exec --nodes 2" in line

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
+from gpuwarden.core.config.spec import RunSpec
 from gpuwarden.core.errors import UserError
 from gpuwarden.slurm.sbatch import SbatchOptions, format_time, sbatch_script
 
@@ -122,3 +124,31 @@ def test_a_command_is_needed_and_bash_cannot_carry_nul() -> None:
         sbatch_script(SbatchOptions(), [])
     with pytest.raises(UserError, match="holds a NUL character"):
         sbatch_script(SbatchOptions(), ["echo", "a\0b"])
+
+
+def test_a_run_over_two_nodes_is_written_as_one_exec_per_node(tmp_path: Path) -> None:
+    """`slurm submit --nodes 2`: the spec the job runs says so, and srun starts an exec per node
+    (each learns its rank from SLURM_NODEID). This one-node Slurm cannot run it: the text is
+    what is checked here; tests/job/test_exec_nodes.py runs two execs for real."""
+    from gpuwarden.cli.slurm_cmds import _write_folder
+    from gpuwarden.core.config.spec import load_spec
+
+    spec = load_spec_text(tmp_path, "resources: {gpus: 0, nodes: 2}\ntrain: {task: image, world_size: 4}\n")
+    script = _write_folder(tmp_path / "run", spec, SbatchOptions(nodes=2), 3).read_text()
+    assert "--nodes=2" in _directives(script)
+    (launch,) = [line for line in script.splitlines() if line.startswith("exec srun ")]
+    assert launch.endswith("--slurm-requeue 3 --nodes 2") and " exec " in launch
+    written = load_spec(tmp_path / "run" / "job.yaml")
+    assert (written.resources.nodes, written.resources.gpus, written.train and written.train.world_size) == (
+        2,
+        0,
+        4,
+    )
+
+
+def load_spec_text(folder: Path, body: str) -> RunSpec:
+    from gpuwarden.core.config.spec import load_spec
+
+    path = folder / "spec.yaml"
+    path.write_text(f"name: two-nodes\nkind: train\n{body}")
+    return load_spec(path)

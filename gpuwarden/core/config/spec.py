@@ -60,6 +60,13 @@ class Resources(StrictModel):
     memory_limit: ByteSize | None = Field(
         None, description="address-space limit (RLIMIT_AS) of the run's process, e.g. 6GiB (at least 64MiB)"
     )
+    nodes: int = Field(
+        1,
+        ge=1,
+        le=1024,
+        description="machines the run's ranks span, one `gpuwarden exec` on each (inside a cluster "
+        "job); `gpus` is per machine",
+    )
 
     @field_validator("gpus", mode="before")
     @classmethod
@@ -239,8 +246,9 @@ class RunSpec(StrictModel):
 
 
 def check_gang_gpus(spec: RunSpec) -> None:
-    """One process per GPU: `train.world_size` must equal the GPUs asked for (it sets their number
-    when `resources.gpus` is not given), or run its ranks on the CPU (`gpus: 0`)."""
+    """One process per GPU: `train.world_size` must equal the GPUs asked for on each machine times
+    the machines (it sets their number when `resources.gpus` is not given), or run its ranks on
+    the CPU (`gpus: 0`)."""
     resources = spec.resources
     if spec.kind == "command" and spec.command is not None and spec.command.launcher == "torchrun":
         if resources.gpus == 0:
@@ -249,18 +257,39 @@ def check_gang_gpus(spec: RunSpec) -> None:
                 "set resources.gpus to the number of processes"
             )
         return
+    _check_nodes(spec)
     if spec.kind != "train" or spec.train is None or spec.train.world_size == 1:
         return
-    world = spec.train.world_size
+    nodes = resources.nodes
+    per_node = spec.train.world_size // nodes
     if "gpus" not in resources.model_fields_set:
-        resources.gpus = world
+        resources.gpus = per_node
         return
     asked = len(resources.gpus) if isinstance(resources.gpus, list) else resources.gpus
-    if asked not in (0, world):
+    if asked not in (0, per_node):
+        where = "" if nodes == 1 else f" on each of {nodes} machines"
         raise ValueError(
-            f"train.world_size {world} starts {world} processes, one per GPU, but resources.gpus asks "
-            f"for {asked} — set resources.gpus: {world} (or train.world_size: {asked}; "
-            f"gpus: 0 runs the {world} processes on the CPU)"
+            f"train.world_size {spec.train.world_size} starts {per_node} processes{where}, one per GPU, "
+            f"but resources.gpus asks for {asked} — set resources.gpus: {per_node} (or "
+            f"train.world_size: {asked * nodes}; gpus: 0 runs the processes on the CPU)"
+        )
+
+
+def _check_nodes(spec: RunSpec) -> None:
+    """Several machines run one data-parallel gang: the ranks must share out evenly."""
+    nodes = spec.resources.nodes
+    if nodes == 1:
+        return
+    if spec.kind != "train" or spec.train is None:
+        raise ValueError(
+            f"resources.nodes {nodes} spreads ranks over machines: a training run's train.world_size "
+            "or a command with command.launcher: torchrun — or set resources.nodes: 1"
+        )
+    world = spec.train.world_size
+    if world % nodes or world < nodes:
+        raise ValueError(
+            f"train.world_size {world} does not share out over resources.nodes {nodes} — give a "
+            f"multiple of {nodes} (each machine runs world_size / nodes ranks)"
         )
 
 

@@ -9,6 +9,9 @@
   `TORCHELASTIC_ERROR_FILE` points there inside the rank).
 - torchrun's own failure summary: `torchrun-error.json` in the attempt directory (torchrun copies
   the first failed rank's `error.json` there).
+- A run over several machines: each machine's torchrun keeps its ranks' files under a folder of
+  its own (`ranks/` on the first, `ranks-node<K>/` on machine K, whose local rank L is rank
+  K × ranks per machine + L) and its failure summary in `torchrun-error.node<K>.json`.
 """
 
 from __future__ import annotations
@@ -20,6 +23,18 @@ from pathlib import Path
 RANK_LOGS_DIR = "ranks"
 TORCHRUN_ERROR_FILE = "torchrun-error.json"
 _RANK_EVENTS_RE = re.compile(r"\.rank(\d+)$")
+
+
+def node_log_dir(attempt_dir: Path, node_rank: int) -> Path:
+    """torchrun's --log-dir on machine `node_rank` of the run (`ranks/` on the first)."""
+    return attempt_dir / (RANK_LOGS_DIR if node_rank == 0 else f"{RANK_LOGS_DIR}-node{node_rank}")
+
+
+def node_error_file(attempt_dir: Path, node_rank: int) -> Path:
+    """Where machine `node_rank`'s torchrun writes its failure summary."""
+    if node_rank == 0:
+        return attempt_dir / TORCHRUN_ERROR_FILE
+    return attempt_dir / TORCHRUN_ERROR_FILE.replace(".json", f".node{node_rank}.json")
 
 
 def rank_events_path(events_path: Path, rank: int) -> Path:
@@ -49,12 +64,14 @@ class RankLogs:
     error_file: Path
 
 
-def rank_logs(attempt_dir: Path) -> dict[int, RankLogs]:
-    """The per-rank log folders torchrun made under `attempt_dir/ranks/` (one node: local rank =
-    rank). Empty before torchrun has started its workers."""
+def rank_logs(attempt_dir: Path, nodes: int = 1, per_node: int = 0) -> dict[int, RankLogs]:
+    """The per-rank log folders each machine's torchrun made (`node_log_dir`): on machine K of
+    `nodes`, local rank L is rank K × `per_node` + L. Empty before torchrun started its workers."""
     found: dict[int, RankLogs] = {}
-    for folder in sorted((attempt_dir / RANK_LOGS_DIR).glob("*/attempt_*/*")):
-        if folder.is_dir() and folder.name.isdigit():
-            rank = int(folder.name)
-            found[rank] = RankLogs(rank, folder / "stdout.log", folder / "stderr.log", folder / "error.json")
+    for node in range(nodes):
+        for folder in sorted(node_log_dir(attempt_dir, node).glob("*/attempt_*/*")):
+            if folder.is_dir() and folder.name.isdigit():
+                rank = node * per_node + int(folder.name)
+                logs = RankLogs(rank, folder / "stdout.log", folder / "stderr.log", folder / "error.json")
+                found[rank] = logs
     return found

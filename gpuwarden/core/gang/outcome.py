@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwarden.core.events import EXIT_GANG_ABORTED, EXIT_OK, EXIT_TERMINATED, decode
-from gpuwarden.core.gang.files import rank_events_path, rank_logs
+from gpuwarden.core.gang.files import RankLogs, rank_events_path, rank_logs
 
 DECISIVE = ("started", "progress", "checkpoint", "oom", "error", "finished")
 EVENTS_TAIL_BYTES = 1 << 20
@@ -100,13 +100,14 @@ def _error_file_code(path: Path) -> int | None:
     return code if isinstance(code, int) else None
 
 
-def read_rank(attempt_dir: Path, rank: int, torchrun: TorchrunFailures) -> RankOutcome:
+def read_rank(
+    attempt_dir: Path, rank: int, torchrun: TorchrunFailures, logs: RankLogs | None = None
+) -> RankOutcome:
     """The outcome of one rank from its events, its error file and torchrun's summary."""
     events_path = rank_events_path(attempt_dir / "events.jsonl", rank)
     events = [e for e in _tail_events(events_path) if e.get("type") in DECISIVE]
     last = events[-1] if events else None
     failure = next((e for e in reversed(events) if e["type"] in ("oom", "error")), None)
-    logs = rank_logs(attempt_dir).get(rank)
     code = _error_file_code(logs.error_file) if logs is not None else None
     if code is None:
         code = torchrun.exit_codes.get(rank)
@@ -116,11 +117,15 @@ def read_rank(attempt_dir: Path, rank: int, torchrun: TorchrunFailures) -> RankO
     return RankOutcome(rank, events_path, last["type"] if last else None, code, failure, message)
 
 
-def read_gang_outcome(attempt_dir: Path, world_size: int, torchrun_stderr: str) -> GangOutcome:
+def read_gang_outcome(
+    attempt_dir: Path, world_size: int, torchrun_stderr: str, nodes: int = 1
+) -> GangOutcome:
     """Every rank's outcome; the first failure is the earliest failure event of a rank that
-    failed on its own, else torchrun's root cause (a rank that could not write an event)."""
+    failed on its own, else torchrun's root cause (a rank that could not write an event).
+    `torchrun_stderr` holds every machine's torchrun output for a run over `nodes` machines."""
     torchrun = parse_torchrun_failures(torchrun_stderr)
-    ranks = [read_rank(attempt_dir, rank, torchrun) for rank in range(world_size)]
+    logs = rank_logs(attempt_dir, nodes, world_size // nodes)
+    ranks = [read_rank(attempt_dir, rank, torchrun, logs.get(rank)) for rank in range(world_size)]
     causes = [r for r in ranks if r.caused]
     with_events = sorted(
         (r for r in causes if r.failure), key=lambda r: float(r.failure["ts"]) if r.failure else 0.0

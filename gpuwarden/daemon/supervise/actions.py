@@ -34,6 +34,25 @@ from gpuwarden.daemon.supervise.hooks import ProfileHook
 log = logging.getLogger("gpuwarden.daemon.supervisor")
 
 
+def _check_machines(ctx: Context, spec: RunSpec) -> None:
+    """A run over several machines is supervised from inside its cluster job, by the first
+    machine's `gpuwarden exec` with the others beside it: not by a daemon."""
+    nodes = spec.resources.nodes
+    machines = ctx.backends.machines
+    if nodes == 1 or (machines is not None and machines.count == nodes):
+        return
+    if machines is None:
+        raise UserError(
+            f"resources.nodes is {nodes}: a run over several machines runs inside a cluster job, one "
+            f"`gpuwarden exec --nodes {nodes}` on each machine (`gpuwarden slurm submit --nodes {nodes}` "
+            "writes that job) — the daemon supervises this machine only; or set resources.nodes: 1",
+            code="needs_nodes",
+        )
+    raise UserError(
+        f"resources.nodes is {nodes} and this job has {machines.count} machines (--nodes): make them agree"
+    )
+
+
 def submit(
     ctx: Context,
     spec: RunSpec,
@@ -53,6 +72,7 @@ def submit(
     if (earlier := _submitted_before(ctx, submission)) is not None:
         return earlier
     spec = complete_command(spec)  # command runs: preset knobs, config values, placeholders
+    _check_machines(ctx, spec)
     if check_inputs:
         require_inputs(spec, label, "fix the path, or submit with --no-check-inputs when a run creates it")
     check_feasible(spec.resources, ctx.backends.gpu_states())

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from gpuwarden.core.gang.launch import NodeRole
+from gpuwarden.core.gang.nodes import NodePlan
 from gpuwarden.core.telemetry.topology import NO_TOPOLOGY, GpuTopology
 from gpuwarden.daemon.placement import GpuState
 from gpuwarden.daemon.process import ExitStatus, Tagged
@@ -82,6 +84,25 @@ class ProcessLayer(Protocol):
         """The Python stacks of running processes, without stopping them (`stack_dump.py`)."""
 
 
+class OtherMachines(Protocol):
+    """The machines a run over several (`resources.nodes` > 1) also runs on, as the first one's
+    supervisor reaches them: only `gpuwarden exec` on a cluster job's first node has them."""
+
+    @property
+    def count(self) -> int:
+        """The run's machines, this one included."""
+
+    def rendezvous(self, run_id: str, attempt: int) -> NodeRole:
+        """Where the attempt's ranks meet (on this machine), as this machine's torchrun joins."""
+
+    def publish(self, plan: NodePlan, attempt_dir: Path) -> None:
+        """Have the other machines start their part of the attempt."""
+
+    def watch(self, child: ChildProcess, attempt_dir: Path) -> ChildProcess:
+        """The attempt as one process: this machine's torchrun and the others' together (it ends
+        when all have; a signal to it reaches them all)."""
+
+
 def _no_topology() -> GpuTopology:
     return NO_TOPOLOGY
 
@@ -103,3 +124,5 @@ class Backends:
     start_thread: Callable[[str, Callable[[], None]], None] = _thread
     # How the GPUs are linked (the sampler's NVML topology), for placing multi-GPU runs.
     topology: Callable[[], GpuTopology] = _no_topology
+    # A run's other machines (see OtherMachines); None where runs live on this machine alone.
+    machines: OtherMachines | None = None

@@ -79,6 +79,7 @@ class Active:
     kill_at: float | None = None
     decisive_event: str | None = None
     world_size: int = 1
+    nodes: int = 1  # the machines its ranks run on (the others' through `Backends.machines`)
     rank_tails: dict[int, EventsTail] = field(default_factory=dict)
     rank_pids: dict[int, int] = field(default_factory=dict)
     steps: StepWatch | None = None  # the hang watchdog's view of the ranks' progress

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwarden.core.gang.files import rank_logs
+from gpuwarden.core.gang.nodes import node_output
 from gpuwarden.core.gang.outcome import read_gang_outcome
 from gpuwarden.core.oom.classify import classify_text, oom_kill_grew
 from gpuwarden.core.terminal_text import plain_text
@@ -120,8 +121,13 @@ def ended_unwatched(active: Active, now: float) -> float:
 def _gang(
     active: Active, status: ExitStatus, oom_kill: bool | None, torchrun_stderr: str
 ) -> tuple[ExitVerdict, RankEvidence]:
-    outcome = read_gang_outcome(active.attempt_dir, active.world_size, torchrun_stderr)
-    logs = rank_logs(active.attempt_dir)
+    # Every machine's torchrun says which of its ranks failed: a rank that wrote no event is found
+    # only there.
+    everywhere = torchrun_stderr + "".join(
+        tail_of(node_output(active.attempt_dir, node)[1]) for node in range(1, active.nodes)
+    )
+    outcome = read_gang_outcome(active.attempt_dir, active.world_size, everywhere, active.nodes)
+    logs = rank_logs(active.attempt_dir, active.nodes, active.world_size // active.nodes)
     stop = active.gang_stop
     return gang_verdict(
         status,

@@ -8,7 +8,10 @@ can find and adopt.
 A run of several processes (`train.world_size` > 1, or `command.launcher: torchrun`) starts as one
 `torch.distributed.run` process (`gpuwarden.core.gang.launch`) whose ranks inherit the tag, the
 GPUs (by UUID, rank N on the N-th) and the address-space limit: each rank gets the run's
-`memory_limit`, as a one-process run does.
+`memory_limit`, as a one-process run does. A run over several machines (`resources.nodes` > 1,
+under `gpuwarden exec` on a cluster job's first node) starts this machine's torchrun the same way
+and, before it, publishes the attempt for the other machines (`Backends.machines`): the attempt
+then ends when every machine's torchrun has.
 
 Every attempt starts through the exit-status recorder (`core/exit_record.py`), which writes how
 its process ended to `exit.json` in the attempt's folder: a restarted daemon is not its parent and
@@ -23,7 +26,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -34,12 +37,16 @@ from gpuwarden.core.errors import UserError
 from gpuwarden.core.exit_record import STATUS_FILE
 from gpuwarden.core.gang.files import rank_events_path
 from gpuwarden.core.gang.launch import (
+    NodeRole,
+    Program,
     gang_launch,
     gang_size,
     program_from_argv,
+    ranks_per_node,
     runner_program,
     uses_torchrun,
 )
+from gpuwarden.core.gang.nodes import NodePlan, PlannedProgram
 from gpuwarden.core.gang.watchdog import step_watch
 from gpuwarden.core.run_state import RunState
 from gpuwarden.daemon import run_environment
@@ -86,6 +93,8 @@ class Launch:
     note: str  # one line for the run's events; "" when there is nothing to say
     world_size: int = 1
     resume_from: str | None = None  # a command run's: the checkpoint its program is handed
+    program: Program | None = None  # what a gang's ranks run
+    added_env: dict[str, str] = field(default_factory=dict)  # the run's over the machine's
 
 
 def start(ctx: Context, start: Start) -> None:
@@ -100,7 +109,8 @@ def start(ctx: Context, start: Start) -> None:
     base = run_environment.base(ctx.store(lambda s: s.environment(run_id)))
     record = _recorded(ctx, start, number, files, world)
     try:
-        launch = command_line(spec, run_id, run_dir, number, files, placement.gpus, base)
+        node = _this_node(ctx, spec, run_id, number)
+        launch = command_line(spec, run_id, run_dir, number, files, placement.gpus, base, node)
     except UserError as exc:
         _failed_to_start(ctx, record, run_id, number, "the run", exc)
         return
@@ -113,6 +123,8 @@ def start(ctx: Context, start: Start) -> None:
     env[RUN_TAG] = run_tag(run_id, number)
     limit = spec.resources.memory_limit
     try:
+        if node is not None:
+            _publish(ctx, start, number, files, launch, node)
         child = ctx.backends.processes.spawn(
             launch.argv,
             env,
@@ -126,7 +138,53 @@ def start(ctx: Context, start: Start) -> None:
     except (OSError, UserError) as exc:
         ctx.owe(_failed_to_start(ctx, ctx.batch(), run_id, number, launch.argv[0], exc, commit=False))
         return
+    if node is not None and ctx.backends.machines is not None:
+        child = ctx.backends.machines.watch(child, files.dir)
     _watch(ctx, run_id, number, child, files, placement.gpus, spec, launch.world_size)
+
+
+def _this_node(ctx: Context, spec: RunSpec, run_id: str, number: int) -> NodeRole | None:
+    """This machine's part in a run over several; None for a run on this machine alone."""
+    nodes = spec.resources.nodes
+    if nodes == 1:
+        return None
+    machines = ctx.backends.machines
+    if machines is None or machines.count != nodes:
+        have = "one machine" if machines is None else f"{machines.count} machines"
+        raise UserError(
+            f"resources.nodes is {nodes} and this supervisor has {have}: start one "
+            f"`gpuwarden exec --nodes {nodes} --node-rank K` on each machine (or `gpuwarden slurm "
+            f"submit --nodes {nodes}`)"
+        )
+    return machines.rendezvous(run_id, number)
+
+
+def _publish(
+    ctx: Context, start: Start, number: int, files: AttemptFiles, launch: Launch, node: NodeRole
+) -> None:
+    """The attempt as the other machines start it, before this machine's part starts."""
+    machines, program, spec = ctx.backends.machines, launch.program, start.spec
+    if machines is None or program is None:
+        raise UserError("a run over several machines starts through torchrun: nothing to publish")
+    limit = spec.resources.memory_limit
+    plan = NodePlan(
+        leader="",  # the machines' own token
+        attempt=number,
+        nodes=node.nodes,
+        ranks_per_node=ranks_per_node(spec),
+        endpoint=node.endpoint,
+        rendezvous_id=node.rendezvous_id,
+        program=PlannedProgram(
+            target=program.target, args=list(program.args), python=program.python, module=program.module
+        ),
+        leader_python=sys.executable,
+        env=launch.added_env,
+        cwd=str(launch.cwd),
+        memory_limit=int(limit) if limit is not None else None,
+        cpu_ranks=not start.placement.gpus,
+        run_id=str(start.run["id"]),
+    )
+    machines.publish(plan, files.dir)
 
 
 def _recorded(ctx: Context, start: Start, number: int, files: AttemptFiles, world: int) -> Batch:
@@ -169,6 +227,7 @@ def command_line(
     files: AttemptFiles,
     gpus: list[str],
     base: Mapping[str, str],
+    node: NodeRole | None = None,
 ) -> Launch:
     """An attempt's command line, environment (`base`, the run's stored one, under the spec's),
     working folder and a line for the run's events; UserError when a template fails or torchrun
@@ -192,9 +251,13 @@ def command_line(
             program = program_from_argv(argv, sys.executable)
     if not uses_torchrun(spec):
         return Launch(argv, env, cwd, note, resume_from=resume_from)
-    gang = gang_launch(spec, program, gpus, attempt_dir=files.dir, python=sys.executable, cpu_count=_cpus())
+    # What the other machines of a run over several add to their own environment.
+    added = {name: value for name, value in env.items() if base.get(name) != value or name in spec.env}
+    gang = gang_launch(
+        spec, program, gpus, attempt_dir=files.dir, python=sys.executable, cpu_count=_cpus(), node=node
+    )
     env.update(gang.env)
-    return Launch(gang.argv, env, cwd, note, gang.world_size, resume_from)
+    return Launch(gang.argv, env, cwd, note, gang.world_size, resume_from, program, added)
 
 
 def _cpus() -> int:
@@ -257,6 +320,7 @@ def _watch(
         stderr_path=files.stderr,
         oom_before=oom_before,
         world_size=world_size,
+        nodes=spec.resources.nodes,
         rank_tails={r: EventsTail(rank_events_path(files.events, r), 0) for r in range(1, world_size)},
         steps=step_watch(spec, world_size),
     )
