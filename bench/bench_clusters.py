@@ -12,6 +12,11 @@
   credential made in the second its last run was killed; Slurm would otherwise hold a requeued job
   back for a while, `BeginTime`) to attempt 2's `running` state. The queue's own wait is the
   cluster's, not counted.
+- A gang stopped across machines: `configs/examples/ddp-oom-recovery-cpu.yaml` over two
+  "machines" (two `gpuwarden exec --nodes 2` on this host, node ranks 0 and 1, the rendezvous on
+  127.0.0.1): rank 1, on node 1, runs out of memory for real; from its `oom` event to attempt
+  1's end (node 0 ends it once both machines' torchrun have ended: its own, and node 1's as
+  node 1's exit recorder wrote it), and from the `oom` event to attempt 2 running on both.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from gpuwarden.slurm.scheduler import release_begin_time
 
 REPO = Path(__file__).resolve().parents[1]
 OOM_SPEC = REPO / "configs" / "examples" / "oom-recovery-cpu.yaml"
+NODES_SPEC = REPO / "configs" / "examples" / "ddp-oom-recovery-cpu.yaml"
 # Trains for longer than its job's 2 minutes: the warning lands mid-step, and the figure is what a
 # real run's stop costs (the step it is in, a checkpoint, the exit).
 LONG = """
@@ -90,6 +96,40 @@ def _oom_to_running(root: Path) -> float:
     (run_id,) = [p.name for p in (root / "runs").iterdir()]
     events = _events(root, run_id)
     return _first(events, _running(2)) - _first(events, lambda e: e["type"] == "oom")
+
+
+def _two_machines(root: Path) -> tuple[float, float]:
+    """(rank 1's oom → every machine's ranks stopped, oom → attempt 2 running), seconds."""
+    from gpuwarden.core.gang.nodes import node_exit_path
+    from gpuwarden.runners.testing_models import build_example_assets
+
+    (root / "configs" / "examples").mkdir(parents=True)
+    shutil.copy(NODES_SPEC, root / "configs" / "examples")
+    build_example_assets(root / ".example-models")
+    spec, folder = str(root / "configs" / "examples" / NODES_SPEC.name), root / "runs" / "two"
+    common = ["exec", spec, "--run", str(folder), "--nodes", "2"]
+    argv = [sys.executable, "-m", "gpuwarden", *common]
+    follower = subprocess.Popen(
+        [*argv, "--node-rank", "1"],
+        env=_env(root),
+        cwd=root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        done = _gw(root, *common, "--node-rank", "0", "--rendezvous-host", "127.0.0.1")
+        if done.returncode != 0:
+            raise RuntimeError(done.stderr[-2000:])
+    finally:
+        follower.wait(timeout=120)
+    listed = json.loads(_gw(root, "ps", "--runs", str(root / "runs"), "--json").stdout)["runs"]
+    (run_id,) = [r["id"] for r in listed]
+    events = _events(root, run_id)
+    oom = _first(events, lambda e: e["type"] == "oom")
+    shown = json.loads(_gw(root, "show", "--runs", str(root / "runs"), run_id, "--json").stdout)
+    if not node_exit_path(folder / "attempts" / "1", 1).is_file():
+        raise RuntimeError("node 1 did not record how its part of attempt 1 ended")
+    return float(shown["attempts"][0]["ended_at"]) - oom, _first(events, _running(2)) - oom
 
 
 def _slurm_up() -> bool:
@@ -161,6 +201,18 @@ def run() -> list[dict[str, Any]]:
         finally:
             shutil.rmtree(root, ignore_errors=True)
     rows.append(figure_row("gpuwarden exec: OOM → running again inside the job (2 probes)", oom, "s"))
+    stops: list[float] = []
+    resumed: list[float] = []
+    for _ in range(REPEATS):
+        root = Path(tempfile.mkdtemp(prefix="bench-clusters-"))
+        try:
+            stop, running = _two_machines(root)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        stops.append(stop)
+        resumed.append(running)
+    rows.append(figure_row("two machines: a rank's OOM → every machine's ranks stopped", stops, "s"))
+    rows.append(figure_row("two machines: a rank's OOM → attempt 2 running on both", resumed, "s"))
     if not _slurm_up():
         rows.append(
             {
