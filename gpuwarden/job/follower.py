@@ -75,6 +75,7 @@ class NodeFollower:
         self._child: ChildProcess | None = None
         self._attempt_dir: Path | None = None
         self._forwarded: Forwarded | None = None
+        self._candidate: tuple[str, int] | None = None  # another leader's token and first beat
 
     def run(self) -> int:
         """Follow the leader until the run is over; the exit code this exec ends with."""
@@ -111,6 +112,8 @@ class NodeFollower:
         """One look at the leader, the plans and this machine's torchrun."""
         beat = read_beat(self.run_dir)
         now = self.clock()
+        if beat is not None and beat.token != self.token and beat.exit_code is None:
+            self._new_leader(beat.token, beat.beat, now)
         if beat is not None and beat.token == self.token and beat.beat != self._beat:
             self._beat, self._heard = beat.beat, now
         if beat is not None and beat.token == self.token and beat.exit_code is not None:
@@ -125,6 +128,17 @@ class NodeFollower:
         if self._child is None:
             self._start_newest()
         return None
+
+    def _new_leader(self, token: str, beat: int, now: float) -> None:
+        """Node 0's exec started again (the one before was killed): once its heartbeat rises, it
+        is the leader; this machine's part of the attempt it took over runs on."""
+        if self._candidate is None or self._candidate[0] != token:
+            self._candidate = (token, beat)
+            return
+        if self._candidate[1] == beat:
+            return
+        self.token, self._beat, self._heard, self._candidate = token, beat, now, None
+        self.say(f"node {self.node_rank}: node 0's gpuwarden exec started again: following it")
 
     def _start_newest(self) -> None:
         attempts = sorted(

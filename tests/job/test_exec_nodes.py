@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,10 +23,11 @@ import pytest
 import torch
 
 from gpuwarden.client.run_folders import RunFolders
-from gpuwarden.core.gang.nodes import node_exit_path
+from gpuwarden.core.gang.nodes import LeaderBeat, node_exit_path, read_beat
 from gpuwarden.job import exit_codes
 from gpuwarden.runners.testing_models import build_example_assets
-from tests.daemon.conftest import REPO, DaemonHandle
+from gpuwarden.runners.train.stall_hook import STALL_ENV
+from tests.daemon.conftest import REPO, DaemonHandle, wait_for
 from tests.job.test_exec import Job
 from tests.runners.conftest import load_final_weights
 
@@ -43,15 +45,24 @@ def job(daemon_factory: Any) -> Iterator[Job]:
     started.stop_all()
 
 
-def _node(job: Job, spec: Path, folder: Path, rank: int) -> subprocess.Popen[str]:
+def _node(
+    job: Job, spec: Path, folder: Path, rank: int, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
     args = [str(spec), "--run", str(folder), "--nodes", "2", "--node-rank", str(rank)]
-    return job.start(*args, "--rendezvous-host", "127.0.0.1") if rank == 0 else job.start(*args)
+    if rank == 0:
+        args += ["--rendezvous-host", "127.0.0.1"]
+    return job.start(*args, env=env)
 
 
 def _events(folder: Path, kind: str) -> list[dict[str, Any]]:
+    """The run's events of `kind` (none before node 0's exec has recorded the run)."""
+    if not (folder / "run.db").exists():
+        return []
     reader = RunFolders.one(folder)
-    (run,) = reader.runs()
-    return [e.model_dump() for e in reader.events(run.id, limit=10_000).events if e.type == kind]
+    runs = reader.runs()
+    if not runs:
+        return []
+    return [e.model_dump() for e in reader.events(runs[0].id, limit=10_000).events if e.type == kind]
 
 
 @pytest.mark.slow
@@ -138,3 +149,76 @@ def test_a_run_over_machines_is_asked_for_plainly(job: Job, tmp_path: Path) -> N
         done = job.run(*args, timeout=60)
         assert done.returncode == exit_codes.REFUSED, (args, done.stderr)
         assert done.stderr.count("\n") == 1 and words in done.stderr, (args, done.stderr)
+
+
+# Two CPU ranks, one per machine: rank 0 holds after step 10 (its checkpoint) until it is killed;
+# resumed from that checkpoint, it goes on.
+HELD_PAIR = f"""
+name: held-pair
+kind: train
+env: {{OMP_NUM_THREADS: "1", {STALL_ENV}: "0:10"}}
+resources: {{gpus: 0, nodes: 2}}
+train:
+  task: image
+  world_size: 2
+  batch_size: 4
+  max_steps: 20
+  log_interval: 5
+  checkpoint_interval: 10
+  image: {{base_channels: 8, num_blocks: 1, patch_size: 32, synthetic_samples: 64}}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_node_0_killed_and_started_again_takes_over_and_a_stop_reaches_every_machine(
+    job: Job, tmp_path: Path
+) -> None:
+    spec = job.spec("held-pair", HELD_PAIR)
+    folder = tmp_path / "shared" / "run"
+    follower = _node(job, spec, folder, 1)
+    first = _node(job, spec, folder, 0)
+    wait_for(lambda: _events(folder, "checkpoint"), "step 10's checkpoint")
+    first.kill()  # SIGKILL: the exec only; both machines' ranks run on in their own sessions
+    first.communicate(timeout=60)
+    before = read_beat(folder)
+    again = _node(job, spec, folder, 0)
+    # Node 1 follows a new node 0 once its heartbeat rises (it polls ten times a second).
+    wait_for(lambda: _risen(folder, before), "the new exec's heartbeat", timeout=60)
+    # A preemption: every machine's ranks are stopped (rank 0, held, only by the SIGKILL after the
+    # grace period), and both execs end with "start me again".
+    again.send_signal(signal.SIGTERM)
+    out, err = again.communicate(timeout=180)
+    _, follower_err = follower.communicate(timeout=120)
+    assert again.returncode == exit_codes.RESTART, (out + err)[-3000:]
+    assert follower.returncode == exit_codes.RESTART, follower_err[-2000:]
+    assert "node 0's gpuwarden exec started again: following it" in follower_err
+    (attempt,) = _attempts(job, folder)
+    assert attempt["classification"] == "stopped" and attempt["world_size"] == 2
+
+    # The same two commands again, as the engine would: attempt 2 goes on from step 10.
+    follower = _node(job, spec, folder, 1)
+    last = _node(job, spec, folder, 0)
+    out, err = last.communicate(timeout=300)
+    follower.communicate(timeout=120)
+    assert last.returncode == exit_codes.SUCCEEDED and follower.returncode == exit_codes.SUCCEEDED, err[
+        -3000:
+    ]
+    steps = {(e["attempt"], e["rank"]): e["step"] for e in _events(folder, "progress")}
+    assert max(s for (a, _), s in steps.items() if a == 1) == 10 and steps[(2, 0)] == steps[(2, 1)] == 20
+    started = [e for e in _events(folder, "started") if e["attempt"] == 2]
+    assert {e["rank"] for e in started} == {0, 1} and all(
+        e["resumed_from"].endswith("00000010") for e in started
+    )
+
+
+def _risen(folder: Path, before: LeaderBeat | None) -> bool:
+    beat = read_beat(folder)
+    return beat is not None and before is not None and beat.token != before.token and beat.beat >= 3
+
+
+def _attempts(job: Job, folder: Path) -> list[dict[str, Any]]:
+    shown = job.cli("show", "--runs", str(folder.parent), "held-pair", "--json")
+    assert shown.returncode == 0, shown.stderr
+    attempts: list[dict[str, Any]] = json.loads(shown.stdout)["attempts"]
+    return attempts

@@ -117,16 +117,23 @@ def _adopt(ctx: Context, attempt: Mapping[str, Any], found: Sequence[Tagged]) ->
         pid, create_time = _unrecorded(ctx, run_id, number, found)
     world = int(attempt.get("world_size") or 1)
     offsets = ctx.store(lambda s: s.rank_offsets(run_id, number)) if world > 1 else {}
+    child = ctx.backends.processes.adopt(pid, create_time)
+    nodes = _nodes(run)
+    machines = ctx.backends.machines
+    if nodes > 1 and machines is not None and machines.count == nodes:
+        # The other machines' parts of the attempt run on: watched again with this one's.
+        child = machines.watch(child, Path(attempt["stderr_path"]).parent)
     active = Active(
         run_id=run_id,
         attempt=number,
-        child=ctx.backends.processes.adopt(pid, create_time),
+        child=child,
         tail=EventsTail(Path(attempt["events_path"]), attempt["events_offset"]),
         gpus=list(attempt["gpus"]),
         stderr_path=Path(attempt["stderr_path"]),
         oom_before=attempt["oom_kill_before"],
         stop_requested=bool(run["stop_requested"]),
         world_size=world,
+        nodes=nodes,
         rank_tails={rank: EventsTail(Path(path), offset) for rank, (path, offset) in offsets.items()},
         steps=_step_watch(run, world),
     )
@@ -156,6 +163,13 @@ def _asked_to_end(status: ExitStatus) -> bool:
     interrupted, so `on_interrupt` decides, not the restart policy meant for crashes."""
     asked = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
     return status.signal in asked or status.code == EXIT_TERMINATED
+
+
+def _nodes(run: Mapping[str, Any]) -> int:
+    """The machines the run's attempts span (its spec's resources.nodes)."""
+    resources = dict(run["spec"]).get("resources")
+    nodes = resources.get("nodes") if isinstance(resources, dict) else None
+    return nodes if isinstance(nodes, int) and nodes > 0 else 1
 
 
 def _step_watch(run: Mapping[str, Any], world: int) -> StepWatch | None:
