@@ -27,7 +27,7 @@ from gpuwarden.core.store.telemetry import TelemetryStore
 from gpuwarden.core.telemetry.types import GpuProcess, GpuReader, GpuSample, GpuStatic, HostSample, Tick
 from gpuwarden.daemon.lock import DatabaseLock, InstanceLock
 from gpuwarden.daemon.placement import GpuState
-from gpuwarden.daemon.private_state import enter_owner_only_umask, prepare_private_state
+from gpuwarden.daemon.private_state import current_umask, enter_owner_only_umask, prepare_private_state
 from gpuwarden.daemon.sampling import Sampling
 from gpuwarden.daemon.socket_watch import SocketWatch
 from gpuwarden.daemon.storage_health import StorageHealth
@@ -78,8 +78,17 @@ class Daemon:
         self.sampling = Sampling(settings, self.writer, self.storage, gpu_reader)
         self.sampling.listeners.append(self._publish_sample)
         self.components: list[Component] = []
+        # A user's own program writes its files (its outputs, in the user's folders) as it would
+        # run directly: with the umask the user started the daemon with, not the daemon's
+        # owner-only one. gpuwarden's runners write into run folders and keep owner-only.
         self.supervisor = build_supervisor(
-            settings, self.paths, self.writer, self.broadcaster, self.sampling, retune_hook
+            settings,
+            self.paths,
+            self.writer,
+            self.broadcaster,
+            self.sampling,
+            retune_hook,
+            user_umask=current_umask(),
         )
         if settings.metrics.enabled:
             self.add_component(MetricsComponent(self, settings.metrics))

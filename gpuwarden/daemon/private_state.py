@@ -18,12 +18,20 @@ from gpuwarden.core.private import (
 )
 
 
+def current_umask() -> int:
+    """This process's umask, read the only way POSIX offers: set it and put it back."""
+    umask = os.umask(OWNER_ONLY_UMASK)
+    os.umask(umask)
+    return umask
+
+
 def enter_owner_only_umask() -> int:
     """Set the process umask to owner-only; returns the one it replaces.
 
     Everything the daemon writes afterwards (run folders, specs, logs, probe folders) and
-    everything its runs write (checkpoints, events, reports: children inherit the umask) is then
-    0700/0600 without each writer having to remember it.
+    everything gpuwarden's runners write (checkpoints, events, reports: children inherit the
+    umask) is then 0700/0600 without each writer having to remember it. A user's own program
+    gets the user's umask back (`Backends.user_umask`): its files are the user's.
     """
     return os.umask(OWNER_ONLY_UMASK)
 

@@ -196,8 +196,10 @@ def spawn(
     memory_limit: int | None = None,
     scope_unit: str | None = None,
     exit_file: Path | None = None,
+    umask: int | None = None,
 ) -> Child:
     """Start `argv` (no shell) in a new session; raises OSError when it cannot be started.
+    `umask`: the program's (None: this process's own).
 
     With `exit_file`, through the exit-status recorder (`core/exit_record.py`), which writes how
     the program ended there: a later daemon, not its parent, reads it from that file. The
@@ -230,6 +232,7 @@ def spawn(
             cwd=str(cwd) if cwd is not None else None,
             start_new_session=True,
             close_fds=True,
+            umask=-1 if umask is None else umask,
         )
     finally:
         os.close(out_fd)
@@ -276,8 +279,9 @@ class LocalProcesses:
         memory_limit: int | None = None,
         scope_unit: str | None = None,
         exit_file: Path | None = None,
+        umask: int | None = None,
     ) -> Child:
-        return spawn(argv, env, cwd, stdout_path, stderr_path, memory_limit, scope_unit, exit_file)
+        return spawn(argv, env, cwd, stdout_path, stderr_path, memory_limit, scope_unit, exit_file, umask)
 
     def adopt(self, pid: int, create_time: float) -> Child:
         """A handle on a process a previous daemon started; `poll()` says whether it still runs."""

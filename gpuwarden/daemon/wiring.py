@@ -35,11 +35,15 @@ def build_supervisor(
     sampling: Sampling,
     retune_hook: RetuneHook | None = None,
     machines: OtherMachines | None = None,
+    user_umask: int | None = None,
 ) -> Supervisor:
     """A supervisor on this machine's processes and `sampling`'s GPUs, writing to `store` and
     telling `publisher`; `retune_hook` replaces OOM recovery by the run's policy (tests only);
-    `machines`: the others a run over several machines also runs on (a job's first node)."""
-    backends = replace(local_backends(sampling.gpu_states, sampling.gpu_topology), machines=machines)
+    `machines`: the others a run over several machines also runs on (a job's first node);
+    `user_umask`: the umask users' own programs get (None: this process's)."""
+    backends = replace(
+        local_backends(sampling.gpu_states, sampling.gpu_topology), machines=machines, user_umask=user_umask
+    )
     return Supervisor(
         settings, paths, store, publisher, backends, _hooks(settings, paths, store, sampling, retune_hook)
     )

@@ -1,6 +1,7 @@
 """A real daemon started under umask 022 keeps everything owner-only: its folders, the database
-and its WAL files, run folders, attempts, specs, logs, events, and what runs write (a training
-runner's checkpoints and report, a command's own files)."""
+and its WAL files, run folders, attempts, specs, logs, events, and what gpuwarden's runners write
+(a training runner's checkpoints and report). A user's own program writes its files with the
+user's umask, as it would run directly; inside a run folder (0700) they stay out of reach."""
 
 from __future__ import annotations
 
@@ -75,8 +76,26 @@ def test_everything_a_daemon_and_its_runs_write_is_owner_only(daemon_factory: An
     ):
         assert expected in names, expected
     assert any("/checkpoints/" in name and name.endswith("meta.json") for name in modes)  # the runner's own
+    command_folder = f"runs/{command_run['id']}"
+    assert modes[next(n for n in modes if n.endswith(command_folder))] == 0o700
+    # The command's own files are the user's (umask 022), behind its 0700 run folder.
     loose = {name: oct(mode) for name, mode in modes.items() if mode & 0o077}
-    assert loose == {}, loose
+    assert loose and all(f"{command_folder}/checkpoints" in name for name in loose), loose
+
+
+def test_a_users_own_program_writes_its_files_with_the_users_umask(
+    daemon_factory: Any, umask_022: None, tmp_path: Path
+) -> None:
+    """Run directly, the script's `out/` is 0755 and its file 0644: so under gpuwarden too."""
+    gw: DaemonHandle = daemon_factory({"GPUWARDEN_FAKE_NVML": "none"})
+    project = tmp_path / "project"
+    project.mkdir()
+    writes = "import os; os.makedirs('out'); open('out/result.txt', 'w').write('done')"
+    spec = command_spec("writes-out", writes, resources={"gpus": 0}, command={"cwd": str(project)})
+    run = gw.submit(spec)
+    assert gw.wait_state(run["id"])["state"] == "succeeded"
+    assert stat.S_IMODE((project / "out").stat().st_mode) == 0o755
+    assert stat.S_IMODE((project / "out" / "result.txt").stat().st_mode) == 0o644
 
 
 def test_a_relative_state_dir_in_the_config_starts_at_the_config_file(daemon_factory: Any) -> None:

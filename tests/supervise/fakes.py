@@ -180,6 +180,7 @@ class FakeProcesses:
         memory_limit: int | None = None,
         scope_unit: str | None = None,
         exit_file: Path | None = None,
+        umask: int | None = None,
     ) -> FakeChild:
         if self.fail_with is not None:
             raise self.fail_with

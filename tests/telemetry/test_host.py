@@ -6,12 +6,22 @@ import os
 
 import psutil
 
-from gpuwarden.core.telemetry.host import HostReader, ProcessEnricher
+from gpuwarden.core.telemetry.host import MIN_CPU_SPAN_S, HostReader, ProcessEnricher
 from gpuwarden.core.telemetry.types import GpuProcess
 
 
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_host_sample_has_plausible_values() -> None:
-    reader = HostReader()
+    clock = Clock()
+    reader = HostReader(clock)
+    clock.now += MIN_CPU_SPAN_S
     s = reader.sample(12.5)
     vm = psutil.virtual_memory()
     assert s.ts == 12.5
@@ -20,6 +30,17 @@ def test_host_sample_has_plausible_values() -> None:
     assert s.cpu_percent is not None and 0.0 <= s.cpu_percent <= 100.0
     assert s.load1 is not None and s.load1 >= 0.0 and s.load15 is not None
     assert s.swap_used is not None and s.swap_used >= 0
+
+
+def test_a_reading_right_after_the_baseline_is_unknown_not_zero() -> None:
+    """A daemon's first tick comes milliseconds after the baseline: psutil's 0 % then is rounding
+    (every daemon start stored one, and history showed a minimum of 0 % on a loaded machine)."""
+    clock = Clock()
+    reader = HostReader(clock)
+    assert reader.sample(1.0).cpu_percent is None
+    clock.now += MIN_CPU_SPAN_S
+    assert reader.sample(2.0).cpu_percent is not None
+    assert reader.sample(2.1).cpu_percent is None  # too soon after that reading again
 
 
 def test_enricher_dedups_pids_and_measures_cpu_from_the_second_call() -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import pwd
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import psutil
@@ -32,13 +34,29 @@ def _read_meminfo() -> tuple[int, int, int, int] | None:
     return values[0], values[1], values[2], values[3]
 
 
+# psutil's CPU share over a shorter span than this is mostly rounding: a sample taken right after
+# the baseline (a daemon's first tick) read 0 % on a loaded machine.
+MIN_CPU_SPAN_S = 0.25
+
+
 class HostReader:
     """Reads host-wide CPU, memory, load and swap; cheap enough to call every tick."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         # cpu_percent(None) measures since the previous call; the first call only sets the baseline.
         psutil.cpu_percent(interval=None)
+        self._cpu_since = clock()
         self._proc_meminfo = _read_meminfo() is not None
+
+    def _cpu_percent(self) -> float | None:
+        """The CPU share since the last reading; None (unknown, never a made-up 0 %) until enough
+        time has passed since the baseline to measure one."""
+        now = self._clock()
+        if now - self._cpu_since < MIN_CPU_SPAN_S:
+            return None
+        self._cpu_since = now
+        return float(psutil.cpu_percent(interval=None))
 
     def sample(self, ts: float) -> HostSample:
         """One HostSample. Memory used is total - available, the figure that predicts pressure."""
@@ -59,7 +77,7 @@ class HostReader:
             load1 = load5 = load15 = None
         return HostSample(
             ts=ts,
-            cpu_percent=psutil.cpu_percent(interval=None),
+            cpu_percent=self._cpu_percent(),
             mem_used=mem_total - mem_available,
             mem_total=mem_total,
             load1=load1,

@@ -60,9 +60,11 @@ class ProcessLayer(Protocol):
         memory_limit: int | None = None,
         scope_unit: str | None = None,
         exit_file: Path | None = None,
+        umask: int | None = None,
     ) -> ChildProcess:
         """Start `argv` in a session of its own; raises OSError when it cannot be started. With
-        `exit_file`, how it ended is written there, for a later daemon that is not its parent."""
+        `exit_file`, how it ended is written there, for a later daemon that is not its parent;
+        `umask` is the program's (None: this process's)."""
 
     def adopt(self, pid: int, create_time: float) -> ChildProcess:
         """A handle on (pid, create time); its `poll()` says whether that process still runs."""
@@ -126,3 +128,6 @@ class Backends:
     topology: Callable[[], GpuTopology] = _no_topology
     # A run's other machines (see OtherMachines); None where runs live on this machine alone.
     machines: OtherMachines | None = None
+    # The umask a user's own program (a command run) writes its files with: the user's, where
+    # the host keeps its own files owner-only; None: the host's.
+    user_umask: int | None = None

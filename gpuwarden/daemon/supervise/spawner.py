@@ -134,6 +134,7 @@ def start(ctx: Context, start: Start) -> None:
             int(limit) if limit is not None else None,  # inherited by every rank of a gang
             scope_unit=f"gpuwarden-run-{run_id}-{number}",
             exit_file=files.exit_status,  # see the docstring
+            umask=ctx.backends.user_umask if spec.kind == "command" else None,
         )
     except (OSError, UserError) as exc:
         ctx.owe(_failed_to_start(ctx, ctx.batch(), run_id, number, launch.argv[0], exc, commit=False))
