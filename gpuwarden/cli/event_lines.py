@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpuwarden.core.api import RunEvent
-from gpuwarden.core.units import named
+from gpuwarden.core.units import compact, named, unit_free
 
 # Bulky or bookkeeping fields a human does not want inline; `--json` has them whole (a hang's
 # `stacks` also in the file its `dump` names).
@@ -53,10 +53,18 @@ def value_text(name: str, value: Any) -> str:
 
 def fields_text(fields: Mapping[str, Any], skip: frozenset[str] = _SKIP) -> str:
     return " ".join(
-        f"{k}={value_text(k, v)}" if not isinstance(v, Mapping) else f"{k}: {value_text(k, v)};"
+        _field(k, v) if not isinstance(v, Mapping) else f"{k}: {value_text(k, v)};"
         for k, v in fields.items()
         if k not in skip and v is not None
     )
+
+
+def _field(name: str, value: Any) -> str:
+    """`wall=11.48 s`, `samples/s=6.297`: the unit once, with the value or in the name."""
+    label = unit_free(name)
+    if label.endswith("/s") and isinstance(value, int | float) and not isinstance(value, bool):
+        return f"{label}={compact(value)}"
+    return f"{label}={value_text(name, value)}"
 
 
 def _body(event: RunEvent, extra: dict[str, Any], with_message: bool) -> str:

@@ -116,6 +116,17 @@ def compact(value: object) -> str:
     return f"{value:.4g}"
 
 
+def unit_free(name: str) -> str:
+    """A field's name without the unit its value is shown in (`named`): `wall_s` → `wall`,
+    `samples_per_s` → `samples/s` (its value then bare), so a line never says the unit twice."""
+    if name.endswith("_per_s"):
+        return f"{name.removesuffix('_per_s')}/s"
+    for suffix, _ in _SUFFIX_UNITS:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name.removesuffix(suffix)
+    return name
+
+
 def named(name: str, value: object) -> str:
     """`value` of the field called `name` in the unit the name carries: bytes for memory
     fields (mem_peak 947 MiB), W for *_w, °C for *_c, % for *_pct … and plain otherwise."""
