@@ -68,6 +68,18 @@ def size(n: float | None) -> str:
     raise AssertionError("unreachable: TiB ends the loop")
 
 
+def exact_size(n: float | None) -> str:
+    """Bytes a user wrote (a limit): up to four significant figures, so 2.92GiB and 2.923GiB
+    read as they were given (`size` would show both as 2.9 GiB)."""
+    if n is None or (isinstance(n, float) and math.isnan(n)):
+        return MISSING
+    value = abs(float(n))
+    for unit, scale in (("TiB", TIB), ("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
+        if value >= scale:
+            return f"{'-' if n < 0 else ''}{value / scale:.4g} {unit}"
+    return size(n)
+
+
 def _short(value: float) -> str:
     """1.6, 12.3 → 12, 947: one decimal below 10 only."""
     return f"{value:.1f}" if value < 10 else f"{value:.0f}"

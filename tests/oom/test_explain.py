@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from gpuwarden.core.api import Retune
-from gpuwarden.core.oom.explain import retune_sentence
+from gpuwarden.core.oom.explain import retune_sentence, where_text
 
 # The record the daemon stored for the CPU example that runs out of memory for real.
 HOST_OOM: dict[str, Any] = {
@@ -64,3 +66,13 @@ def test_a_record_without_evidence_still_reads() -> None:
         "evidence": None, "prediction": None,
     }  # fmt: skip
     assert retune_sentence(Retune.model_validate(record)) == "out of memory (GPU) → precision fp32 → bf16"
+
+
+@pytest.mark.parametrize(
+    ("limit", "shown"), [(2.92, "limit 2.92 GiB"), (2.923, "limit 2.923 GiB"), (1.35, "limit 1.35 GiB")]
+)
+def test_a_limit_reads_as_it_was_written(limit: float, shown: str) -> None:
+    retune = Retune.model_validate(
+        {**HOST_OOM, "prediction": {**HOST_OOM["prediction"], "capacity": round(limit * 1024**3)}}
+    )
+    assert shown in where_text(retune)

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpuwarden.core.api import Retune, RunEvent
-from gpuwarden.core.units import size
+from gpuwarden.core.units import exact_size, size
 
 # How a knob reads in a sentence.
 _KNOB_LABELS = {
@@ -79,7 +79,7 @@ def where_text(retune: Retune, phase: str | None = None) -> str:
         _number(prediction.get("capacity")) or _number(fields.get("allowed")) or _number(fields.get("total"))
     )
     if limit is not None:
-        facts.append(f"limit {size(limit)}")
+        facts.append(f"limit {exact_size(limit)}")
     free = _number(fields.get("free"))
     if free is not None and retune.verdict != "host_oom":
         facts.append(f"{size(free)} free")
