@@ -96,7 +96,11 @@ def place(
         return Placement([])
     if not gpus:
         if resources.allow_cpu:
-            return Placement([], warning="no GPU found: running on the CPU (allow_cpu: true)")
+            return Placement(
+                [],
+                warning="no GPU found: running on the CPU instead (to wait for a GPU rather, set "
+                "resources.allow_cpu: false; to ask for the CPU, resources.gpus: 0)",
+            )
         return None
     need = resources.min_free_memory
 

@@ -48,7 +48,10 @@ def test_without_gpus_a_run_that_allows_it_goes_to_the_cpu_with_a_warning(rig: R
     run_id = rig.submit(command())
     rig.step()
     assert rig.proc_of(run_id).env["CUDA_VISIBLE_DEVICES"] == ""
-    assert [w["code"] for w in rig.events(run_id, "warning")] == ["cpu_fallback"]
+    (warning,) = rig.events(run_id, "warning")
+    assert warning["code"] == "cpu_fallback"
+    # It names what the user can write, not a default they never did (`allow_cpu: true`).
+    assert "allow_cpu: true" not in warning["message"] and "resources.allow_cpu: false" in warning["message"]
 
 
 def test_memory_limit_reaches_the_process_layer(rig: Rig) -> None:
