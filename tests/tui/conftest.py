@@ -31,7 +31,12 @@ def make_app(
     return GpuwardenApp(backend or FakeBackend(), readonly=readonly, clock=clock or (lambda: FROZEN_TS))
 
 
-async def settle(pilot: Pilot[Any], *, timeout: float = 5.0) -> None:
+# Bounds a failure only (a condition is waited for, never a time): generous, so a loaded machine
+# is slower, never red.
+SETTLE_S = 60.0
+
+
+async def settle(pilot: Pilot[Any], *, timeout: float = SETTLE_S) -> None:
     """Wait until the first load has been applied and no short-lived worker is still busy."""
     app = pilot.app
     assert isinstance(app, GpuwardenApp)
@@ -52,7 +57,7 @@ async def settle(pilot: Pilot[Any], *, timeout: float = 5.0) -> None:
 
 async def wait_workers(pilot: Pilot[Any], deadline: float | None = None) -> None:
     """Wait for every worker but the long-lived ones (stream, log tail) to finish, then repaint."""
-    deadline = deadline or time.monotonic() + 5.0
+    deadline = deadline or time.monotonic() + SETTLE_S
     while True:
         busy = [w for w in pilot.app.workers if w.group not in ("stream", "log") and not w.is_finished]
         if not busy:
@@ -81,7 +86,9 @@ def fake() -> FakeBackend:
     return FakeBackend()
 
 
-async def until(pilot: Pilot[Any], condition: Callable[[], object], what: str, timeout: float = 10.0) -> None:
+async def until(
+    pilot: Pilot[Any], condition: Callable[[], object], what: str, timeout: float = SETTLE_S
+) -> None:
     """Let the app run until `condition()` holds; fail naming `what` after `timeout` seconds (a
     bound for a loaded machine, never a wait that passes by itself)."""
     deadline = time.monotonic() + timeout

@@ -22,7 +22,7 @@ from tests.daemon.conftest import (  # noqa: F401  (fixtures used by name)
     gw,
     short_tmp,
 )
-from tests.tui.conftest import make_app, run, settle, until, wait_workers
+from tests.tui.conftest import SETTLE_S, make_app, run, settle, until, wait_workers
 from tests.tui.test_app import text_of
 
 pytestmark = pytest.mark.slow
@@ -67,7 +67,7 @@ def test_the_top_line_warns_while_the_daemon_cannot_write_its_database(
         app = make_app(ApiBackend(gw.client()), clock=time.time)
         app.health_poll_s = 0.1  # the test waits on the poll, not on a few seconds of it
         async with app.run_test(size=(80, 24)) as pilot:
-            await settle(pilot, timeout=10)
+            await settle(pilot)
             status = app.query_one("#status", Static)
             assert "storage" not in text_of(status)
             freeze(gw.db, gw.db.with_name(gw.db.name + "-wal"))  # the sampler's next write is refused
@@ -87,7 +87,7 @@ def test_stop_a_real_run_from_the_dashboard(gw: DaemonHandle) -> None:  # noqa: 
     async def body() -> None:
         app = make_app(ApiBackend(gw.client()), clock=time.time)
         async with app.run_test(size=(100, 30)) as pilot:
-            await settle(pilot, timeout=10)
+            await settle(pilot)
             assert len(list(app.query(GpuCard))) == 2
             await pilot.press("2")
             await wait_workers(pilot)
@@ -96,14 +96,14 @@ def test_stop_a_real_run_from_the_dashboard(gw: DaemonHandle) -> None:  # noqa: 
             assert str(table.get_row(run_id)[2]) in ("0", "1")  # the GPU the daemon placed it on
             await pilot.press("enter")
             await wait_workers(pilot)
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + SETTLE_S
             log = app.screen.query_one("#log-view")
             while "line" not in "\n".join(getattr(log, "lines", [])):
                 assert time.monotonic() < deadline, "the log tail never showed the run's output"
                 await pilot.pause(0.1)
             await pilot.press("s", "y")
             await wait_workers(pilot)
-            deadline = time.monotonic() + 15
+            deadline = time.monotonic() + SETTLE_S
             while app.live.runs[run_id].state != "stopped":
                 assert time.monotonic() < deadline, app.live.runs[run_id]
                 await pilot.pause(0.1)
@@ -133,7 +133,7 @@ def test_a_run_submitted_from_the_dashboard_gets_the_dashboards_environment(
     async def body() -> None:
         app = make_app(ApiBackend(gw.client()), clock=time.time)
         async with app.run_test(size=(100, 30)) as pilot:
-            await settle(pilot, timeout=10)
+            await settle(pilot)
             await pilot.press("n", *str(spec), "enter")
             await until(pilot, lambda: isinstance(app.screen, MainScreen), "the dialog to close")
 
@@ -159,7 +159,7 @@ def test_tune_a_stopped_script_from_the_dashboard_answers_as_the_daemon_does(
     async def body() -> None:
         app = make_app(ApiBackend(gw.client()), clock=time.time)
         async with app.run_test(size=(100, 30)) as pilot:
-            await settle(pilot, timeout=10)
+            await settle(pilot)
             await pilot.press("2")
             await until(pilot, lambda: app.main.runs.selected_id() == run_id, "the stopped script selected")
             await pilot.press("t")

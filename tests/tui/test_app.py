@@ -27,7 +27,7 @@ from gpuwarden.tui.screens.run_detail import RunDetailScreen, Scroller
 from gpuwarden.tui.screens.runs import RunsPane
 from gpuwarden.tui.widgets.gpu_card import GpuCard
 from gpuwarden.tui.widgets.nav_table import NavTable
-from tests.tui.conftest import clock_at, make_app, run, settle, until, wait_workers
+from tests.tui.conftest import SETTLE_S, clock_at, make_app, run, settle, until, wait_workers
 from tests.tui.fake_backend import FROZEN_TS, FakeBackend
 
 RUNNING = "ra1b2c3d4e5"
@@ -235,7 +235,7 @@ def test_stop_asks_first_and_then_calls_the_backend() -> None:
             await wait_workers(pilot)
             assert ("stop", RUNNING) in fake.actions
             # The state change arrives as a stream frame and the row follows it.
-            deadline = time.monotonic() + 3
+            deadline = time.monotonic() + SETTLE_S
             table = app.query_one("#runs-table", DataTable)
             while str(table.get_row(RUNNING)[0]) != "stopped":
                 assert time.monotonic() < deadline
@@ -700,7 +700,7 @@ def test_a_live_stream_ticks_into_the_cards() -> None:
         app = make_app(fake, clock=time.time)
         async with app.run_test(size=(80, 24)) as pilot:
             await settle(pilot)
-            deadline = time.monotonic() + 3
+            deadline = time.monotonic() + SETTLE_S
             while app.live.snapshot is None or app.live.snapshot.ts < start + 0.2:
                 assert time.monotonic() < deadline
                 await pilot.pause(0.05)
