@@ -53,13 +53,17 @@ bench: $(STAMP)
 # named: `make gpu-check STEPS=nvml-truth,nvml-cost`. Without a GPU every step is skipped.
 # Modules are compiled first and cached, as an install would have them (a GPU image may set
 # PYTHONDONTWRITEBYTECODE): start-up figures then measure gpuwarden, not the bytecode compiler.
+# The check runs inside BUDGET seconds from here (one GPU window, the wheels included): first the
+# steps that have not passed for the current code, as many as fit; the next window goes on.
 GPU_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
+BUDGET ?= 540
 gpu-check: export PYTHONDONTWRITEBYTECODE :=
+gpu-check: export GPUCHECK_STARTED := $(shell date +%s)
 gpu-check:
 	$(GPU_PYTHON) -m gpucheck.wheels install
 	$(GPU_PYTHON) -m compileall -q gpuwarden gpucheck bench tests
 	PYTHONPATH=$(CURDIR)/.gpu-site:$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} \
-		$(GPU_PYTHON) -m gpucheck $(if $(STEPS),--steps $(STEPS))
+		$(GPU_PYTHON) -m gpucheck --budget $(BUDGET) $(if $(STEPS),--steps $(STEPS)) $(if $(AGAIN),--again)
 
 gpu-wheels: $(STAMP)
 	$(BIN)/python -m gpucheck.wheels download

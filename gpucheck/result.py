@@ -27,6 +27,7 @@ class StepResult:
     notes: list[str] = field(default_factory=list)
     seconds: float | None = None
     log: str | None = None
+    code: str | None = None  # the code it ran on (`window.code_fingerprint`)
 
     @classmethod
     def from_rows(

@@ -1,4 +1,7 @@
-"""The steps of `make gpu-check`, in the order they run; each one module's `run(name)`."""
+"""The steps of `make gpu-check`, in the order they run — the order of their value: first what
+has targets still to meet or has never run on a GPU, last the longest — each one module's
+`run(name)`. `expect_s`: about how long the step takes on an H100 (the report's own time replaces
+it once the step has run), for fitting steps into a short GPU window (`gpucheck/window.py`)."""
 
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ class Step:
     module: str  # gpucheck.steps.<module>: `run(name) -> StepResult`
     needs: Literal["nvml", "cuda"] = "cuda"
     timeout_s: float = STEP_TIMEOUT_S
+    expect_s: float = 120.0
 
     def argv(self) -> list[str]:
         return [sys.executable, "-m", "gpucheck.step", self.name]
@@ -24,56 +28,79 @@ class Step:
 
 STEPS: tuple[Step, ...] = (
     Step(
-        "gpu-tests", "the gpu-marked tests (real NVML, a real CUDA OOM recovered)", "gpucheck.steps.gpu_tests"
-    ),
-    Step(
-        "nvml-truth",
-        "every metric the sampler stores against nvidia-smi at the same moment, idle and under load; "
-        "what the card does not support",
-        "gpucheck.steps.nvml_truth",
-    ),
-    Step(
         "nvml-cost",
         "CPU time per sampler tick against nvidia-smi, nvitop and gpustat",
         "gpucheck.steps.nvml_cost",
         needs="nvml",
+        expect_s=45.0,
+    ),
+    Step(
+        "daemon-cost",
+        "the daemon's CPU and RSS at 1 Hz on the real driver",
+        "gpucheck.steps.daemon",
+        needs="nvml",
+        expect_s=65.0,
+    ),
+    Step(
+        "exec-oom",
+        "the same kind of CUDA OOM recovered by `gpuwarden exec` inside a job, with no daemon",
+        "gpucheck.steps.oom",
+        expect_s=150.0,
     ),
     Step(
         "oom-train",
         "a ~0.5 B causal LM under a 12 GB cap: training recovered, effective batch kept, weights as an "
         "uninterrupted run on the full card",
         "gpucheck.steps.oom",
+        expect_s=170.0,
     ),
     Step(
-        "exec-oom",
-        "the same kind of CUDA OOM recovered by `gpuwarden exec` inside a job, with no daemon",
-        "gpucheck.steps.oom",
+        "gpu-tests",
+        "the gpu-marked tests (real NVML, a real CUDA OOM recovered)",
+        "gpucheck.steps.gpu_tests",
+        expect_s=100.0,
+    ),
+    Step(
+        "nvml-truth",
+        "every metric the sampler stores against nvidia-smi at the same moment, idle and under load; "
+        "what the card does not support",
+        "gpucheck.steps.nvml_truth",
+        expect_s=30.0,
     ),
     Step(
         "oom-generate",
         "the same LLM generating under a 12 GB cap: no item lost or duplicated",
         "gpucheck.steps.oom",
+        expect_s=115.0,
     ),
     Step(
         "oom-fragmentation",
         "a workload that fragments the allocator: recovered by expandable_segments",
         "gpucheck.steps.oom",
-    ),
-    Step("speed-train", "training runner vs a naive and a hand-tuned loop", "gpucheck.steps.speed"),
-    Step("speed-generate", "generation: best batch vs batch 1", "gpucheck.steps.speed"),
-    Step("tune-sweep", "the exhaustive sweep tune is measured against", "gpucheck.steps.speed"),
-    Step("tune-vs-sweep", "tune with precision and compile vs the sweep", "gpucheck.steps.speed"),
-    Step(
-        "daemon-cost",
-        "the daemon's CPU and RSS at 1 Hz on the real driver",
-        "gpucheck.steps.daemon",
-        needs="nvml",
+        expect_s=20.0,
     ),
     Step(
         "dashboard",
         "the dashboard's first paint over a daemon with the real GPUs",
         "gpucheck.steps.daemon",
         needs="nvml",
+        expect_s=10.0,
+    ),
+    Step(
+        "speed-train",
+        "training runner vs a naive and a hand-tuned loop",
+        "gpucheck.steps.speed",
+        expect_s=100.0,
+    ),
+    Step("speed-generate", "generation: best batch vs batch 1", "gpucheck.steps.speed", expect_s=55.0),
+    Step(
+        "tune-sweep", "the exhaustive sweep tune is measured against", "gpucheck.steps.speed", expect_s=540.0
+    ),
+    Step(
+        "tune-vs-sweep",
+        "tune with precision and compile vs the sweep",
+        "gpucheck.steps.speed",
+        expect_s=540.0,
     ),
 )
 
