@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuwarden.core.config.spec import RunSpec, parse_spec, spec_from_mapping
-from gpuwarden.core.oom.recovery import AttemptFacts, plan_recovery
+from gpuwarden.core.oom.recovery import AttemptFacts, ProbeTurn, plan_recovery
 
 GB = 10**9
 CPU_OOM = (
@@ -55,6 +55,26 @@ def test_host_oom_probes_then_jumps_to_the_predicted_fit_keeping_the_effective_b
     assert plan.to == {"train.batch_size": 8, "train.grad_accum_steps": 8}
     assert plan.decision.prediction is not None and plan.decision.prediction["batch"] == 15
     assert [p["batch_size"] for p in plan.probes] == m.calls
+
+
+def test_each_probe_is_announced_with_how_many_are_planned_now() -> None:
+    def fits_under_8(b: int) -> tuple[int | None, bool]:
+        return (None, True) if b >= 8 else (int(1 * GB + 0.3 * GB * b), False)
+
+    turns: list[ProbeTurn] = []
+    facts = AttemptFacts(number=1, events=[oom_event(1)], exit_code=3, host_capacity=6 * GB)
+    plan_recovery(
+        train_spec(64, 1),
+        facts,
+        history=[],
+        retunes_so_far=0,
+        elapsed_s=0,
+        probe=fits_under_8,
+        on_turn=turns.append,
+    )
+    # Two were planned; the first ran out of memory, so a third came: each with the accumulation
+    # that keeps the effective batch of 64.
+    assert turns == [ProbeTurn(1, 2, 8, 8), ProbeTurn(2, 3, 2, 32), ProbeTurn(3, 3, 4, 16)]
 
 
 def test_progress_points_make_probes_unnecessary() -> None:

@@ -31,6 +31,24 @@ from gpuwarden.core.oom.roles import knob_for, role_knobs
 # A probe: run the job briefly at this micro-batch; the measured peak (bytes) or None, and
 # whether it ran out of memory.
 Probe = Callable[[int], tuple[int | None, bool]]
+MAX_PROBES = 4  # tries at most, when the first ones run out of memory
+WANTED_POINTS = 2  # batch sizes measured, for the memory model's line
+
+
+@dataclass(frozen=True)
+class ProbeTurn:
+    """The probe about to run, as a person is told of it: its number, how many the retune
+    expects to run now (one that runs out of memory adds another), the micro-batch, and the
+    accumulation that keeps the effective batch (None where the run has none)."""
+
+    number: int
+    planned: int
+    batch_size: int
+    grad_accum_steps: int | None
+
+
+# Told of each probe just before it runs (what the daemon records as the run's events).
+OnTurn = Callable[[ProbeTurn], None]
 
 
 @dataclass
@@ -124,7 +142,7 @@ def _divisors(n: int) -> list[int]:
 
 
 def _probe_points(
-    probe: Probe, batch: int, per_device: int | None, min_batch: int
+    probe: Probe, batch: int, per_device: int | None, min_batch: int, on_turn: OnTurn | None = None
 ) -> tuple[list[tuple[int, int]], list[dict[str, Any]]]:
     """Probe two micro-batches well under the one that failed (1/8 and 1/4 of it, over the
     divisors that keep the effective batch), going lower while they run out of memory."""
@@ -136,8 +154,8 @@ def _probe_points(
     log: list[dict[str, Any]] = []
     targets = [max(1, batch // 8), max(1, batch // 4)]
     tried: set[int] = set()
-    for _ in range(4):
-        if len(points) >= 2 or not options:
+    for _ in range(MAX_PROBES):
+        if len(points) >= WANTED_POINTS or not options:
             break
         target = targets[len(points)] if len(points) < len(targets) else max(1, batch // 8)
         below = [d for d in options if d <= target and d not in tried and d < min(ooms)]
@@ -146,6 +164,8 @@ def _probe_points(
             if not below:
                 break
         b = max(below)
+        if on_turn is not None:
+            on_turn(_turn(len(tried) + 1, len(points), len(below), b, per_device))
         tried.add(b)
         peak, oom = probe(b)
         log.append({"batch_size": b, "peak": peak, "oom": oom})
@@ -157,6 +177,14 @@ def _probe_points(
     return points, log
 
 
+def _turn(number: int, measured: int, untried: int, batch: int, per_device: int | None) -> ProbeTurn:
+    """Probe `number`, with `measured` batch sizes so far and `untried` left to try: as many
+    more as the memory model still needs, within the tries and the batch sizes there are."""
+    more = min(WANTED_POINTS - measured, MAX_PROBES - number + 1, untried)
+    accum = max(1, per_device // batch) if per_device else None
+    return ProbeTurn(number, number - 1 + max(1, more), batch, accum)
+
+
 def plan_recovery(
     spec: RunSpec,
     facts: AttemptFacts,
@@ -166,10 +194,12 @@ def plan_recovery(
     elapsed_s: float,
     probe: Probe | None = None,
     hints: Mapping[str, Any] | None = None,
+    on_turn: OnTurn | None = None,
 ) -> RecoveryPlan:
     """Everything between "this attempt ran out of memory" and the next attempt's spec.
 
-    `hints` are facts of the machine now that rungs read (`other_gpus`, `usable_gpus`)."""
+    `hints` are facts of the machine now that rungs read (`other_gpus`, `usable_gpus`);
+    `on_turn` hears of each probe before it runs."""
     classification = classification_of(facts)
     policy = resolve_policy(spec.policy, kind=spec.kind)
     knobs = {**current_knobs(spec), **_spec_hints(spec), **(hints or {})}
@@ -180,7 +210,7 @@ def plan_recovery(
     probes: list[dict[str, Any]] = []
     if probe is not None and isinstance(batch, int) and _worth_probing(classification, batch, points):
         per_device = _per_device_batch(spec, knobs, batch)
-        more, probes = _probe_points(probe, batch, per_device, policy.min_micro_batch)
+        more, probes = _probe_points(probe, batch, per_device, policy.min_micro_batch, on_turn)
         points += more
     decision = decide(
         classification,
