@@ -63,7 +63,7 @@ def _bring_to(rig: Rig, state: RunState) -> str:
 @pytest.mark.parametrize("state", list(ALLOWED))
 @pytest.mark.parametrize("action", list(ACTIONS))
 def test_each_action_is_allowed_or_a_conflict_by_state(rig: Rig, state: RunState, action: str) -> None:
-    rig.use(Hooks(retune=lambda run, end, events: None))
+    rig.use(Hooks(retune=lambda run, end, events, notes: None))
     run_id = _bring_to(rig, state)
     if action in ALLOWED[state]:
         ACTIONS[action](rig, run_id)

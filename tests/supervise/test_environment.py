@@ -11,7 +11,7 @@ import pytest
 
 from gpuwarden.core.events import EXIT_OOM
 from gpuwarden.daemon.process import RUN_TAG, run_tag
-from gpuwarden.daemon.supervise import AttemptEnd, Hooks, NextAttempt
+from gpuwarden.daemon.supervise import AttemptEnd, Hooks, NextAttempt, RetuneNotes
 from tests.supervise.conftest import Rig, command
 
 SHELL = {
@@ -53,7 +53,11 @@ class AllocatorRetune:
     """A retune that sets an allocator option in the spec's env, as the daemon's policy does."""
 
     def __call__(
-        self, run: Mapping[str, Any], end: AttemptEnd, events: Sequence[Mapping[str, Any]]
+        self,
+        run: Mapping[str, Any],
+        end: AttemptEnd,
+        events: Sequence[Mapping[str, Any]],
+        notes: RetuneNotes,
     ) -> NextAttempt | None:
         spec = {
             **run["spec"],

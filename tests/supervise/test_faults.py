@@ -15,7 +15,7 @@ import pytest
 
 from gpuwarden.core.events import EXIT_OOM
 from gpuwarden.core.run_state import RunState
-from gpuwarden.daemon.supervise import AttemptEnd, Hooks, NextAttempt
+from gpuwarden.daemon.supervise import AttemptEnd, Hooks, NextAttempt, RetuneNotes
 from tests.supervise.conftest import Rig, command
 from tests.supervise.fakes import FakeClock
 from tests.supervise.test_retune import Halving
@@ -69,9 +69,13 @@ class UnstorableFor:
         self.halving = Halving()
 
     def __call__(
-        self, run: Mapping[str, Any], end: AttemptEnd, events: Sequence[Mapping[str, Any]]
+        self,
+        run: Mapping[str, Any],
+        end: AttemptEnd,
+        events: Sequence[Mapping[str, Any]],
+        notes: RetuneNotes,
     ) -> NextAttempt | None:
-        decision = self.halving(run, end, events)
+        decision = self.halving(run, end, events, notes)
         assert decision is not None
         return replace(decision, evidence={"tried": {16, 8}}) if run["name"] == self.run_name else decision
 

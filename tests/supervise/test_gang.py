@@ -18,7 +18,7 @@ from gpuwarden.core.telemetry.topology import GpuLink, GpuTopology, PcieLevel
 from gpuwarden.daemon.oom_retune import rank_events
 from gpuwarden.daemon.placement import GpuState
 from gpuwarden.daemon.process import RUN_TAG
-from gpuwarden.daemon.supervise import AttemptEnd, Hooks, NextAttempt
+from gpuwarden.daemon.supervise import AttemptEnd, Hooks, NextAttempt, RetuneNotes
 from gpuwarden.daemon.supervise.gang_stop import GANG_GRACE_S
 from tests.supervise.conftest import GIB, Rig
 from tests.supervise.fakes import FakeProcess
@@ -99,7 +99,11 @@ class Recording:
         self.ranks_seen: list[set[Any]] = []
 
     def __call__(
-        self, run: Mapping[str, Any], end: AttemptEnd, events: Sequence[Mapping[str, Any]]
+        self,
+        run: Mapping[str, Any],
+        end: AttemptEnd,
+        events: Sequence[Mapping[str, Any]],
+        notes: RetuneNotes,
     ) -> NextAttempt:
         self.ends.append(end)
         self.ranks_seen.append({e.get("rank") for e in rank_events(events, end) if e["source"] == "runner"})

@@ -9,22 +9,30 @@ from typing import Any
 
 from gpuwarden.core.events import EXIT_OOM
 from gpuwarden.core.run_state import RunState
-from gpuwarden.daemon.supervise import AttemptEnd, Hooks, NextAttempt, RetuneGiveUp
+from gpuwarden.daemon.supervise import AttemptEnd, Hooks, NextAttempt, RetuneGiveUp, RetuneNotes
 from tests.supervise.conftest import GIB, HOST_MEMORY, Rig, command
 
 CUDA_OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
 
 
 class Halving:
-    """A retune policy that halves the `bs` knob, and keeps what it was given."""
+    """A retune policy that halves the `bs` knob, and keeps what it was given; `said`: the notes
+    it makes while it decides (as its probes do)."""
 
-    def __init__(self) -> None:
+    def __init__(self, said: Sequence[str] = ()) -> None:
         self.calls: list[tuple[AttemptEnd, list[str]]] = []
+        self.said = said
 
     def __call__(
-        self, run: Mapping[str, Any], end: AttemptEnd, events: Sequence[Mapping[str, Any]]
+        self,
+        run: Mapping[str, Any],
+        end: AttemptEnd,
+        events: Sequence[Mapping[str, Any]],
+        notes: RetuneNotes,
     ) -> NextAttempt | None:
         self.calls.append((end, [e["type"] for e in events if e["attempt"] == end.number]))
+        for message in self.said:
+            notes("probe", message=message)
         spec = dict(run["spec"])
         old = spec["knobs"]["bs"]
         spec["knobs"] = {**spec["knobs"], "bs": old // 2}
@@ -66,6 +74,25 @@ def test_oom_is_retuned_until_the_run_fits(rig: Rig) -> None:
     assert rig.workers.names == [f"retune-{run_id}"] * 2
 
 
+def test_what_the_policy_says_while_it_decides_is_recorded_on_the_failed_attempt(rig: Rig) -> None:
+    rig.use(Hooks(retune=Halving(said=["probe 1 of 2: micro-batch 4 starting", "probe 1 of 2: fits"])))
+    rig.workers.hold = True  # the policy decides on its own thread, while the loop goes on
+    run_id = rig.submit(command(knobs={"bs": 16}))
+    rig.step()
+    _oom(rig, run_id)
+    rig.step()
+    rig.workers.release()
+    notes = rig.events(run_id, "probe")
+    assert [(e["message"], e["attempt"], e["source"]) for e in notes] == [
+        ("probe 1 of 2: micro-batch 4 starting", 1, "daemon"),
+        ("probe 1 of 2: fits", 1, "daemon"),
+    ]
+    assert rig.state(run_id) == RunState.RETUNING, "said before the decision is applied"
+    rig.step()
+    kinds = [e["type"] for e in rig.events(run_id) if e["type"] in ("state", "probe", "retuned")]
+    assert kinds[-6:] == ["state", "probe", "probe", "retuned", "state", "state"]
+
+
 def test_a_command_oom_is_read_from_stderr(rig: Rig) -> None:
     hook = Halving()
     rig.use(Hooks(retune=hook))
@@ -104,7 +131,9 @@ def test_without_a_retune_policy_the_oom_run_fails(rig: Rig) -> None:
 
 
 def test_a_policy_that_gives_up_fails_the_run_with_its_reason(rig: Rig) -> None:
-    def give_up(run: Mapping[str, Any], end: AttemptEnd, events: Sequence[Mapping[str, Any]]) -> None:
+    def give_up(
+        run: Mapping[str, Any], end: AttemptEnd, events: Sequence[Mapping[str, Any]], notes: RetuneNotes
+    ) -> None:
         raise RetuneGiveUp("batch size 1 still does not fit")
 
     rig.use(Hooks(retune=give_up))
@@ -117,7 +146,9 @@ def test_a_policy_that_gives_up_fails_the_run_with_its_reason(rig: Rig) -> None:
 
 
 def test_a_policy_that_crashes_fails_the_run_in_one_line(rig: Rig) -> None:
-    def broken(run: Mapping[str, Any], end: AttemptEnd, events: Sequence[Mapping[str, Any]]) -> None:
+    def broken(
+        run: Mapping[str, Any], end: AttemptEnd, events: Sequence[Mapping[str, Any]], notes: RetuneNotes
+    ) -> None:
         raise KeyError("train")
 
     rig.use(Hooks(retune=broken))

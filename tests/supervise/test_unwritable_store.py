@@ -165,3 +165,19 @@ def test_a_stop_the_store_refuses_changes_nothing(rig: Rig, frozen: Frozen) -> N
     rig.step()
     assert rig.state(run_id) == RunState.STOPPED
     assert rig.sup.ctx.health.fault is None
+
+
+def test_a_note_the_store_refuses_costs_the_retune_nothing(rig: Rig, frozen: Frozen) -> None:
+    rig.use(Hooks(retune=Halving(said=["probe 1 of 2: micro-batch 4 starting"])))
+    rig.workers.hold = True
+    run_id = rig.submit(command(knobs={"bs": 16}))
+    rig.step()
+    _oom(rig, run_id)
+    rig.step()
+    frozen.freeze()
+    rig.workers.release()  # the policy's note is refused; its decision still comes back
+    frozen.thaw()
+    rig.step()
+    assert rig.events(run_id, "probe") == [], "dropped, not recorded late"
+    assert [r["to"] for r in rig.retunes(run_id)] == [{"bs": 8}]
+    assert rig.state(run_id) == RunState.RUNNING and rig.run(run_id)["attempt"] == 2

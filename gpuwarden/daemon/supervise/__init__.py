@@ -9,6 +9,7 @@ from gpuwarden.daemon.supervise.hooks import (
     NextAttempt,
     RetuneGiveUp,
     RetuneHook,
+    RetuneNotes,
     no_retune,
 )
 from gpuwarden.daemon.supervise.supervisor import Supervisor, owner_of
@@ -23,6 +24,7 @@ __all__ = [
     "ProcessLayer",
     "RetuneGiveUp",
     "RetuneHook",
+    "RetuneNotes",
     "Supervisor",
     "no_retune",
     "owner_of",

@@ -48,22 +48,39 @@ class NextAttempt:
     prediction: dict[str, Any] | None = None
 
 
+class RetuneNotes(Protocol):
+    """How a retune hook tells, while it decides, what it is doing (each probe as it starts, runs
+    and ends): an event of the attempt that failed, recorded and streamed at once. Callable from
+    any thread; a write the store refuses is dropped, never the decision's failure."""
+
+    def __call__(self, type_: str, /, **payload: Any) -> None: ...
+
+
+def unheard(type_: str, /, **payload: Any) -> None:
+    """Notes nobody records (a hook called outside a supervisor)."""
+    return None
+
+
 class RetuneGiveUp(Exception):
     """Raised by a retune hook when the run must fail; the message says why, in one line."""
 
 
 class RetuneHook(Protocol):
     """Called (on its own thread) when an attempt ended out of memory, with the run (spec
-    included), how the attempt ended, and every event of the run, oldest first. A decision starts
-    the next attempt with its spec; None fails the run."""
+    included), how the attempt ended, every event of the run, oldest first, and where to tell
+    what it does meanwhile. A decision starts the next attempt with its spec; None fails the run."""
 
     def __call__(
-        self, run: Mapping[str, Any], end: AttemptEnd, events: Sequence[Mapping[str, Any]]
+        self,
+        run: Mapping[str, Any],
+        end: AttemptEnd,
+        events: Sequence[Mapping[str, Any]],
+        notes: RetuneNotes,
     ) -> NextAttempt | None: ...
 
 
 def no_retune(
-    run: Mapping[str, Any], end: AttemptEnd, events: Sequence[Mapping[str, Any]]
+    run: Mapping[str, Any], end: AttemptEnd, events: Sequence[Mapping[str, Any]], notes: RetuneNotes
 ) -> NextAttempt | None:
     """The hook when OOM recovery is not plugged in: never retune."""
     return None

@@ -8,12 +8,13 @@ decision comes back to the loop, which applies it under the lock.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
 from gpuwarden.core.errors import UserError, one_line
 from gpuwarden.core.run_state import RunState
 from gpuwarden.daemon.supervise.context import Context, Start, spec_document
-from gpuwarden.daemon.supervise.hooks import AttemptEnd, NextAttempt, RetuneGiveUp, RetuneHook
+from gpuwarden.daemon.supervise.hooks import AttemptEnd, NextAttempt, RetuneGiveUp, RetuneHook, RetuneNotes
 
 log = logging.getLogger("gpuwarden.daemon.supervisor")
 
@@ -41,12 +42,28 @@ def decide(
     try:
         run = ctx.run(run_id)
         events = ctx.store(lambda s: s.events(run_id, limit=100_000))
-        return hook(run, end, events), message
+        return hook(run, end, events, notes(ctx, run_id, end.number)), message
     except RetuneGiveUp as exc:
         return None, f"{message}; {exc}"
     except Exception as exc:
         log.exception("retune hook failed for run %s", run_id)
         return None, f"{message}; retune failed: {one_line(exc)}"
+
+
+def notes(ctx: Context, run_id: str, attempt: int) -> RetuneNotes:
+    """What the hook says while it decides, as daemon events of the failed attempt. From the
+    hook's thread, as its reads are: the writer and the stream take work from any thread."""
+
+    def say(type_: str, /, **payload: Any) -> None:
+        try:
+            ctx.event(run_id, attempt, type_, **payload)
+        except Exception as exc:
+            if ctx.health.fault_of(exc) is None:
+                raise
+            # A note is not worth holding the decision for: the store reports its fault itself.
+            log.info("run %s: %s event not recorded: the store refuses writes", run_id, type_)
+
+    return say
 
 
 def apply(
