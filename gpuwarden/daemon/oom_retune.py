@@ -31,7 +31,8 @@ from gpuwarden.core.tune.search import Candidate
 from gpuwarden.daemon import run_environment
 from gpuwarden.daemon.placement import GpuState
 from gpuwarden.daemon.process import RUN_TAG, run_tag
-from gpuwarden.daemon.supervise.hooks import AttemptEnd, NextAttempt, RetuneGiveUp
+from gpuwarden.daemon.retune_probes import HEARTBEAT_S, WatchedProbes
+from gpuwarden.daemon.supervise.hooks import AttemptEnd, NextAttempt, RetuneGiveUp, RetuneNotes, unheard
 
 # A measurement at a micro-batch: (peak memory or None, ran out of memory).
 Probe = Callable[[int], tuple[int | None, bool]]
@@ -54,6 +55,7 @@ class OomRetune:
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.time,
         release_timeout: float = RELEASE_TIMEOUT_S,
+        heartbeat_s: float = HEARTBEAT_S,
     ) -> None:
         self._gpu_states = gpu_states
         self._gpu_processes = gpu_processes
@@ -63,9 +65,14 @@ class OomRetune:
         self._sleep = sleep
         self._clock = clock
         self._release_timeout = release_timeout
+        self._heartbeat_s = heartbeat_s
 
     def __call__(
-        self, run: Mapping[str, Any], end: AttemptEnd, events: Sequence[Mapping[str, Any]]
+        self,
+        run: Mapping[str, Any],
+        end: AttemptEnd,
+        events: Sequence[Mapping[str, Any]],
+        notes: RetuneNotes = unheard,
     ) -> NextAttempt | None:
         spec = spec_from_mapping(dict(run["spec"]))
         run_id = str(run["id"])
@@ -78,28 +85,22 @@ class OomRetune:
             if isinstance(r.get("evidence"), dict) and "decision" in r["evidence"]
         ]
         first_oom = min((float(r["ts"]) for r in retunes), default=self._clock())
-        facts = AttemptFacts(
-            number=end.number,
-            events=[dict(e) for e in events],
-            stderr_tail=end.stderr_tail,
-            exit_code=end.exit_code,
-            signal=end.signal,
-            oom_kill=end.oom_kill,
-            gpu_capacity=end.gpu_capacity,
-            host_capacity=end.host_capacity,
-        )
         run_dir = Path(str(run["run_dir"]))
         probe_dir = run_dir / "probes" / f"after-{end.number}"
-        probe = self._unless_stopped(run_id, self._probe(spec, run, end, probe_dir))
+        # Each probe is told as the run's event as it runs; none starts once the run was stopped
+        # (its stop ends the probe running: the probes carry the run's tag).
+        probes = WatchedProbes(notes, stopped=lambda: self._stopped(run_id), heartbeat_s=self._heartbeat_s)
+        probe = self._probe(spec, run, end, probe_dir)
         try:
             plan = plan_recovery(
                 spec,
-                facts,
+                _facts(end, events),
                 history=history,
                 retunes_so_far=len(retunes),
                 elapsed_s=self._clock() - first_oom,
-                probe=probe,
+                probe=probes.watch(probe) if probe is not None else None,
                 hints=self._gpu_hints(end, events),
+                on_turn=probes.turn,
             )
         finally:
             shutil.rmtree(probe_dir, ignore_errors=True)
@@ -128,22 +129,6 @@ class OomRetune:
         if spec.command is not None:
             return self._command_probe_for(spec, run, end, probe_dir)
         return None
-
-    def _unless_stopped(self, run_id: str, probe: Probe | None) -> Probe | None:
-        """`probe`, giving up once the run was stopped: its stop ends the probe running (the
-        probes carry the run's tag), and no other one may start after it."""
-        if probe is None:
-            return None
-
-        def guarded(batch: int) -> tuple[int | None, bool]:
-            if self._stopped(run_id):
-                raise RetuneGiveUp("stopped while probing")
-            measured = probe(batch)
-            if self._stopped(run_id):
-                raise RetuneGiveUp("stopped while probing")
-            return measured
-
-        return guarded
 
     def _wait_released(self, end: AttemptEnd) -> None:
         """Until no process of the attempt's groups (a gang's ranks lead their own) holds GPU
@@ -269,6 +254,19 @@ def rank_events(events: Sequence[Mapping[str, Any]], end: AttemptEnd) -> list[Ma
         ooms = [e for e in events if e.get("attempt") == end.number and e.get("type") == "oom"]
         rank = ooms[0].get("rank") if ooms else None
     return [e for e in events if e.get("rank") is None or e.get("rank") == rank]
+
+
+def _facts(end: AttemptEnd, events: Sequence[Mapping[str, Any]]) -> AttemptFacts:
+    return AttemptFacts(
+        number=end.number,
+        events=[dict(e) for e in events],
+        stderr_tail=end.stderr_tail,
+        exit_code=end.exit_code,
+        signal=end.signal,
+        oom_kill=end.oom_kill,
+        gpu_capacity=end.gpu_capacity,
+        host_capacity=end.host_capacity,
+    )
 
 
 def _rank_gpus(end: AttemptEnd) -> list[str]:
