@@ -94,6 +94,31 @@ def attempt_lines(a: Attempt) -> Iterator[str]:
         yield f"    {rank_line(rank)}"
 
 
+def _probe_says(event: RunEvent, phases: tuple[str, ...]) -> str | None:
+    """A `probe` event's message when it is of one of `phases`."""
+    extra = event.model_extra or {}
+    if event.type != "probe" or extra.get("phase") not in phases or not extra.get("message"):
+        return None
+    return str(extra["message"])
+
+
+def probe_lines(events: list[RunEvent], attempt: int) -> list[str]:
+    """What each probe of the retune after `attempt` measured, one line each."""
+    said = (_probe_says(e, ("ended",)) for e in events if e.attempt == attempt)
+    return [line for line in said if line is not None]
+
+
+def retuning_lines(detail: RunDetail, events: list[RunEvent]) -> Iterator[str]:
+    """While the retune decides: what its probe does now (started, running or ended last)."""
+    if detail.state != "retuning":
+        return
+    said = [_probe_says(e, ("started", "running", "ended")) for e in events if e.attempt == detail.attempt]
+    latest = [line for line in said if line is not None][-1:]
+    if latest:
+        yield f"retuning after attempt {detail.attempt}:"
+        yield f"    {latest[0]}"
+
+
 def detail_lines(detail: RunDetail, events: list[RunEvent]) -> Iterator[str]:
     yield f"{detail.id}  {detail.name}  ({detail.kind})"
     yield f"state:    {detail.state} — {detail.message or ''}"
@@ -109,6 +134,8 @@ def detail_lines(detail: RunDetail, events: list[RunEvent]) -> Iterator[str]:
         outcome = f", then {r.outcome}" if r.outcome else ""
         yield f"retune after attempt {r.attempt} ({r.verdict or '?'}{outcome}):"
         yield f"    {retune_sentence(r, phases.get(r.attempt), world)}"
+        yield from (f"    {line}" for line in probe_lines(events, r.attempt))
+    yield from retuning_lines(detail, events)
     for e in events:
         if e.type == "edited":
             changes = (e.model_extra or {}).get("changes") or {}

@@ -100,3 +100,37 @@ def test_a_gangs_retune_keeps_the_effective_batch_of_all_its_ranks() -> None:
     # Its report.json is rank 0's: said so.
     assert "/report.json (rank 0 of 2; `gpuwarden report` covers every rank)" in text
     assert "(rank 0" not in "\n".join(detail_lines(DETAIL, []))  # one process: no such note
+
+
+def _probe(phase: str, message: str, attempt: int = 1) -> RunEvent:
+    return _event("probe", phase=phase, message=message, source="daemon", attempt=attempt)
+
+
+def test_show_lists_each_probe_under_its_retune_and_the_latest_while_retuning() -> None:
+    probes = [
+        _probe("started", "probe 1 of 2: micro-batch 8 × 8 starting"),
+        _probe("ended", "probe 1 of 2: micro-batch 8 → peak 1.1 GiB, fits (9.8 s)"),
+        _probe("started", "probe 2 of 2: micro-batch 16 × 4 starting"),
+        _probe("running", "probe 2 of 2: micro-batch 16 running, 5 s"),
+        _probe("ended", "probe 2 of 2: micro-batch 16 → peak 1.3 GiB, fits (9.9 s)"),
+    ]
+    lines = list(detail_lines(DETAIL, probes))
+    at = lines.index("retune after attempt 1 (host_oom, then succeeded):")
+    assert lines[at + 2 : at + 4] == [
+        "    probe 1 of 2: micro-batch 8 → peak 1.1 GiB, fits (9.8 s)",
+        "    probe 2 of 2: micro-batch 16 → peak 1.3 GiB, fits (9.9 s)",
+    ]
+    assert not any(line.startswith("retuning") for line in lines)
+
+    deciding = DETAIL.model_copy(
+        update={
+            "state": "retuning",
+            "attempt": 1,
+            "retunes": [],
+            "attempts": DETAIL.attempts[:1],
+            "report": None,
+        }
+    )
+    lines = list(detail_lines(deciding, probes[:4]))
+    assert lines[-2:] == ["retuning after attempt 1:", "    probe 2 of 2: micro-batch 16 running, 5 s"]
+    assert "probe: probe 2 of 2: micro-batch 16 running, 5 s" in event_line(probes[3])

@@ -143,6 +143,9 @@ def test_a_real_out_of_memory_is_retuned_inside_the_job(job: Job) -> None:
     done = job.run(str(spec), "--runs", str(job.runs), timeout=500)
     assert done.returncode == exit_codes.SUCCEEDED, done.stderr[-3000:]
     assert "host_oom" in done.stderr and "retuned" in done.stderr
+    # The retune's probes are said as they run, as `run --follow` says them.
+    assert "probe: probe 2 of 2: micro-batch 8 × 4 starting" in done.stderr
+    assert "probe: probe 2 of 2: micro-batch 8 → peak " in done.stderr
     (folder,) = job.folders()
     detail = job.show(folder.name)
     assert detail["state"] == "succeeded" and detail["effective_batch"] == 32
