@@ -117,7 +117,13 @@ def timeline_event(event: RunEvent, run_id: str) -> TimelineEvent:
         type=event.type,
         text=event_text(event),
         source=event.source,
+        phase=_phase(event),
     )
+
+
+def _phase(event: RunEvent) -> str | None:
+    phase = (event.model_extra or {}).get("phase")
+    return phase if event.type == "probe" and isinstance(phase, str) else None
 
 
 @dataclasses.dataclass

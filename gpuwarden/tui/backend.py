@@ -120,6 +120,7 @@ class TimelineEvent:
     type: str
     text: str
     source: str = "runner"
+    phase: str | None = None  # a `probe` event's: started, running, ended
 
 
 @dataclass(frozen=True)

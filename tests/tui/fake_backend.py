@@ -438,6 +438,30 @@ class FakeBackend:
             event = TimelineEvent(self._event_id, run.id, run.attempt, self.clock(), "state", text, "daemon")
             self._pending.extend([RunFrame(changed), EventFrame(event)])
 
+    def say(
+        self,
+        run_id: str,
+        type_: str,
+        text: str,
+        *,
+        phase: str | None = None,
+        state: str | None = None,
+        attempt: int | None = None,
+    ) -> None:
+        """An event of the run's current attempt (or `attempt`), as the daemon streams it
+        (`state`: the run moves there first)."""
+        run = self._require(run_id)
+        if state is not None:
+            run = run.model_copy(update={"state": RunState(state)})
+        number = run.attempt if attempt is None else attempt
+        with self._lock:
+            self._event_id += 1
+            event = TimelineEvent(self._event_id, run_id, number, self.clock(), type_, text, "daemon", phase)
+            detail = self._details[run_id]
+            self._runs[run_id] = run
+            self._details[run_id] = dataclasses.replace(detail, run=run, events=[*detail.events, event])
+            self._pending.extend([RunFrame(run), EventFrame(event)])
+
     def stop_run(self, run_id: str) -> None:
         run = self._require(run_id)
         self.actions.append(("stop", run_id))

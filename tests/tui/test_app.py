@@ -195,6 +195,40 @@ def test_runs_table_and_detail_with_retune_and_log() -> None:
     run(body())
 
 
+def test_the_run_screen_shows_the_probe_a_retune_runs_now_and_each_probes_result() -> None:
+    async def body() -> None:
+        backend = FakeBackend()
+        app = make_app(backend)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot)
+            await pilot.press("2")
+            await wait_workers(pilot)
+            await pilot.press("enter")
+            await wait_workers(pilot)
+            screen = app.screen
+            assert isinstance(screen, RunDetailScreen) and screen.summary.id == RUNNING
+            backend.say(RUNNING, "state", "retuning: attempt 2: out of memory", state="retuning")
+            backend.say(RUNNING, "probe", "probe 1 of 2: micro-batch 2 × 16 starting", phase="started")
+            wanted = "retuning probe 1 of 2: micro-batch 2 × 16 starting"
+            await until(pilot, lambda: wanted in timeline_text(screen), "the probe starting")
+            backend.say(RUNNING, "probe", "probe 1 of 2: micro-batch 2 running, 3 s", phase="running")
+            wanted = "retuning probe 1 of 2: micro-batch 2 running, 3 s"
+            await until(pilot, lambda: wanted in timeline_text(screen), "the probe running")
+            backend.say(
+                RUNNING, "probe", "probe 1 of 2: micro-batch 2 → peak 9.0 GiB, fits (6.2 s)", phase="ended"
+            )
+            wanted = "retuning probe 1 of 2: micro-batch 2 → peak 9.0 GiB, fits (6.2 s)"
+            await until(pilot, lambda: wanted in timeline_text(screen), "the probe's result")
+            # A decided retune lists each probe's result under its sentence: attempt 1's here.
+            ended = "probe 2 of 2: micro-batch 4 → peak 12 GiB, fits (7.0 s)"
+            backend.say(RUNNING, "probe", ended, phase="ended", attempt=1)
+            await until(pilot, lambda: "fits (7.0 s)" in timeline_text(screen), "the decided retune's probe")
+            text = timeline_text(screen)
+            assert text.index("effective batch 32 kept") < text.index("fits (7.0 s)") < text.index("#2 ")
+
+    run(body())
+
+
 def test_doctor_tab_shows_findings_with_evidence_and_fix() -> None:
     async def body() -> None:
         backend = FakeBackend()

@@ -128,11 +128,29 @@ def timeline_renderable(detail: RunDetailView, raw: bool) -> Group:
         parts += attempt_lines(a, detail)
         for rt in by_attempt.get(a.attempt, []):
             parts += retune_lines(rt, detail.oom_phases.get(rt.attempt), raw, world_size_of(detail.spec))
+            parts += [
+                _indented(Text(text, style="dim")) for text in probe_texts(detail, a.attempt, ("ended",))
+            ]
+        if a is detail.attempts[-1] and detail.run.state == "retuning" and a.attempt not in by_attempt:
+            parts += retuning_lines(detail, a.attempt)
     if detail.retunes and not raw:
         parts.append(Text("v shows each retune's raw evidence", style="dim"))
     if detail.events:
         parts += [Text("\nEvents", style="bold"), _indented(events_grid(detail), 2)]
     return Group(*parts)
+
+
+def probe_texts(detail: RunDetailView, attempt: int, phases: tuple[str, ...]) -> list[str]:
+    """What the probes of the retune after `attempt` said, in the phases asked for."""
+    return [e.text for e in detail.events if e.type == "probe" and e.attempt == attempt and e.phase in phases]
+
+
+def retuning_lines(detail: RunDetailView, attempt: int) -> list[RenderableType]:
+    """While the retune after `attempt` decides: what its probe does now."""
+    head = Text("retuning ", style="bold magenta")
+    latest = probe_texts(detail, attempt, ("started", "running", "ended"))[-1:]
+    head.append(latest[0] if latest else "deciding how to restart")
+    return [_indented(head, 3)]
 
 
 def retune_lines(rt: Retune, oom_phase: str | None, raw: bool, world_size: int = 1) -> list[RenderableType]:
