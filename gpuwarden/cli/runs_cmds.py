@@ -28,6 +28,7 @@ from gpuwarden.cli.command_spec import (
 from gpuwarden.cli.event_lines import event_line
 from gpuwarden.cli.format import print_json
 from gpuwarden.cli.gpu_choice import select_gpus
+from gpuwarden.cli.log_follow import follow_logs
 from gpuwarden.cli.run_source import reading, runs_option
 from gpuwarden.client import ApiClient
 from gpuwarden.client.reader import RunReader
@@ -300,7 +301,12 @@ def resume(run: str, as_json: bool) -> None:
 
 @click.command()
 @click.argument("run")
-@click.option("-f", "--follow", is_flag=True, help="Keep printing new output until the attempt ends.")
+@click.option(
+    "-f",
+    "--follow",
+    is_flag=True,
+    help="Keep printing new output until the run ends, through every attempt (with --attempt: that one).",
+)
 @click.option("--stderr", "use_stderr", is_flag=True, help="Show stderr instead of stdout.")
 @click.option("--attempt", type=click.IntRange(1), default=None, help="Attempt number (default: the latest).")
 @click.option(
@@ -317,7 +323,8 @@ def logs(
     runs_dir: Path | None,
     as_json: bool,
 ) -> None:
-    """Print a run's output (the end of it; with -f, then new output as it comes)."""
+    """Print a run's output (the end of it; with -f, then new output as it comes, through every
+    attempt until the run ends, each new attempt announced on stderr)."""
     stream = "stderr" if use_stderr else "stdout"
     with reading(runs_dir) as client:
         chunk = client.logs(run, stream=stream, attempt=attempt, offset=-tail_bytes, limit=tail_bytes)
@@ -325,16 +332,15 @@ def logs(
             print_json(chunk)
             return
         collected: list[LogChunk] = [chunk]
-        if not as_json:
-            click.echo(chunk.data, nl=False)
-        with _while_following(run):
-            while follow and not chunk.eof:
-                chunk = client.logs(
-                    run, stream=stream, attempt=chunk.attempt, offset=chunk.next_offset, wait=5.0
-                )
-                collected.append(chunk)
-                if not as_json:
-                    click.echo(chunk.data, nl=False)
+
+        def show(piece: LogChunk) -> None:
+            if not as_json:
+                click.echo(piece.data, nl=False)
+
+        show(chunk)
+        if follow:
+            with _while_following(run):
+                collected += follow_logs(client, run, stream, chunk, every_attempt=attempt is None, show=show)
     if as_json:
         print_json(
             {
@@ -344,6 +350,7 @@ def logs(
                 "eof": collected[-1].eof,
                 "overflow": collected[0].overflow,
                 "attempt": collected[0].attempt,
+                "attempts": sorted({c.attempt for c in collected if c.attempt}),
                 "stream": stream,
             }
         )

@@ -8,6 +8,8 @@ from typing import Any
 from gpuwarden.cli.event_lines import event_line
 from gpuwarden.cli.show import detail_lines
 from gpuwarden.core.api import RunDetail, RunEvent
+from gpuwarden.core.api.runs import Restart
+from gpuwarden.core.attempt_heading import attempt_heading
 from tests.oom.test_explain import HOST_OOM
 
 TS = 1_763_692_800.0
@@ -134,3 +136,14 @@ def test_show_lists_each_probe_under_its_retune_and_the_latest_while_retuning() 
     lines = list(detail_lines(deciding, probes[:4]))
     assert lines[-2:] == ["retuning after attempt 1:", "    probe 2 of 2: micro-batch 16 running, 5 s"]
     assert "probe: probe 2 of 2: micro-batch 16 running, 5 s" in event_line(probes[3])
+
+
+def test_an_attempts_heading_says_what_it_was_started_with() -> None:
+    retuned = attempt_heading(2, DETAIL.attempts, DETAIL.retunes)
+    assert retuned == "── attempt 2: micro-batch 64 → 16, accumulation 1 → 4, effective batch 64 kept ──"
+    assert attempt_heading(1, DETAIL.attempts, DETAIL.retunes) == "── attempt 1 ──"
+    restarted = DETAIL.attempts[0].model_copy(
+        update={"restart": Restart(cause="exit code 75", restart=1, max=3, backoff_s=10)}
+    )
+    heading = attempt_heading(2, [restarted, DETAIL.attempts[1]], [])
+    assert heading == "── attempt 2: restart 1 of 3 after exit code 75 ──"
