@@ -333,8 +333,14 @@ class ApiBackend:
             detail.report,
         )
 
-    def logs(self, run_id: str, offset: int, stream: Literal["stdout", "stderr"] = "stdout") -> LogChunk:
-        return self.client.logs(run_id, stream=stream, offset=offset)
+    def logs(
+        self,
+        run_id: str,
+        offset: int,
+        stream: Literal["stdout", "stderr"] = "stdout",
+        attempt: int | None = None,
+    ) -> LogChunk:
+        return self.client.logs(run_id, stream=stream, attempt=attempt, offset=offset)
 
     def frames(self, stop: threading.Event) -> Iterator[Frame]:
         ticks = 0

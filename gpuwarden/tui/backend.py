@@ -217,9 +217,16 @@ class DashboardBackend(Protocol):
         """Doctor's findings on the run (its spec and its recorded telemetry)."""
         ...
 
-    def logs(self, run_id: str, offset: int, stream: Literal["stdout", "stderr"] = "stdout") -> LogChunk:
-        """The current attempt's log from `offset`; a negative offset means "the last -offset bytes"
-        (`next_offset` is where the next read starts, `overflow` says the start was skipped)."""
+    def logs(
+        self,
+        run_id: str,
+        offset: int,
+        stream: Literal["stdout", "stderr"] = "stdout",
+        attempt: int | None = None,
+    ) -> LogChunk:
+        """An attempt's log (the newest one's when `attempt` is None) from `offset`; a negative
+        offset means "the last -offset bytes" (`next_offset` is where the next read starts,
+        `overflow` says the start was skipped)."""
         ...
 
     def frames(self, stop: threading.Event) -> Iterator[Frame]:

@@ -212,15 +212,22 @@ class DbBackend:
             return None
         return report if isinstance(report, dict) else None
 
-    def logs(self, run_id: str, offset: int, stream: Literal["stdout", "stderr"] = "stdout") -> LogChunk:
+    def logs(
+        self,
+        run_id: str,
+        offset: int,
+        stream: Literal["stdout", "stderr"] = "stdout",
+        attempt: int | None = None,
+    ) -> LogChunk:
         """The log file named in the store (the dashboard runs where the daemon wrote it)."""
         with self._lock:
             run = self.store.resolve(run_id)
-            attempt = self.store.attempt(run["id"], run["attempt"]) if run["attempt"] else None
-        if attempt is None:
+            number = attempt or run["attempt"]
+            row = self.store.attempt(run["id"], number) if number else None
+        if row is None:
             return log_chunk(NO_LOG, ended=run["state"] in FINAL_STATES, attempt=0, stream=stream)
-        piece = read_log(Path(attempt[f"{stream}_path"]), offset, LOG_CHUNK)
-        return log_chunk(piece, ended=attempt["state"] == "ended", attempt=attempt["attempt"], stream=stream)
+        piece = read_log(Path(row[f"{stream}_path"]), offset, LOG_CHUNK)
+        return log_chunk(piece, ended=row["state"] == "ended", attempt=row["attempt"], stream=stream)
 
     def frames(self, stop: threading.Event) -> Iterator[Frame]:
         """New samples written by a daemon (if one is writing the file), checked once a second.

@@ -98,8 +98,13 @@ class DoctorLoaded(Message, bubble=False):
 
 @dataclass
 class LogLoaded(Message, bubble=False):
+    """A slice of an attempt's log; `heading`: the line that opens the attempt, before it;
+    `earlier`: an attempt before the newest, shown on the way to it."""
+
     run_id: str
     chunk: LogChunk
+    heading: str | None = None
+    earlier: bool = False
 
 
 @dataclass

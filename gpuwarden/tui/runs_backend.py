@@ -253,11 +253,17 @@ class RunsBackend:
             raise UserError(f"{run_id} has not started (its Slurm job is waiting): nothing to diagnose yet")
         return found.doctor(run_id)
 
-    def logs(self, run_id: str, offset: int, stream: Literal["stdout", "stderr"] = "stdout") -> LogChunk:
+    def logs(
+        self,
+        run_id: str,
+        offset: int,
+        stream: Literal["stdout", "stderr"] = "stdout",
+        attempt: int | None = None,
+    ) -> LogChunk:
         found = self._lookup(run_id)
         if isinstance(found, RunRow):
             return log_chunk(NO_LOG, ended=False, attempt=0, stream=stream)
-        return found.logs(run_id, offset, stream)
+        return found.logs(run_id, offset, stream, attempt)
 
     def frames(self, stop: threading.Event) -> Iterator[Frame]:
         """Every poll: a run frame for each run that appeared or changed, and a sample frame when

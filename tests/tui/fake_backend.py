@@ -104,6 +104,8 @@ class FakeBackend:
         self._details: dict[str, RunDetailView] = {}
         self._logs: dict[str, list[str]] = {}
         self._errs: dict[str, list[str]] = {}  # stderr, by run
+        # The output of attempts before a run's current one: (run, attempt, stream) → lines.
+        self.earlier_logs: dict[tuple[str, int, str], list[str]] = {}
         self._processes: list[ProcessInfo] = []
         if gpu_count and with_runs:
             self._seed_runs()
@@ -380,11 +382,20 @@ class FakeBackend:
             detail = dataclasses.replace(detail, run=run)
         return detail
 
-    def logs(self, run_id: str, offset: int, stream: Literal["stdout", "stderr"] = "stdout") -> LogChunk:
+    def logs(
+        self,
+        run_id: str,
+        offset: int,
+        stream: Literal["stdout", "stderr"] = "stdout",
+        attempt: int | None = None,
+    ) -> LogChunk:
         with self._lock:
+            current = self._runs[run_id].attempt if run_id in self._runs else 0
+            number = attempt or current
             lines = self._logs.get(run_id, []) if stream == "stdout" else self._errs.get(run_id, [])
+            if number != current:  # an attempt that ended: what `earlier_logs` holds of it
+                lines = self.earlier_logs.get((run_id, number, stream), [])
             data = "".join(line + "\n" for line in lines).encode()
-            attempt = self._runs[run_id].attempt if run_id in self._runs else 0
         start = offset
         if offset < 0:
             start = max(0, len(data) + offset)
@@ -393,7 +404,7 @@ class FakeBackend:
             start = nl + 1 if start and nl >= 0 else start
         return LogChunk(
             data=data[start:].decode(), offset=start, next_offset=len(data), overflow=False, size=len(data),
-            eof=False, attempt=attempt, stream=stream,
+            eof=number != current, attempt=number, stream=stream,
         )  # fmt: skip
 
     def frames(self, stop: threading.Event) -> Iterator[Frame]:
@@ -461,6 +472,16 @@ class FakeBackend:
             self._runs[run_id] = run
             self._details[run_id] = dataclasses.replace(detail, run=run, events=[*detail.events, event])
             self._pending.extend([RunFrame(run), EventFrame(event)])
+
+    def next_attempt(self, run_id: str) -> None:
+        """The run's attempt ends (its output kept as an earlier attempt's) and the next starts."""
+        with self._lock:
+            run = self._runs[run_id]
+            for stream, logs in (("stdout", self._logs), ("stderr", self._errs)):
+                self.earlier_logs[(run_id, run.attempt, stream)] = logs.pop(run_id, [])
+            run = run.model_copy(update={"attempt": run.attempt + 1})
+            self._runs[run_id] = run
+            self._pending.append(RunFrame(run))
 
     def stop_run(self, run_id: str) -> None:
         run = self._require(run_id)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
 
 import pytest
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable, Log, Static
 
 from gpuwarden.tui.api_backend import ApiBackend
 from gpuwarden.tui.backend import SampleFrame
@@ -22,6 +23,7 @@ from tests.daemon.conftest import (  # noqa: F401  (fixtures used by name)
     gw,
     short_tmp,
 )
+from tests.daemon.test_logs_follow import retuned_spec
 from tests.tui.conftest import SETTLE_S, make_app, run, settle, until, wait_workers
 from tests.tui.test_app import text_of
 
@@ -172,3 +174,36 @@ def test_tune_a_stopped_script_from_the_dashboard_answers_as_the_daemon_does(
 
     run(body())
     assert gw.client().run(run_id).state == "stopped"  # refused: nothing changed
+
+
+def _heading(lines: list[str], attempt: int) -> int:
+    """Where the Log tab's line that opens `attempt` is."""
+    return next(i for i, line in enumerate(lines) if line.startswith(f"── attempt {attempt}"))
+
+
+def test_the_log_tab_shows_every_attempt_of_a_retuned_run(gw: DaemonHandle) -> None:  # noqa: F811 (the fixture)
+    gate = gw.root / "gate"
+    gate.touch()  # attempt 1 runs out of memory at once
+    spec = retuned_spec(gw.root, gate)
+    run_id = json.loads(gw.cli("run", str(spec), "--json").stdout)["id"]
+    assert gw.wait_state(run_id)["state"] == "succeeded"
+
+    async def body() -> None:
+        app = make_app(ApiBackend(gw.client()), clock=time.time)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot)
+            await pilot.press("2")
+            await until(pilot, lambda: app.main.runs.selected_id() == run_id, "the run selected")
+            await pilot.press("enter", "l")
+            log = app.screen.query_one("#log-view", Log)
+            await until(pilot, lambda: "the end of attempt 2" in "\n".join(log.lines), "attempt 2's output")
+            lines = list(log.lines)
+            first, second = (_heading(lines, n) for n in (1, 2))
+            assert "micro-batch 32 → 16" in lines[second], lines[second]
+            assert first < lines.index("output of attempt 1 at micro-batch 32") < second, lines
+            assert second < lines.index("output of attempt 2 at micro-batch 16"), lines
+            await pilot.press("o")  # every attempt's stderr too: attempt 1's allocator error
+            await until(pilot, lambda: any("CUDA out of memory" in line for line in log.lines), "stderr")
+            assert _heading(list(log.lines), 1) < _heading(list(log.lines), 2)
+
+    run(body())

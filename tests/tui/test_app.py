@@ -229,6 +229,41 @@ def test_the_run_screen_shows_the_probe_a_retune_runs_now_and_each_probes_result
     run(body())
 
 
+def test_the_log_tab_shows_every_attempt_one_after_another_and_follows_into_the_next() -> None:
+    async def body() -> None:
+        backend = FakeBackend()
+        backend.earlier_logs[(RUNNING, 1, "stdout")] = ["attempt 1 loading the model", "attempt 1 step 0"]
+        backend.earlier_logs[(RUNNING, 1, "stderr")] = ["torch.OutOfMemoryError: CUDA out of memory."]
+        app = make_app(backend)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot)
+            await pilot.press("2")
+            await wait_workers(pilot)
+            await pilot.press("enter", "l")
+            screen = app.screen
+            assert isinstance(screen, RunDetailScreen) and screen.summary.id == RUNNING
+            log = screen.query_one("#log-view", Log)
+            await until(pilot, lambda: "step   790" in "\n".join(log.lines), "attempt 2's output")
+            lines = list(log.lines)
+            assert lines[:3] == ["── attempt 1 ──", "attempt 1 loading the model", "attempt 1 step 0"]
+            assert (
+                lines[3] == "── attempt 2: micro-batch 8 → 4, accumulation 4 → 8, effective batch 32 kept ──"
+            )
+            assert lines[4].startswith("step     0")
+            assert "attempt 2" in text_of(screen.query_one("#log-head", Static))
+            # The attempt ends and the next one starts: the tab goes on into it.
+            backend.next_attempt(RUNNING)
+            with backend._lock:
+                backend._logs[RUNNING] = ["attempt 3 resumed"]
+            await until(pilot, lambda: "attempt 3 resumed" in log.lines, "attempt 3's output")
+            assert log.lines[log.lines.index("attempt 3 resumed") - 1] == "── attempt 3 ──"
+            await pilot.press("o")  # stderr: every attempt's too
+            await until(pilot, lambda: "torch.OutOfMemoryError: CUDA out of memory." in log.lines, "stderr")
+            assert log.lines[0] == "── attempt 1 ──"
+
+    run(body())
+
+
 def test_doctor_tab_shows_findings_with_evidence_and_fix() -> None:
     async def body() -> None:
         backend = FakeBackend()
@@ -876,9 +911,10 @@ def test_a_log_with_terminal_escapes_shows_text_and_never_repaints_the_screen() 
             screen = app.screen
             assert isinstance(screen, RunDetailScreen)
             log = screen.query_one("#log-view", Log)
-            await until(pilot, lambda: log.line_count >= 3, "the log")
-            shown = ["".join(s.text for s in log.render_line(y)).rstrip() for y in range(4)]
-            assert shown[:3] == ["red cleared bell 日本 🚀", "10%", "20%"]
+            await until(pilot, lambda: log.line_count >= 5, "the log")
+            shown = ["".join(s.text for s in log.render_line(y)).rstrip() for y in range(6)]
+            # Under the lines that open attempt 1 (no output) and attempt 2 (this one).
+            assert shown[2:5] == ["red cleared bell 日本 🚀", "10%", "20%"]
             assert not any("\x1b" in line or "\x07" in line for line in shown)
 
     run(body())

@@ -306,10 +306,16 @@ def test_the_run_screen_says_the_daemon_is_gone() -> None:
 class _FlakyLogs(_Flaky):
     """Its logs fail too while the daemon is down, as the API's do."""
 
-    def logs(self, run_id: str, offset: int, stream: Literal["stdout", "stderr"] = "stdout") -> LogChunk:
+    def logs(
+        self,
+        run_id: str,
+        offset: int,
+        stream: Literal["stdout", "stderr"] = "stdout",
+        attempt: int | None = None,
+    ) -> LogChunk:
         if self.down.is_set():
             raise UserError("gpuwarden daemon is not running — start it with `gpuwarden up`")
-        return super().logs(run_id, offset, stream)
+        return super().logs(run_id, offset, stream, attempt)
 
 
 def _log_readers(app: GpuwardenApp) -> list[Worker[Any]]:

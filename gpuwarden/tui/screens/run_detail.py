@@ -1,6 +1,7 @@
 """One run: its attempts (each with the settings it was handed and what changed in its config
 file) and retunes (one sentence each, the raw evidence one key away), charts of loss, throughput
-and peak memory with axes and the card's limit, the log tail, and doctor's findings."""
+and peak memory with axes and the card's limit, the log of every attempt (the end of each, one
+after another under a line that opens it; the newest followed), and doctor's findings."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from textual.widgets import Footer, Log, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
 from gpuwarden.core.api import Attempt, Retune, RunMetric
+from gpuwarden.core.attempt_heading import attempt_heading
 from gpuwarden.core.command.record import summary_lines
 from gpuwarden.core.oom.explain import retune_sentence
 from gpuwarden.core.oom.roles import world_size_of
@@ -244,6 +246,7 @@ class RunDetailScreen(Screen[None]):
         self.raw_evidence = False
         self.stream: Stream = "stdout"
         self.log_offset = -LOG_TAIL_BYTES
+        self.log_attempt = 0  # the attempt whose log is followed (0: none read yet)
         self._log_seen = False  # a chunk of the current stream has been shown
         self._switched = False  # stdout was empty and stderr was shown instead (once)
         self._timeline_shown = False
@@ -309,31 +312,66 @@ class RunDetailScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="log")
     def _tail_log(self) -> None:
-        """Read the log from where we left off, every second while following."""
-        offset, stream = self.log_offset, self.stream
+        """Every attempt's log so far, then what comes (a next attempt's from its start), every
+        second while following."""
+        number, offset, stream = self.log_attempt, self.log_offset, self.stream
         me = get_current_worker()  # a newer tail (exclusive) cancels this one
         while not self._stop_log.is_set() and stream == self.stream and not me.is_cancelled:
-            chunk = self.backend.logs(self.summary.id, offset, stream)
-            offset = chunk.next_offset
-            self.post_message(LogLoaded(self.summary.id, chunk))
+            if number == 0:
+                number, offset = self._catch_up(stream)
+            else:
+                number, offset = self._read_on(stream, number, offset)
             if not self.follow:
                 return
             self._stop_log.wait(LOG_POLL_S)
+
+    def _catch_up(self, stream: Stream) -> tuple[int, int]:
+        """The end of each attempt's log, oldest first, each under its heading where there are
+        several; (the newest attempt, where its log goes on)."""
+        run_id = self.summary.id
+        newest = self.backend.logs(run_id, -LOG_TAIL_BYTES, stream)
+        if newest.attempt <= 1:
+            self.post_message(LogLoaded(run_id, newest))
+            return newest.attempt, newest.next_offset if newest.attempt else -LOG_TAIL_BYTES
+        detail = self.backend.run_detail(run_id)
+        for a in detail.attempts:
+            if a.attempt < newest.attempt:
+                earlier = self.backend.logs(run_id, -LOG_TAIL_BYTES, stream, a.attempt)
+                self.post_message(LogLoaded(run_id, earlier, _heading(detail, a.attempt), earlier=True))
+        self.post_message(LogLoaded(run_id, newest, _heading(detail, newest.attempt)))
+        return newest.attempt, newest.next_offset
+
+    def _read_on(self, stream: Stream, number: int, offset: int) -> tuple[int, int]:
+        """What attempt `number` wrote since `offset`; once it has ended and written all, the next
+        attempt's from its start when there is one. (The attempt read, where its log goes on.)"""
+        run_id = self.summary.id
+        chunk = self.backend.logs(run_id, offset, stream, number)
+        self.post_message(LogLoaded(run_id, chunk))
+        if not chunk.eof or self.backend.logs(run_id, -1, stream).attempt <= number:
+            return number, chunk.next_offset
+        detail = self.backend.run_detail(run_id)
+        first = self.backend.logs(run_id, 0, stream, number + 1)
+        self.post_message(LogLoaded(run_id, first, _heading(detail, number + 1)))
+        return number + 1, first.next_offset
 
     def on_log_loaded(self, message: LogLoaded) -> None:
         chunk = message.chunk
         if chunk.stream != self.stream:
             return  # a read of the stream the user switched away from
         log = self.query_one("#log-view", Log)
+        if message.heading:
+            _write_line(log, message.heading)
         if chunk.overflow:
-            log.write_line("… (log skipped ahead: it grew faster than it was read)")
+            _write_line(log, "… (log skipped ahead: it grew faster than it was read)")
         if chunk.data:
             # Log only masks C0 codes below ESC: a program's colours, cursor moves and screen
             # clears would otherwise reach the terminal and repaint the whole dashboard.
             log.write(log_text(chunk.data))
             self._log_seen = True
-        self.log_offset = chunk.next_offset
-        if not chunk.size and self.stream == "stdout" and not self._switched:
+        if message.earlier:
+            return  # on the way to the newest attempt, which says where the log goes on
+        self.log_offset, self.log_attempt = chunk.next_offset, chunk.attempt
+        if not chunk.size and not self._log_seen and self.stream == "stdout" and not self._switched:
             # Nothing on stdout (the built-in runners write warnings to stderr): show stderr.
             self._switched = True
             self.stream = "stderr"
@@ -536,6 +574,7 @@ class RunDetailScreen(Screen[None]):
 
     def _switch_stream(self) -> None:
         self.log_offset = -LOG_TAIL_BYTES
+        self.log_attempt = 0
         self._log_seen = False
         self.query_one("#log-view", Log).clear()
         self._show_log_head(0)
@@ -561,6 +600,18 @@ class RunDetailScreen(Screen[None]):
         self.show_head()
         self.refresh_bindings()
         self.reload()
+
+
+def _heading(detail: RunDetailView, attempt: int) -> str:
+    return attempt_heading(attempt, detail.attempts, detail.retunes, world_size_of(detail.spec))
+
+
+def _write_line(log: Log, line: str) -> None:
+    """`line` on a line of its own: `Log.write_line` would leave a program's unfinished last line
+    open, and the next output would run on after `line`."""
+    if log.lines and log.lines[-1]:
+        log.write("\n")
+    log.write(line + "\n")
 
 
 def _step_labels(metrics: list[RunMetric]) -> list[tuple[float, str]]:
