@@ -90,7 +90,7 @@ def _body(event: RunEvent, extra: dict[str, Any], with_message: bool) -> str:
         return f"SIGTERM sent; SIGKILL at {at} if still running (grace {extra.get('grace_seconds')} s)"
     if kind == "restart":
         return _restart_text(extra)
-    if kind == "probe" and extra.get("message"):  # says its numbers already, in their units
+    if kind in ("probe", "waiting") and extra.get("message"):  # says its numbers already, in their units
         return str(extra["message"])
     report = extra.get("report")
     if kind == "finished" and isinstance(report, Mapping):

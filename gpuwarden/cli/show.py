@@ -22,6 +22,7 @@ from gpuwarden.core.oom.roles import world_size_of
 from gpuwarden.core.units import duration, named, size
 
 EVENT_PAGE = 1000
+PROBE_PHASES = ("started", "running", "ended")
 # The report's headline figures, in reading order; energy figures follow whatever they are called.
 _REPORT_FIRST = (*REPORT_KEYS, "mem_peak", "loss_first", "loss_last", "device", "dtype", "batch_size")
 
@@ -94,25 +95,29 @@ def attempt_lines(a: Attempt) -> Iterator[str]:
         yield f"    {rank_line(rank)}"
 
 
-def _probe_says(event: RunEvent, phases: tuple[str, ...]) -> str | None:
-    """A `probe` event's message when it is of one of `phases`."""
+def _retune_says(event: RunEvent, phases: tuple[str, ...], *, waits: bool = False) -> str | None:
+    """What a retune said in `event` while it decided: a `probe` event of one of `phases`, or
+    (`waits`) a `waiting` one."""
     extra = event.model_extra or {}
-    if event.type != "probe" or extra.get("phase") not in phases or not extra.get("message"):
+    message = extra.get("message")
+    if not message:
         return None
-    return str(extra["message"])
+    if event.type == "probe" and extra.get("phase") in phases:
+        return str(message)
+    return str(message) if waits and event.type == "waiting" else None
 
 
 def probe_lines(events: list[RunEvent], attempt: int) -> list[str]:
     """What each probe of the retune after `attempt` measured, one line each."""
-    said = (_probe_says(e, ("ended",)) for e in events if e.attempt == attempt)
+    said = (_retune_says(e, ("ended",)) for e in events if e.attempt == attempt)
     return [line for line in said if line is not None]
 
 
 def retuning_lines(detail: RunDetail, events: list[RunEvent]) -> Iterator[str]:
-    """While the retune decides: what its probe does now (started, running or ended last)."""
+    """While the retune decides: what it does now (its probe, or what it waits for)."""
     if detail.state != "retuning":
         return
-    said = [_probe_says(e, ("started", "running", "ended")) for e in events if e.attempt == detail.attempt]
+    said = [_retune_says(e, PROBE_PHASES, waits=True) for e in events if e.attempt == detail.attempt]
     latest = [line for line in said if line is not None][-1:]
     if latest:
         yield f"retuning after attempt {detail.attempt}:"

@@ -31,7 +31,7 @@ from gpuwarden.core.tune.search import Candidate
 from gpuwarden.daemon import run_environment
 from gpuwarden.daemon.placement import GpuState
 from gpuwarden.daemon.process import RUN_TAG, run_tag
-from gpuwarden.daemon.retune_probes import HEARTBEAT_S, WatchedProbes
+from gpuwarden.daemon.retune_probes import HEARTBEAT_S, WatchedProbes, waiting
 from gpuwarden.daemon.supervise.hooks import AttemptEnd, NextAttempt, RetuneGiveUp, RetuneNotes, unheard
 
 # A measurement at a micro-batch: (peak memory or None, ran out of memory).
@@ -77,7 +77,7 @@ class OomRetune:
         spec = spec_from_mapping(dict(run["spec"]))
         run_id = str(run["id"])
         events = rank_events(events, end)
-        self._wait_released(end)
+        self._wait_released(end, notes)
         retunes = self._retunes_of(run_id)
         history = [
             r["evidence"]["decision"]
@@ -110,7 +110,7 @@ class OomRetune:
         decision = plan.decision
         if decision.wait_s:
             log.info("run %s: waiting %.0f s for other processes to free GPU memory", run_id, decision.wait_s)
-            self._sleep(decision.wait_s)
+            self._sleep_told(notes, decision.wait_s, "other processes to free GPU memory")
         if decision.action == "move_gpu":
             self._move(plan, end)
         return NextAttempt(
@@ -130,24 +130,38 @@ class OomRetune:
             return self._command_probe_for(spec, run, end, probe_dir)
         return None
 
-    def _wait_released(self, end: AttemptEnd) -> None:
+    def _wait_released(self, end: AttemptEnd, notes: RetuneNotes) -> None:
         """Until no process of the attempt's groups (a gang's ranks lead their own) holds GPU
-        memory (bounded): a restart that starts while the old CUDA context is still being torn
-        down runs out of memory again."""
+        memory (bounded), said every heartbeat meanwhile: a restart that starts while the old
+        CUDA context is still being torn down runs out of memory again."""
         if not end.gpus or end.pid is None:
             return
         groups = {end.pid, *end.rank_pids}
-        deadline = self._clock() + self._release_timeout
-        while self._clock() < deadline:
+        begun = self._clock()
+        told = begun - self._heartbeat_s  # the first time it is held, say so at once
+        while self._clock() < begun + self._release_timeout:
             holders = [p for p in self._gpu_processes() if p.uuid in end.gpus and _in_groups(p.pid, groups)]
             if not holders:
                 return
+            if self._clock() - told >= self._heartbeat_s:
+                told = self._clock()
+                why = f"attempt {end.number}'s GPU memory to be released"
+                notes("waiting", **waiting(why, told - begun, self._release_timeout))
             self._sleep(0.5)
         log.warning(
             "GPU memory of attempt %d still held after %.0f s; restarting anyway",
             end.number,
             self._release_timeout,
         )
+
+    def _sleep_told(self, notes: RetuneNotes, seconds: float, why: str) -> None:
+        """Sleep `seconds`, saying so every heartbeat: a run that waits is not a stuck one."""
+        waited = 0.0
+        while waited < seconds:
+            notes("waiting", **waiting(why, waited, seconds))
+            step = min(self._heartbeat_s, seconds - waited)
+            self._sleep(step)
+            waited += step
 
     def _probe_for(self, run_id: str, spec: RunSpec, end: AttemptEnd, run_dir: Path, work_dir: Path) -> Probe:
         env = run_environment.base(self._environment_of(run_id))  # as the run's attempts start

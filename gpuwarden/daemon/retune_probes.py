@@ -1,5 +1,6 @@
 """A retune's probes as the run's events while they run (`probe` in docs/events.md): one when a
-probe starts, one every few seconds while it runs, one when it ends with what it measured.
+probe starts, one every few seconds while it runs, one when it ends with what it measured; and
+the retune's waits (`waiting`), every few seconds while it waits.
 
 A retune probes for half a minute or more; without these a run says nothing between `retuning`
 and `retuned`, and its follower cannot tell a slow probe from a stuck daemon.
@@ -134,4 +135,13 @@ def ended(turn: ProbeTurn, peak: int | None, oom: bool, seconds: float) -> dict[
         "oom": oom,
         "seconds": round(seconds, 1),
         "message": f"{_head(turn)} → {measured}{verdict} ({seconds:.1f} s)",
+    }
+
+
+def waiting(why: str, seconds: float, bound: float) -> dict[str, Any]:
+    """`waiting for other processes to free GPU memory: 5 of 60 s`."""
+    return {
+        "seconds": round(seconds, 1),
+        "of": bound,
+        "message": f"waiting for {why}: {seconds:.0f} of {bound:.0f} s",
     }

@@ -136,6 +136,11 @@ def test_show_lists_each_probe_under_its_retune_and_the_latest_while_retuning() 
     lines = list(detail_lines(deciding, probes[:4]))
     assert lines[-2:] == ["retuning after attempt 1:", "    probe 2 of 2: micro-batch 16 running, 5 s"]
     assert "probe: probe 2 of 2: micro-batch 16 running, 5 s" in event_line(probes[3])
+    # After its probes a retune may wait for memory: what it waits for is the latest word.
+    waiting = _event("waiting", message="waiting for other processes to free GPU memory: 5 of 30 s")
+    lines = list(detail_lines(deciding, [*probes, waiting]))
+    assert lines[-1] == "    waiting for other processes to free GPU memory: 5 of 30 s"
+    assert event_line(waiting).endswith("waiting: waiting for other processes to free GPU memory: 5 of 30 s")
 
 
 def test_an_attempts_heading_says_what_it_was_started_with() -> None:

@@ -66,6 +66,62 @@ def test_contention_waits_instead_of_shrinking() -> None:
     assert decision.evidence is not None and decision.evidence["decision"]["action"] == "wait_for_memory"
 
 
+class Clock:
+    """Time that passes only when the hook sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def _said(notes: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    return [str(payload["message"]) for kind, payload in notes if kind == "waiting"]
+
+
+def test_a_wait_for_memory_is_said_every_few_seconds_while_it_lasts() -> None:
+    clock, notes = Clock(), []
+    hook = OomRetune(
+        gpu_states=lambda: TWO_GPUS, gpu_processes=lambda: [], retunes_of=lambda run_id: [],
+        sleep=clock.sleep, clock=clock, heartbeat_s=2.5,
+    )  # fmt: skip
+    decision = hook(RUN, _end(), [], lambda kind, /, **payload: notes.append((kind, payload)))
+    assert decision is not None and decision.evidence is not None
+    wait_s = decision.evidence["decision"]["wait_s"]
+    assert sum(clock.slept) == wait_s and max(clock.slept) <= 2.5  # never silent for longer
+    said = _said(notes)
+    assert said[0] == f"waiting for other processes to free GPU memory: 0 of {wait_s:.0f} s"
+    assert said[1] == f"waiting for other processes to free GPU memory: 2 of {wait_s:.0f} s"
+    assert len(said) == len(clock.slept)
+
+
+def test_the_wait_for_the_failed_attempts_memory_is_said_while_it_is_held() -> None:
+    clock, notes = Clock(), []
+    end = AttemptEnd(**{**_end().__dict__, "pid": 4242})
+    held = [GpuProcess(ts=0, uuid="GPU-a", pid=4242, used_memory=70 * GIB)]
+
+    def processes() -> list[GpuProcess]:
+        return held if clock.now < 1006 else []  # its CUDA context is gone after 6 s
+
+    hook = OomRetune(
+        gpu_states=lambda: TWO_GPUS, gpu_processes=processes, retunes_of=lambda run_id: [],
+        sleep=clock.sleep, clock=clock, heartbeat_s=2.5,
+    )  # fmt: skip
+    hook(RUN, end, [], lambda kind, /, **payload: notes.append((kind, payload)))
+    released = _said(notes)[:3]
+    assert released == [
+        "waiting for attempt 1's GPU memory to be released: 0 of 30 s",
+        "waiting for attempt 1's GPU memory to be released: 2 of 30 s",
+        "waiting for attempt 1's GPU memory to be released: 5 of 30 s",
+    ]
+
+
 def test_after_the_waits_it_moves_to_the_freer_gpu() -> None:
     waited = [{"ts": 0.0, "evidence": {"decision": {"action": "wait_for_memory"}}} for _ in range(3)]
     slept: list[float] = []

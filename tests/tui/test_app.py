@@ -195,7 +195,7 @@ def test_runs_table_and_detail_with_retune_and_log() -> None:
     run(body())
 
 
-def test_the_run_screen_shows_the_probe_a_retune_runs_now_and_each_probes_result() -> None:
+def test_the_run_screen_shows_what_a_retune_does_now_and_each_probes_result() -> None:
     async def body() -> None:
         backend = FakeBackend()
         app = make_app(backend)
@@ -219,6 +219,9 @@ def test_the_run_screen_shows_the_probe_a_retune_runs_now_and_each_probes_result
             )
             wanted = "retuning probe 1 of 2: micro-batch 2 → peak 9.0 GiB, fits (6.2 s)"
             await until(pilot, lambda: wanted in timeline_text(screen), "the probe's result")
+            backend.say(RUNNING, "waiting", "waiting for other processes to free GPU memory: 5 of 30 s")
+            wanted = "retuning waiting for other processes to free GPU memory: 5 of 30 s"
+            await until(pilot, lambda: wanted in timeline_text(screen), "the retune's wait")
             # A decided retune lists each probe's result under its sentence: attempt 1's here.
             ended = "probe 2 of 2: micro-batch 4 → peak 12 GiB, fits (7.0 s)"
             backend.say(RUNNING, "probe", ended, phase="ended", attempt=1)

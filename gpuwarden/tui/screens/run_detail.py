@@ -148,9 +148,14 @@ def probe_texts(detail: RunDetailView, attempt: int, phases: tuple[str, ...]) ->
 
 
 def retuning_lines(detail: RunDetailView, attempt: int) -> list[RenderableType]:
-    """While the retune after `attempt` decides: what its probe does now."""
+    """While the retune after `attempt` decides: what it does now (its probe, or what it waits for)."""
     head = Text("retuning ", style="bold magenta")
-    latest = probe_texts(detail, attempt, ("started", "running", "ended"))[-1:]
+    said = [
+        e.text
+        for e in detail.events
+        if e.attempt == attempt and (e.type == "waiting" or (e.type == "probe" and e.phase is not None))
+    ]
+    latest = said[-1:]
     head.append(latest[0] if latest else "deciding how to restart")
     return [_indented(head, 3)]
 
