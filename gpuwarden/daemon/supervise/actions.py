@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from gpuwarden.core.command.complete import complete_command
+from gpuwarden.core.command.complete import complete_command, complete_submitted
 from gpuwarden.core.config.inputs import require_inputs
 from gpuwarden.core.config.knob_edit import check_knob_names, merged_knobs
 from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
@@ -71,7 +71,8 @@ def submit(
     `run_id`: the id, when the host chose it (a job's store lives in the run's folder)."""
     if (earlier := _submitted_before(ctx, submission)) is not None:
         return earlier
-    spec = complete_command(spec)  # command runs: preset knobs, config values, placeholders
+    submitted = complete_submitted(spec)  # command runs: preset knobs, config values, placeholders
+    spec = submitted.spec
     _check_machines(ctx, spec)
     if check_inputs:
         require_inputs(spec, label, "fix the path, or submit with --no-check-inputs when a run creates it")
@@ -100,6 +101,8 @@ def submit(
     )
     if profile_line:
         created.event(run_id, None, "profile", message=profile_line)
+    for code, message in submitted.warnings:
+        created.event(run_id, None, "warning", code=code, message=message)
     if (earlier := _queue(ctx, created, run_dir, text, submission)) is not None:
         return earlier
     with ctx.lock:

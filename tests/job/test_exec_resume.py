@@ -1,0 +1,119 @@
+"""What a run says about resuming is what happened: `gpuwarden exec` runs real scripts that write
+checkpoints and fail once (exit 75, which the run's restart policy restarts), and `show --runs`
+reads back what each attempt was said to resume from."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuwarden.client.run_folders import RunFolders
+from gpuwarden.job import exit_codes
+from tests.daemon.conftest import DaemonHandle
+from tests.job.test_exec import Job
+
+RESTART = "{on: [exit_code: [75]], max: 1, backoff: 0}"
+
+# Writes the checkpoint of step 4, fails on its first attempt, and never loads a checkpoint: every
+# attempt trains from step 0, whatever it was handed.
+FORGETFUL = """
+    import os, sys
+    from pathlib import Path
+
+    folder = Path("ckpt")
+    folder.mkdir(exist_ok=True)
+    print("training from step 0", flush=True)
+    (folder / "step=4.ckpt").write_text("weights at step 4")
+    if os.environ["GPUWARDEN_ATTEMPT"] == "1":
+        sys.exit(75)
+"""
+
+# Takes its checkpoint from the SDK rather than from its command line.
+THROUGH_THE_SDK = """
+    import os, sys
+    from pathlib import Path
+    from gpuwarden import sdk
+
+    start = sdk.resume_from()
+    print(f"training from {start or 'step 0'}", flush=True)
+    folder = Path("ckpt")
+    folder.mkdir(exist_ok=True)
+    (folder / "step=4.ckpt").write_text("weights at step 4")
+    if os.environ["GPUWARDEN_ATTEMPT"] == "1":
+        sys.exit(75)
+"""
+
+
+@pytest.fixture
+def job(daemon_factory: Any) -> Iterator[Job]:
+    handle: DaemonHandle = daemon_factory(start=False)
+    started = Job(handle.root, handle.env)
+    yield started
+    started.stop_all()
+
+
+def _script(job: Job, body: str) -> None:
+    (job.root / "train.py").write_text(textwrap.dedent(body))
+
+
+def _exec(job: Job, name: str, command: str, timeout: float = 300) -> tuple[dict[str, Any], str]:
+    """Run the spec through `gpuwarden exec` to its end; what `show --runs --json` prints, and
+    what the exec printed on stderr."""
+    spec = job.spec(
+        name, f"name: {name}\nkind: command\nresources: {{gpus: 0}}\nrestart: {RESTART}\n{command}"
+    )
+    folder = job.root / "runs" / name
+    done = job.run(str(spec), "--run", str(folder), timeout=timeout)
+    detail = job.show(RunFolders.one(folder).runs()[0].id)
+    assert done.returncode == exit_codes.SUCCEEDED, done.stderr[-3000:]
+    return detail, done.stderr
+
+
+def _events(job: Job, detail: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    page = RunFolders.one(Path(detail["run_dir"])).events(detail["id"], limit=10_000)
+    return [e.model_dump() for e in page.events if e.type == kind]
+
+
+@pytest.mark.slow
+def test_a_checkpoint_the_command_passes_nowhere_is_not_said_to_be_resumed_from(job: Job) -> None:
+    _script(job, FORGETFUL)
+    command = 'command: {argv: ["{python}", train.py], checkpoints: {glob: "ckpt/step=*.ckpt"}}'
+    detail, printed = _exec(job, "forgetful", command)
+    assert [a["classification"] for a in detail["attempts"]] == ["failed", "succeeded"]
+    second = detail["attempts"][1]
+    assert second["prepared"]["resume_from"] is None and second["resumed_from"] is None
+    found = str(job.root / "ckpt" / "step=4.ckpt")
+    assert second["prepared"]["resume_note"] == (
+        f"attempt 2 found {found} (step 4) but the command passes it nowhere — it starts from the "
+        "beginning; put {resume_from} in its argv, e.g. --resume {resume_from?}"
+    )
+    (prepared,) = [e for e in _events(job, detail, "prepared") if e["attempt"] == 2]
+    assert prepared["resume_from"] is None
+    shown = job.cli("show", "--runs", str(job.runs), detail["id"]).stdout
+    assert "passes it nowhere — it starts from the beginning" in shown and "resumes from" not in shown
+    # Said once, at submit, before anything ran.
+    (warning,) = [e for e in _events(job, detail, "warning") if e["code"] == "resume_nowhere"]
+    assert warning["attempt"] is None and warning["message"] in printed
+    assert (
+        "passes {resume_from} nowhere" in warning["message"]
+        and "--resume {resume_from?}" in warning["message"]
+    )
+
+
+@pytest.mark.slow
+def test_a_checkpoint_the_program_takes_through_the_sdk_is_said_to_be_resumed_from(job: Job) -> None:
+    _script(job, THROUGH_THE_SDK)
+    command = 'command: {argv: ["{python}", train.py], checkpoints: {glob: "ckpt/step=*.ckpt"}}'
+    detail, _ = _exec(job, "through-the-sdk", command)
+    found = str(job.root / "ckpt" / "step=4.ckpt")
+    second = detail["attempts"][1]
+    assert second["resumed_from"] == found  # the program said so: a `started` event
+    with RunFolders.one(Path(detail["run_dir"])) as reader:
+        assert f"training from {found}" in reader.logs(detail["id"], "stdout", 2, 0, 10_000).data
+    shown = job.cli("show", "--runs", str(job.runs), detail["id"]).stdout
+    assert f"resumed from {found} (the program reported loading it)" in shown
+    assert "it starts from the beginning" not in shown
