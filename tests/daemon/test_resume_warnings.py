@@ -4,10 +4,20 @@ stderr and a `warning` event, never a refusal."""
 from __future__ import annotations
 
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
 from tests.daemon.conftest import DaemonHandle
+
+# Lightning's batch flags but no --ckpt_path, so `--framework lightning` must not add one.
+NO_CKPT_FLAG = """
+    import argparse
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batch_size", type=int, default=4)
+    parser.add_argument("--accumulate_grad_batches", type=int, default=1)
+    parser.parse_args()
+"""
 
 
 def _warnings(gw: DaemonHandle, run_id: str) -> list[dict[str, Any]]:
@@ -49,3 +59,17 @@ def test_checkpoints_the_command_passes_nowhere_are_one_warning_line(
         "{resume_from?}",
     )
     assert _warnings(gw, passed) == [] and printed == ""
+
+
+def test_a_preset_flag_the_scripts_help_does_not_list_is_left_out(gw: DaemonHandle, tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(textwrap.dedent(NO_CKPT_FLAG))
+    script = [sys.executable, "train.py", "--batch_size", "4"]
+    run_id, printed = _run(gw, tmp_path, "--framework", "lightning", "--", *script)
+    (warning,) = _warnings(gw, run_id)
+    assert warning["code"] == "resume_flag_missing" and printed.strip() == f"warning: {warning['message']}"
+    assert warning["message"].startswith(
+        f"`{Path(sys.executable).name} train.py --help` does not list --ckpt_path"
+    )
+    detail = gw.cli_json("show", run_id)
+    assert detail["spec"]["command"]["resume_flag"] is False
+    assert "--ckpt_path" not in detail["spec"]["command"]["argv"]

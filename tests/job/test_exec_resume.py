@@ -32,6 +32,22 @@ FORGETFUL = """
         sys.exit(75)
 """
 
+# Lightning's flags, but no --ckpt_path: what `--framework lightning` may not count on.
+NO_CKPT_FLAG = """
+    import argparse, os, sys
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batch_size", type=int, default=4)
+    parser.add_argument("--accumulate_grad_batches", type=int, default=1)
+    parser.parse_args()
+    folder = Path("lightning_logs/version_0/checkpoints")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "step=4.ckpt").write_text("weights at step 4")
+    if os.environ["GPUWARDEN_ATTEMPT"] == "1":
+        sys.exit(75)
+"""
+
 # Takes its checkpoint from the SDK rather than from its command line.
 THROUGH_THE_SDK = """
     import os, sys
@@ -102,6 +118,22 @@ def test_a_checkpoint_the_command_passes_nowhere_is_not_said_to_be_resumed_from(
         "passes {resume_from} nowhere" in warning["message"]
         and "--resume {resume_from?}" in warning["message"]
     )
+
+
+@pytest.mark.slow
+def test_a_preset_adds_no_resume_flag_the_script_does_not_take(job: Job) -> None:
+    _script(job, NO_CKPT_FLAG)
+    command = 'command: {argv: ["{python}", train.py, --batch_size, "4"], framework: lightning}'
+    detail, printed = _exec(job, "no-ckpt-flag", command)
+    # Attempt 2 is not handed `--ckpt_path …`, which the script would refuse as unrecognized.
+    assert [a["classification"] for a in detail["attempts"]] == ["failed", "succeeded"]
+    assert all("--ckpt_path" not in a["prepared"]["argv"] for a in detail["attempts"])
+    assert detail["spec"]["command"]["resume_flag"] is False
+    (warning,) = [e for e in _events(job, detail, "warning") if e["attempt"] is None]
+    assert warning["code"] == "resume_flag_missing" and warning["message"] in printed
+    assert "--help` does not list --ckpt_path" in warning["message"]
+    assert "sdk.resume_from()" in warning["message"]
+    assert "passes it nowhere" in detail["attempts"][1]["prepared"]["resume_note"]
 
 
 @pytest.mark.slow
