@@ -90,6 +90,8 @@ def attempt_lines(a: Attempt) -> Iterator[str]:
         yield f"    command {shlex.join(a.prepared.argv)}"
     for line in summary_lines(a.prepared, a.resumed_from) if a.prepared is not None else []:
         yield f"    {line}"
+    if a.resume_warning:
+        yield f"    {a.resume_warning}"
     for rank in a.ranks:
         yield f"    {rank_line(rank)}"
 

@@ -63,6 +63,40 @@ THROUGH_THE_SDK = """
         sys.exit(75)
 """
 
+# A plain DataLoader of 8 batches, a checkpoint every 2 steps, and a failure in step 3 of the
+# first attempt: the next attempt resumes from step 2, in the middle of the epoch.
+MID_EPOCH = """
+    import argparse, os
+    import lightning as L
+    import torch
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    class Model(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, index):
+            if os.environ["GPUWARDEN_ATTEMPT"] == "1" and self.global_step == 3:
+                os._exit(75)
+            x, y = batch
+            return torch.nn.functional.mse_loss(self.layer(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ckpt_path", default=None)
+    args = parser.parse_args()
+    data = torch.utils.data.TensorDataset(torch.randn(16, 4), torch.randn(16, 1))
+    trainer = L.Trainer(
+        accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[ModelCheckpoint(dirpath="ckpt", filename="{step}", every_n_train_steps=2, save_top_k=-1)],
+    )
+    trainer.fit(Model(), torch.utils.data.DataLoader(data, batch_size=2), ckpt_path=args.ckpt_path)
+"""
+
 
 @pytest.fixture
 def job(daemon_factory: Any) -> Iterator[Job]:
@@ -149,3 +183,20 @@ def test_a_checkpoint_the_program_takes_through_the_sdk_is_said_to_be_resumed_fr
     shown = job.cli("show", "--runs", str(job.runs), detail["id"]).stdout
     assert f"resumed from {found} (the program reported loading it)" in shown
     assert "it starts from the beginning" not in shown
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_lightning_resume_in_the_middle_of_an_epoch_is_said_to_differ(job: Job) -> None:
+    _script(job, MID_EPOCH)
+    argv = '["{python}", train.py, --ckpt_path, "{resume_from?}"]'
+    command = f'command: {{argv: {argv}, checkpoints: {{glob: "ckpt/*.ckpt"}}}}'
+    detail, _ = _exec(job, "mid-epoch", command, timeout=500)
+    (warning,) = [e for e in _events(job, detail, "warning") if e["code"] == "inexact_resume"]
+    assert warning["attempt"] == 2
+    second = detail["attempts"][1]
+    assert second["resumed_from"] == str(job.root / "ckpt" / "step=2.ckpt")
+    line = "resumed mid-epoch: the data order restarts — not the same as an uninterrupted run"
+    assert second["resume_warning"].startswith(line)
+    shown = job.cli("show", "--runs", str(job.runs), detail["id"]).stdout
+    assert line in shown

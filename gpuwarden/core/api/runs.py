@@ -136,6 +136,9 @@ class Attempt(BaseModel):
         description="the checkpoint it resumed from: the one it reported loading (its `started` event), "
         "else the one its command was handed; None when it started from the beginning",
     )
+    resume_warning: str | None = Field(
+        None, description="why its resume differs from an uninterrupted run (an `inexact_resume` warning)"
+    )
     restart: Restart | None = Field(None, description="the restart scheduled after this attempt, if any")
     world_size: int = Field(1, description="processes of a multi-process (torchrun) attempt; 1 otherwise")
     ranks: list[RankStatus] = Field(default_factory=list, description="each rank when world_size > 1")

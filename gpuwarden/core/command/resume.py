@@ -23,6 +23,7 @@ from gpuwarden.core.config.templating import placeholder_names
 
 RESUME = "resume_from"
 NOWHERE_CODE = "resume_nowhere"
+INEXACT_CODE = "inexact_resume"
 
 
 def passes_resume(command: CommandSpec, knobs: Mapping[str, Any]) -> bool:
@@ -77,17 +78,22 @@ class ResumeFacts:
     """What a run's events say about each attempt's resume, by attempt number."""
 
     reported: dict[int, str]  # the checkpoint the program reported loading
+    warnings: dict[int, str]  # why the resume differs from an uninterrupted run
 
     def of(self, attempt: int, record: AttemptRecord | None) -> dict[str, str | None]:
-        """The attempt's `resumed_from`: the program's own word first, since only it knows what
-        it loaded; else what its command was handed."""
+        """The attempt's `resumed_from` and `resume_warning`: the program's own word first, since
+        only it knows what it loaded; else what its command was handed."""
         handed = record.resume_from if record is not None else None
-        return {"resumed_from": self.reported.get(attempt, handed)}
+        return {
+            "resumed_from": self.reported.get(attempt, handed),
+            "resume_warning": self.warnings.get(attempt),
+        }
 
 
 def resume_facts(events: Iterable[Mapping[str, Any]]) -> ResumeFacts:
-    """From a run's `started` events (any others are passed over)."""
+    """From a run's `started` and `warning` events (any others are passed over)."""
     reported: dict[int, str] = {}
+    warnings: dict[int, str] = {}
     for event in events:
         attempt, kind = event.get("attempt"), event.get("type")
         if not isinstance(attempt, int):
@@ -96,4 +102,44 @@ def resume_facts(events: Iterable[Mapping[str, Any]]) -> ResumeFacts:
         from_program = event.get("source", "runner") == "runner"
         if kind == "started" and from_program and isinstance(loaded, str) and loaded:
             reported[attempt] = loaded
-    return ResumeFacts(reported)
+        message = event.get("message")
+        if kind == "warning" and event.get("code") == INEXACT_CODE and isinstance(message, str):
+            warnings.setdefault(attempt, message)
+    return ResumeFacts(reported, warnings)
+
+
+# Lightning (loops/training_epoch_loop.py, both package names) warns so when it restores a
+# checkpoint saved inside an epoch and the dataloader keeps no state of its own: the epoch's
+# batches come again from its first, so the run sees other data than an uninterrupted one would.
+_MID_EPOCH_SIGNS = (b"resuming from a checkpoint that ended before the epoch ended",)
+INEXACT_MESSAGE = (
+    "resumed mid-epoch: the data order restarts — not the same as an uninterrupted run; checkpoint "
+    "at an epoch's end, or make the dataloader resumable (state_dict / load_state_dict)"
+)
+LOG_HEAD_BYTES = 8 << 20
+_CHUNK = 1 << 20
+
+
+def inexact_resume(logs: Iterable[Path]) -> str | None:
+    """The `inexact_resume` warning's message when one of an attempt's logs carries a framework's
+    word that its resume was not exact; None otherwise. Only the head of each log is read: the
+    framework says it while restoring, before the first batch, however long the attempt ran."""
+    return INEXACT_MESSAGE if any(_head_says(path) for path in logs) else None
+
+
+def _head_says(path: Path) -> bool:
+    overlap = max(len(sign) for sign in _MID_EPOCH_SIGNS)
+    carried = b""
+    try:
+        with path.open("rb") as fh:
+            for _ in range(LOG_HEAD_BYTES // _CHUNK):
+                chunk = fh.read(_CHUNK)
+                if not chunk:
+                    return False
+                text = carried + chunk
+                if any(sign in text for sign in _MID_EPOCH_SIGNS):
+                    return True
+                carried = text[-overlap:]  # a sign cut in two by the chunks' border
+    except OSError:
+        return False
+    return False

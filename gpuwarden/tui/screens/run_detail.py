@@ -110,6 +110,8 @@ def attempt_lines(a: Attempt, detail: RunDetailView) -> list[RenderableType]:
             if line.startswith(("+++", "---", "@@")):
                 style = "dim"
             out.append(_indented(Text(line, style=style)))
+    if a.resume_warning:
+        out.append(_indented(Text(a.resume_warning, style="yellow")))
     return out
 
 
