@@ -187,8 +187,8 @@ def prepare_attempt(
         }
     )
     note = _resume_note(spec, attempt, found)
-    # Found is not handed over: a checkpoint the command passes nowhere is not resumed from (the
-    # SDK may still read it from the environment, and then says so in a `started` event).
+    # Found is not handed over: a checkpoint the command passes nowhere is not the attempt's resume
+    # point (its variable stays set: a script that asks sdk.resume_from() says so itself).
     handed = resume_from if passes_resume(command, spec.knobs) else ""
     record = AttemptRecord(
         prepared_at=now,
