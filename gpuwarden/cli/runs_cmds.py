@@ -132,6 +132,7 @@ def run_cmd(words: tuple[str, ...], follow: bool, no_check_inputs: bool, as_json
             client = stack.enter_context(ApiClient())
             run = client.submit(document, environment=os.environ)
         if not follow:
+            _say_warnings(client, run.id)
             if as_json:
                 print_json(run)
             else:
@@ -152,6 +153,15 @@ def run_cmd(words: tuple[str, ...], follow: bool, no_check_inputs: bool, as_json
     if as_json:
         print_json(final)
     sys.exit(0 if final.state == "succeeded" else 1)
+
+
+def _say_warnings(client: ApiClient, run_id: str) -> None:
+    """What the submit found worth a warning (a run that would restart from the beginning …), on
+    stderr: without --follow nothing else prints the run's events."""
+    for event in client.events(run_id, since=0, limit=100).events:
+        message = (event.model_extra or {}).get("message")
+        if event.type == "warning" and event.attempt is None and message:
+            click.echo(f"warning: {message}", err=True)
 
 
 def spec_given(words: tuple[str, ...], flags: dict[str, Any], command: str = "run") -> bool:

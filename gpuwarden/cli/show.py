@@ -89,8 +89,10 @@ def attempt_lines(a: Attempt) -> Iterator[str]:
     if a.prepared is not None and a.prepared.argv:
         # Flag knobs, and the flags a preset adds, reach the program only through its argv.
         yield f"    command {shlex.join(a.prepared.argv)}"
-    for line in summary_lines(a.prepared) if a.prepared is not None else []:
+    for line in summary_lines(a.prepared, a.resumed_from) if a.prepared is not None else []:
         yield f"    {line}"
+    if a.resume_warning:
+        yield f"    {a.resume_warning}"
     for rank in a.ranks:
         yield f"    {rank_line(rank)}"
 

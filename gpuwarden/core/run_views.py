@@ -14,6 +14,7 @@ from typing import Any, Literal
 from gpuwarden.core.api import EventsPage, LogChunk, RunDetail, RunSummary
 from gpuwarden.core.api.runs import Attempt, Retune
 from gpuwarden.core.command.record import attempt_dir, with_records
+from gpuwarden.core.command.resume import resume_facts
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.exit_record import STATUS_FILE, read_program_pid
 from gpuwarden.core.logtail import NO_LOG, log_chunk, read_log
@@ -25,6 +26,8 @@ from gpuwarden.core.store.runs import RunStore
 from gpuwarden.core.store.telemetry import TelemetryStore
 
 Stream = Literal["stdout", "stderr"]
+# A gang writes a `started` event per rank and attempt: every one is read, however long the run.
+_RESUME_EVENTS_LIMIT = 1_000_000
 
 
 def run_detail(
@@ -56,7 +59,13 @@ def attempt_models(store: RunStore, run: Mapping[str, Any], live_program: int | 
     run_dir = Path(run["run_dir"])
     rows = with_records(run_dir, store.attempts(run["id"]))
     live = live_program if run["state"] == RunState.RUNNING else None
-    return [Attempt.model_validate({**a, "program_pid": _program_pid(run_dir, a, live)}) for a in rows]
+    said = resume_facts(store.events(run["id"], types=("started", "warning"), limit=_RESUME_EVENTS_LIMIT))
+    return [
+        Attempt.model_validate(
+            {**a, "program_pid": _program_pid(run_dir, a, live), **said.of(a["attempt"], a["prepared"])}
+        )
+        for a in rows
+    ]
 
 
 def _program_pid(run_dir: Path, attempt: dict[str, Any], live: int | None) -> int | None:

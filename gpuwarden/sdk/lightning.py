@@ -47,6 +47,9 @@ class GpuwardenCallback(pl.Callback):
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._last_step = trainer.global_step  # a resumed run starts past its checkpoint's step
+        if trainer.ckpt_path:  # restored by now: the attempt resumed from it, however it was named
+            path = str(trainer.ckpt_path)
+            self.reporter.resumed(path if "://" in path else os.path.abspath(path))
         # A resumed ModelCheckpoint remembers the files of the attempt that wrote them (and
         # reported them). Reported again here, before a batch has shown the micro-batch, their
         # samples would be counted with a micro-batch of 1.

@@ -82,6 +82,7 @@ class Reporter:
         self.path = rank_path(given, self.rank) if given is not None else None
         self._fh: IO[str] | None = None
         self._warned = False
+        self._resumed: set[str] = set()
 
     @property
     def active(self) -> bool:
@@ -158,6 +159,14 @@ class Reporter:
     def finished(self, **report: Any) -> None:
         self.emit("finished", report=report)
 
+    def resumed(self, path: str) -> None:
+        """The program takes `path` to resume from: a `started` event with `resumed_from`, once
+        per path (the daemon then says the attempt resumed, whatever its command passed)."""
+        if path in self._resumed:
+            return
+        self._resumed.add(path)
+        self.emit("started", resumed_from=path, pid=os.getpid())
+
 
 _default: Reporter | None = None
 
@@ -172,5 +181,10 @@ def default_reporter() -> Reporter:
 
 def resume_from() -> str | None:
     """The checkpoint this attempt should resume from, or None (a first attempt, or outside
-    gpuwarden). The same path `{resume_from}` puts in argv."""
-    return os.environ.get(ENV_RESUME_FROM) or None
+    gpuwarden). The same path `{resume_from}` puts in argv. Asking for it tells gpuwarden that the
+    attempt resumes from it: a command that passes `{resume_from}` nowhere is otherwise said to
+    start from the beginning."""
+    path = os.environ.get(ENV_RESUME_FROM) or None
+    if path is not None:
+        default_reporter().resumed(path)
+    return path

@@ -16,12 +16,12 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from gpuwarden.core.api import Attempt, HistoryAnswer, LogChunk, Retune, RunEvent, RunMetric, RunSummary
-from gpuwarden.core.command.record import with_records
+from gpuwarden.core.api import HistoryAnswer, LogChunk, Retune, RunEvent, RunMetric, RunSummary
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.logtail import NO_LOG, log_chunk, read_log
 from gpuwarden.core.oom.explain import oom_phases
 from gpuwarden.core.run_state import ACTIVE_STATES, FINAL_STATES
+from gpuwarden.core.run_views import attempt_models
 from gpuwarden.core.store.db import open_db
 from gpuwarden.core.store.runs import RunStore
 from gpuwarden.core.store.telemetry import History, TelemetryStore
@@ -178,10 +178,9 @@ class DbBackend:
         with self._lock:
             run = self.store.resolve(run_id)
             summary = self._summary(run)
-            # With the record of what each attempt was handed (knobs, config diff, resume point),
-            # as the API's run detail has it.
-            rows = with_records(Path(run["run_dir"]), self.store.attempts(run["id"]))
-            attempts = [Attempt.model_validate(a) for a in rows]
+            # With the record of what each attempt was handed (knobs, config diff, resume point)
+            # and what it resumed from, as the API's run detail has it.
+            attempts = attempt_models(self.store, run)
             retunes = [Retune.model_validate(r) for r in self.store.retunes(run["id"])]
             events = [RunEvent.model_validate(e) for e in self.store.events(run["id"], limit=100_000)]
             report = self._report(Path(run["run_dir"]))

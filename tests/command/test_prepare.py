@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from gpuwarden.core.command.complete import complete_command
-from gpuwarden.core.command.prepare import ENV_EVENTS_FILE, ENV_RESUME_FROM, prepare_attempt
+from gpuwarden.core.command.prepare import ENV_EVENTS_FILE, ENV_RESUME_FROM, prepare_attempt, resume_point
 from gpuwarden.core.command.record import RECORD_NAME, attempt_dir, read_record, summary_lines
+from gpuwarden.core.command.resume import nowhere_warning
 from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
 from gpuwarden.core.errors import ConfigError, UserError
 
@@ -43,8 +44,8 @@ def _spec(tmp_path: Path, **command: Any) -> RunSpec:
         "knobs": {"alloc": "expandable_segments:False"},
     }
     for key, value in command.items():
-        if isinstance(value, dict) and key == "bind":
-            data["command"]["bind"].update(value)
+        if key in ("bind", "knobs"):  # `knobs` is the spec's own, beside `command`
+            (data["command"]["bind"] if key == "bind" else data["knobs"]).update(value)
         else:
             data["command"][key] = value
     return complete_command(spec_from_mapping(data))
@@ -124,6 +125,57 @@ def test_reported_checkpoints_count_too(tmp_path: Path) -> None:
     line = {"v": 1, "type": "checkpoint", "ts": 1.0, "path": "mine/step-5.pt", "step": 5, "samples_seen": 80}
     events.write_text(json.dumps(line) + "\n" + '{"partial": ')
     assert prepare_attempt(spec, "r1", run_dir, 2).argv[-1] == str(ckpt)
+
+
+def _complete_checkpoint(tmp_path: Path, step: int) -> Path:
+    folder = tmp_path / "outputs" / f"checkpoint-{step}"
+    folder.mkdir(parents=True)
+    (folder / "done").write_text("")
+    return folder
+
+
+def test_a_checkpoint_the_command_passes_nowhere_is_found_but_not_handed_over(tmp_path: Path) -> None:
+    argv = ["python", "train.py", "--config", "{config_file}"]
+    spec = _spec(tmp_path, argv=argv)
+    run_dir = tmp_path / "run"
+    prepare_attempt(spec, "r1", run_dir, 1)
+    folder = _complete_checkpoint(tmp_path, 2)
+    second = prepare_attempt(spec, "r1", run_dir, 2)
+    assert second.record.resume_from is None and str(folder) not in second.argv
+    assert second.note == (
+        f"attempt 2 found {folder} (step 2) but the command passes it nowhere — it starts from the "
+        "beginning; put {resume_from} in its argv, e.g. --resume {resume_from?}"
+    )
+    assert second.env[ENV_RESUME_FROM] == str(folder)  # for a script that asks the SDK
+    assert resume_point(spec, "r1", run_dir, 2) is None  # a restart's probes start where it does
+    assert nowhere_warning(spec) is not None
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        {"env": {"CKPT": "{resume_from}"}},
+        {"bind": {"ckpt": {"env": "CKPT"}}, "knobs": {"ckpt": "{resume_from}"}},
+        {"bind": {"ckpt": {"config": "training.resume"}}, "knobs": {"ckpt": "{resume_from?}"}},
+        {
+            "checkpoints": {
+                "glob": "outputs/checkpoint-*",
+                "complete_when": "done",
+                "config_key": "training.resume",
+            }
+        },
+    ],
+)
+def test_a_checkpoint_passed_through_a_variable_or_the_config_copy_is_handed_over(
+    tmp_path: Path, command: dict[str, Any]
+) -> None:
+    spec = _spec(tmp_path, argv=["python", "train.py", "--config", "{config_file}"], **command)
+    run_dir = tmp_path / "run"
+    prepare_attempt(spec, "r1", run_dir, 1)
+    folder = _complete_checkpoint(tmp_path, 2)
+    second = prepare_attempt(spec, "r1", run_dir, 2)
+    assert second.record.resume_from == str(folder) and "resumes from" in second.note
+    assert nowhere_warning(spec) is None
 
 
 @pytest.mark.parametrize(

@@ -62,7 +62,11 @@ class AttemptRecord(BaseModel):
     knobs: dict[str, Any]
     env: dict[str, str] = Field(description="environment variables bound to knobs")
     config: ConfigCopy | None = None
-    resume_from: str | None = Field(None, description="the checkpoint this attempt resumes from")
+    resume_from: str | None = Field(
+        None,
+        description="the checkpoint handed to the program; None when none was: a first attempt, none "
+        "complete, or a command that passes {resume_from} nowhere",
+    )
     resume_note: str | None = None
 
 
@@ -127,6 +131,14 @@ class Attempt(BaseModel):
     gpus: list[str] = Field(description="GPU UUIDs; [] on the CPU")
     oom_kill_before: int | None
     prepared: AttemptRecord | None = Field(None, description="command runs: argv, knobs, config copy, resume")
+    resumed_from: str | None = Field(
+        None,
+        description="the checkpoint it resumed from: the one it reported loading (its `started` event), "
+        "else the one its command was handed; None when it started from the beginning",
+    )
+    resume_warning: str | None = Field(
+        None, description="why its resume differs from an uninterrupted run (an `inexact_resume` warning)"
+    )
     restart: Restart | None = Field(None, description="the restart scheduled after this attempt, if any")
     world_size: int = Field(1, description="processes of a multi-process (torchrun) attempt; 1 otherwise")
     ranks: list[RankStatus] = Field(default_factory=list, description="each rank when world_size > 1")

@@ -9,11 +9,15 @@ twice changes nothing, so the CLI's `--print-spec` and the daemon's submit agree
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gpuwarden.core.command.config_file import ConfigDocument, load_config
+from gpuwarden.core.command.help_check import HELP_TIMEOUT_S, HelpRunner, check_resume_flag
 from gpuwarden.core.command.presets import apply_preset
+from gpuwarden.core.command.resume import NOWHERE_CODE, nowhere_warning
 from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
 from gpuwarden.core.config.spec_command import CONFIG_SUFFIXES, KnobBinding
 from gpuwarden.core.config.templating import check_command, placeholder_names
@@ -173,6 +177,38 @@ def _check_args_file(spec: RunSpec) -> None:
                 f"size live — name it the config file too (--config-file {item}, or "
                 "command.config_file) so each attempt gets a retuned copy"
             )
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """A command run's spec as a submit queues it, and the lines its user should read about it
+    (code, message): warnings, not refusals."""
+
+    spec: RunSpec
+    warnings: list[tuple[str, str]] = field(default_factory=list)
+
+
+def complete_submitted(
+    spec: RunSpec,
+    environment: Mapping[str, str],
+    *,
+    help_timeout_s: float = HELP_TIMEOUT_S,
+    help_runner: HelpRunner | None = None,
+) -> Submitted:
+    """`complete_command`, and what only a submit does: a preset's resume flag is asked of the
+    script's own `--help` (run with `environment`), and a run that would restart from the
+    beginning whatever it checkpointed is told so. The spec is checked first, so a spec that is
+    refused anyway runs nothing."""
+    completed = complete_command(spec)
+    if spec.command is None:
+        return Submitted(completed)
+    checked = check_resume_flag(spec, environment, help_runner, help_timeout_s)
+    if checked.spec is not spec:
+        completed = complete_command(checked.spec)
+    if checked.code is not None and checked.message is not None:
+        return Submitted(completed, [(checked.code, checked.message)])  # says it for the flag too
+    nowhere = nowhere_warning(completed)
+    return Submitted(completed, [(NOWHERE_CODE, nowhere)] if nowhere else [])
 
 
 def complete_command(spec: RunSpec) -> RunSpec:

@@ -19,6 +19,7 @@ from gpuwarden.core.api.runs import AttemptRecord, ConfigCopy
 from gpuwarden.core.command.checkpoints import FoundCheckpoint, newest_checkpoint
 from gpuwarden.core.command.config_file import ConfigDocument, load_config, unified_diff
 from gpuwarden.core.command.record import attempt_dir, changes_text, read_record, write_record
+from gpuwarden.core.command.resume import passes_resume, unpassed_note
 from gpuwarden.core.config.spec import RunSpec
 from gpuwarden.core.config.templating import render, render_argv, template_values
 
@@ -59,11 +60,14 @@ def _find_resume(
     )
 
 
-def _resume_note(attempt: int, found: FoundCheckpoint | None) -> str:
+def _resume_note(spec: RunSpec, attempt: int, found: FoundCheckpoint | None) -> str:
+    assert spec.command is not None
     if attempt <= 1:
         return ""
     if found is None:
         return f"attempt {attempt} starts from scratch: no complete checkpoint from an earlier attempt"
+    if not passes_resume(spec.command, spec.knobs):
+        return unpassed_note(spec.command, attempt, found.path, found.step, found.source == "event")
     step = f" (step {found.step})" if found.step is not None else ""
     return f"attempt {attempt} resumes from {found.path}{step}"
 
@@ -134,10 +138,13 @@ def _builtins(spec: RunSpec, run_id: str, run_dir: Path, attempt: int) -> dict[s
 
 
 def resume_point(spec: RunSpec, run_id: str, run_dir: Path, attempt: int) -> FoundCheckpoint | None:
-    """The checkpoint attempt `attempt` will resume from (None on a first attempt, or when no
-    complete one exists): what `{resume_from}` becomes, for those who must know it beforehand."""
+    """The checkpoint attempt `attempt` will resume from (None on a first attempt, when no
+    complete one exists, or when its command passes it nowhere): what `{resume_from}` becomes,
+    for those who must know it beforehand."""
     assert spec.command is not None
     values = template_values(spec, _builtins(spec, run_id, run_dir, attempt))
+    if not passes_resume(spec.command, spec.knobs):
+        return None  # the attempt starts from the beginning, whatever is on disk
     cwd = spec.command.cwd or run_dir
     return _find_resume(spec, values, run_dir, attempt, cwd, _first_started(run_dir, attempt, time.time()))
 
@@ -179,7 +186,10 @@ def prepare_attempt(
             ENV_RESUME_FROM: resume_from,
         }
     )
-    note = _resume_note(attempt, found)
+    note = _resume_note(spec, attempt, found)
+    # Found is not handed over: a checkpoint the command passes nowhere is not the attempt's resume
+    # point (its variable stays set: a script that asks sdk.resume_from() says so itself).
+    handed = resume_from if passes_resume(command, spec.knobs) else ""
     record = AttemptRecord(
         prepared_at=now,
         argv=argv,
@@ -187,7 +197,7 @@ def prepare_attempt(
         knobs=knobs,
         env=bound,
         config=config,
-        resume_from=resume_from or None,
+        resume_from=handed or None,
         resume_note=note or None,
     )
     write_record(run_dir, attempt, record)

@@ -5,7 +5,8 @@ from a JSON/YAML file) for the settings it knows by name, and turns each into a 
 role: `--per_device_train_batch_size 8` becomes `--per_device_train_batch_size {per_device_train_batch_size}`
 with the knob's value 8 and the role micro_batch. It also adds what a restart needs: the
 accumulation flag when the program did not pass one (so the effective batch can be kept), the
-resume flag with an optional `{resume_from?}`, and where the framework writes its checkpoints.
+resume flag with an optional `{resume_from?}` (unless `command.resume_flag` is false: the script
+does not take it, see help_check.py), and where the framework writes its checkpoints.
 The Trainer's `--bf16`/`--fp16` switches (flags or args-file keys) become one `precision` knob.
 Nothing the user set in the spec is overridden: a placeholder or binding of theirs stays, and a
 value under `knobs:` wins over the flag's text (that is how a tuned spec takes effect).
@@ -40,6 +41,7 @@ class Preset:
     # Switches that together say the precision (flag or key name → the precision it turns on);
     # they become one `precision` knob with the precision role.
     precision_switches: dict[str, str] = field(default_factory=dict)
+    sdk_resume: str = ""  # how a script without the resume flag loads the checkpoint instead
 
 
 TRANSFORMERS = Preset(
@@ -60,6 +62,7 @@ TRANSFORMERS = Preset(
     complete_when="trainer_state.json",
     bools=frozenset({"gradient_checkpointing"}),
     precision_switches={"bf16": "bf16", "fp16": "fp16"},
+    sdk_resume="trainer.train(resume_from_checkpoint=sdk.resume_from())",
 )
 
 LIGHTNING = Preset(
@@ -81,6 +84,7 @@ LIGHTNING = Preset(
     checkpoint_glob="{output}/**/*.ckpt",
     checkpoint_glob_default="lightning_logs/**/*.ckpt",
     complete_when=None,
+    sdk_resume="trainer.fit(model, ckpt_path=sdk.resume_from())",
 )
 
 PRESETS: dict[str, Preset] = {"transformers": TRANSFORMERS, "lightning": LIGHTNING}
@@ -342,7 +346,7 @@ def apply_preset(spec: RunSpec, config: ConfigDocument | None) -> RunSpec:
         if config is not None and from_config:
             if checkpoints.config_key is None:
                 checkpoints = checkpoints.model_copy(update={"config_key": preset.resume_key})
-        else:
+        elif command.resume_flag:  # false: the script does not take the flag (help_check)
             draft.argv += [preset.resume_flag, "{resume_from?}"]
     new_command = CommandSpec.model_validate(
         {

@@ -52,8 +52,9 @@ def with_records(run_dir: Path, attempts: list[dict[str, Any]]) -> list[dict[str
     return [{**a, "prepared": read_record(run_dir, int(a["attempt"]))} for a in attempts]
 
 
-def summary_lines(record: AttemptRecord) -> list[str]:
-    """What a person reads under an attempt: the changes against the user's own files."""
+def summary_lines(record: AttemptRecord, resumed_from: str | None = None) -> list[str]:
+    """What a person reads under an attempt: the changes against the user's own files, and what
+    it resumed from (`resumed_from`: the attempt's, which the program's own report may name)."""
     lines: list[str] = []
     config = record.config
     if config is not None and config.changes:
@@ -61,7 +62,11 @@ def summary_lines(record: AttemptRecord) -> list[str]:
     elif config is not None:
         lines.append(f"config {config.path}: same as {config.source}")
     lines.extend(f"env {name}={value}" for name, value in record.env.items())
-    if record.resume_note:
+    if resumed_from and resumed_from != record.resume_from:
+        # The program loaded a checkpoint its command was not handed (through the SDK, or its
+        # framework's own): its word replaces the note written before it started.
+        lines.append(f"resumed from {resumed_from} (the program reported loading it)")
+    elif record.resume_note:
         lines.append(record.resume_note)
     if config is not None:
         lines.extend(config.diff.rstrip("\n").splitlines())

@@ -191,6 +191,11 @@ class CommandSpec(StrictModel):
     )
     roles: Roles = Field(default_factory=Roles)
     checkpoints: Checkpoints | None = None
+    resume_flag: bool = Field(
+        True,
+        description="false: the framework preset adds no resume flag (the program takes its checkpoint "
+        "another way, e.g. sdk.resume_from()); set at submit when the script's --help does not list the flag",
+    )
 
     @field_validator("argv")
     @classmethod

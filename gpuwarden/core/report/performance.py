@@ -95,13 +95,16 @@ def throughput(snap: RunSnapshot) -> dict[str, Any]:
 def _tokens_base(snap: RunSnapshot, attempt: int, first: dict[str, Any]) -> int:
     """The token count attempt `attempt` started from, as `samples_done` finds its samples' base:
     its runner's `started` event says it; an attempt the daemon handed no checkpoint counts from
-    0; one handed a checkpoint (whose tokens no event names) is sure only of what it did from its
-    first report on; else it started at most where earlier attempts got."""
+    0; one handed a checkpoint, or that says it loaded one (whose tokens no event names), is sure
+    only of what it did from its first report on; else it started at most where earlier attempts
+    got."""
     started = snap.runner_events("started", attempt)
     said = started[-1].get("tokens_seen") if started else None
     if isinstance(said, int) and not isinstance(said, bool):
         return said
     own = _tokens(first)
+    if started and started[-1].get("resumed_from"):
+        return own  # it counts on from a checkpoint whose tokens no event names
     prepared = [
         e
         for e in snap.events

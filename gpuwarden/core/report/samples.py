@@ -49,7 +49,7 @@ def _base(attempt: int, first: int, counts: Counts, events: list[dict[str, Any]]
     never below where the attempt can have started counting, so no sample counts twice."""
     started = [e for e in _of(events, "started", "runner") if e.get("attempt") == attempt]
     if started:
-        return _count(started[-1]) or 0
+        return _said_base(started[-1], attempt, first, counts, events)
     prepared = [e for e in _of(events, "prepared", "daemon") if e.get("attempt") == attempt]
     if prepared and "resume_from" in prepared[-1]:
         path = prepared[-1]["resume_from"]
@@ -63,6 +63,21 @@ def _base(attempt: int, first: int, counts: Counts, events: list[dict[str, Any]]
     # most there; one whose first count is lower started counting afresh somewhere at or below
     # it, so only what it did from its first report on is sure to be its own.
     return min(_reported_before(counts, events, attempt), first)
+
+
+def _said_base(
+    started: dict[str, Any], attempt: int, first: int, counts: Counts, events: list[dict[str, Any]]
+) -> int:
+    """The base by the program's own `started` event: the count it says, else the count of the
+    checkpoint it says it resumed from (the SDK's resume_from() names only that), else 0."""
+    said = _count(started)
+    if said is not None:
+        return said
+    loaded = started.get("resumed_from")
+    if not loaded:
+        return 0
+    saved = _checkpoint_count(events, attempt, str(loaded))
+    return min(saved if saved is not None else _reported_before(counts, events, attempt), first)
 
 
 def _checkpoint_count(events: list[dict[str, Any]], attempt: int, path: str) -> int | None:

@@ -16,7 +16,8 @@ from typing import Any
 
 import yaml
 
-from gpuwarden.core.command.complete import complete_command
+from gpuwarden.core.command.complete import Submitted, complete_command, complete_submitted
+from gpuwarden.core.command.help_check import HELP_TIMEOUT_S
 from gpuwarden.core.config.inputs import require_inputs
 from gpuwarden.core.config.knob_edit import check_knob_names, merged_knobs
 from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
@@ -32,6 +33,8 @@ from gpuwarden.daemon.supervise.context import Batch, Conflict, Context, spec_do
 from gpuwarden.daemon.supervise.hooks import ProfileHook
 
 log = logging.getLogger("gpuwarden.daemon.supervisor")
+# What a submit needs after a script's `--help` has run (the profile, the store's writes).
+_SUBMIT_RESERVE_S = 5.0
 
 
 def _check_machines(ctx: Context, spec: RunSpec) -> None:
@@ -71,7 +74,8 @@ def submit(
     `run_id`: the id, when the host chose it (a job's store lives in the run's folder)."""
     if (earlier := _submitted_before(ctx, submission)) is not None:
         return earlier
-    spec = complete_command(spec)  # command runs: preset knobs, config values, placeholders
+    submitted = _completed(spec, environment, submission)
+    spec = submitted.spec
     _check_machines(ctx, spec)
     if check_inputs:
         require_inputs(spec, label, "fix the path, or submit with --no-check-inputs when a run creates it")
@@ -100,6 +104,8 @@ def submit(
     )
     if profile_line:
         created.event(run_id, None, "profile", message=profile_line)
+    for code, message in submitted.warnings:
+        created.event(run_id, None, "warning", code=code, message=message)
     if (earlier := _queue(ctx, created, run_dir, text, submission)) is not None:
         return earlier
     with ctx.lock:
@@ -107,6 +113,24 @@ def submit(
         ctx.publish_run(run)
     ctx.wake()
     return run
+
+
+def _completed(
+    spec: RunSpec, environment: Mapping[str, str] | None, submission: Submission | None
+) -> Submitted:
+    """Command runs: preset knobs, config values, placeholders; the preset's resume flag asked of
+    the script's help (run as its attempts run: from the submitter's environment); what would
+    make a restart start from the beginning."""
+    env = run_environment.base(run_environment.submitted(environment))
+    return complete_submitted(spec, env, help_timeout_s=_help_time(submission))
+
+
+def _help_time(submission: Submission | None) -> float:
+    """Seconds a script's `--help` may take at submit: its bound, within the client's wait less
+    what the rest of the submit needs."""
+    if submission is None or submission.deadline is None:
+        return HELP_TIMEOUT_S
+    return min(HELP_TIMEOUT_S, -submission.late_by() - _SUBMIT_RESERVE_S)
 
 
 def _queue(

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from gpuwarden.core.command.resume import INEXACT_CODE, inexact_resume
 from gpuwarden.core.gang.files import rank_logs
 from gpuwarden.core.gang.nodes import node_output
 from gpuwarden.core.gang.outcome import read_gang_outcome
@@ -53,18 +54,7 @@ def finish(
         evidence = RankEvidence(None, status, stderr_tail)
     reason = f"{verdict.reason}; {note}" if note else verdict.reason
     ended = (active.exited_at or ctx.clock()) if kill_group else ended_unwatched(active, ctx.clock())
-    ctx.batch().write(
-        lambda s: s.update_attempt(
-            active.run_id,
-            active.attempt,
-            state="ended",
-            ended_at=ended,
-            exit_code=status.code,
-            signal=status.signal,
-            classification=verdict.outcome,
-            reason=reason,
-        )
-    ).write(lambda s: s.set_retune_outcome(active.run_id, verdict.outcome)).commit()
+    _record_end(ctx, active, status, verdict, reason, ended)
     # Watched until its end is recorded: a store that refused it has it again at the next pass.
     ctx.active.pop(active.run_id, None)
     log.info("run %s attempt %d: %s", active.run_id, active.attempt, reason)
@@ -91,6 +81,45 @@ def finish(
     return Ending(
         active.run_id, active.attempt, verdict, decisive, message, end, active.decisive_event, ended_at=ended
     )
+
+
+def _record_end(
+    ctx: Context, active: Active, status: ExitStatus, verdict: ExitVerdict, reason: str, ended: float
+) -> None:
+    """The attempt's end, its retune's outcome and what its log says of its resume, at once."""
+    record = (
+        ctx.batch()
+        .write(
+            lambda s: s.update_attempt(
+                active.run_id,
+                active.attempt,
+                state="ended",
+                ended_at=ended,
+                exit_code=status.code,
+                signal=status.signal,
+                classification=verdict.outcome,
+                reason=reason,
+            )
+        )
+        .write(lambda s: s.set_retune_outcome(active.run_id, verdict.outcome))
+    )
+    if (inexact := _inexact_resume(ctx, active)) is not None:
+        record.event(active.run_id, active.attempt, "warning", code=INEXACT_CODE, message=inexact)
+    record.commit()
+
+
+def _inexact_resume(ctx: Context, active: Active) -> str | None:
+    """Whether a command's attempt resumed inexactly, by its framework's own word on stderr (rank
+    0's, in a gang). Read once the attempt has ended, not as its log grows: the framework says it
+    once, while restoring, and the log's head keeps it for good, so reading it here is as sure
+    as tailing the log and needs no offset carried across daemon restarts; and in the same
+    transaction as the attempt's end, it is stored once, even when that write is taken again."""
+    if ctx.run(active.run_id)["kind"] != "command":
+        return None
+    logs = [active.stderr_path]
+    if active.gang and (rank0 := rank_logs(active.attempt_dir, active.nodes).get(0)) is not None:
+        logs.append(rank0.stderr)
+    return inexact_resume(logs)
 
 
 def _last_events(ctx: Context, active: Active, kill_group: bool) -> None:

@@ -107,11 +107,13 @@ def attempt_lines(a: Attempt, detail: RunDetailView) -> list[RenderableType]:
         knobs = ", ".join(f"{k}={v}" for k, v in a.prepared.knobs.items())
         if knobs:
             out.append(_indented(Text(f"knobs {knobs}", style="dim")))
-        for line in summary_lines(a.prepared):
+        for line in summary_lines(a.prepared, a.resumed_from):
             style = "green" if line.startswith("+") else "red" if line.startswith("-") else "dim"
             if line.startswith(("+++", "---", "@@")):
                 style = "dim"
             out.append(_indented(Text(line, style=style)))
+    if a.resume_warning:
+        out.append(_indented(Text(a.resume_warning, style="yellow")))
     return out
 
 

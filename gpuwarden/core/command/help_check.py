@@ -1,0 +1,206 @@
+"""Whether a script takes the resume flag its framework preset would add, asked of its `--help`.
+
+A preset appends `--ckpt_path {resume_from?}` (Lightning) or `--resume_from_checkpoint
+{resume_from?}` (Trainer) so that a restart continues from the newest checkpoint. A script that
+has no such flag refuses it (`unrecognized arguments`) on its second attempt, and the run ends
+failed, so before counting on the flag the script's own help is read once, at submit: run with the
+run's interpreter and environment, no shell, no GPU, bounded in time and output. A help that does
+not list the flag turns it off (`command.resume_flag: false`); a help that cannot be read leaves
+it on, as before, and says it was not checked. Either way the user reads one line with the fix.
+
+The runner is injected, so the decision can be tested without a process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import selectors
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuwarden.core.command.config_file import load_config
+from gpuwarden.core.command.presets import PRESETS, Preset, apply_preset
+from gpuwarden.core.config.spec import RunSpec
+from gpuwarden.core.errors import UserError
+
+HELP_TIMEOUT_S = 20.0
+HELP_OUTPUT_LIMIT = 1 << 20  # argparse's help for every TrainingArguments field is about 45 KiB
+MISSING_CODE = "resume_flag_missing"
+UNCHECKED_CODE = "resume_flag_unchecked"
+
+
+@dataclass(frozen=True)
+class HelpOutput:
+    """What `PROGRAM --help` printed (stdout and stderr together), or why it told nothing."""
+
+    text: str | None
+    problem: str = ""  # when text is None: "exited with status 1", "did not finish within 20 s" …
+
+
+# (argv, environment, working folder, seconds) → its output
+HelpRunner = Callable[[list[str], Mapping[str, str], Path, float], HelpOutput]
+
+
+@dataclass(frozen=True)
+class FlagCheck:
+    """The spec to submit (the resume flag off when the script lacks it) and the line to say."""
+
+    spec: RunSpec
+    code: str | None = None
+    message: str | None = None
+
+
+def check_resume_flag(
+    spec: RunSpec,
+    environment: Mapping[str, str],
+    runner: HelpRunner | None = None,
+    timeout_s: float = HELP_TIMEOUT_S,
+) -> FlagCheck:
+    """Ask the script's help before a preset adds its resume flag; the spec unchanged when no
+    preset would add one (no preset, the user's own placeholder, an args file's key)."""
+    command = spec.command
+    preset = PRESETS.get(command.framework) if command is not None else None
+    if command is None or preset is None or not _adds_flag(spec, preset):
+        return FlagCheck(spec)
+    argv = help_argv(command.argv)
+    if argv is None:
+        return _unchecked(spec, preset, "its `--help` was not run: the program is known only once it starts")
+    if command.cwd is None:
+        return _unchecked(spec, preset, "its `--help` was not run: the command names no working folder")
+    if timeout_s < 1:
+        return _unchecked(spec, preset, "its `--help` was not run: the submit had no time left for it")
+    out = (runner or run_help)(argv, _help_env(spec, environment), command.cwd, timeout_s)
+    shown = shlex.join([Path(argv[0]).name, *argv[1:]])
+    if out.text is None:
+        return _unchecked(spec, preset, f"`{shown}` {out.problem}")
+    if lists_flag(out.text, preset.resume_flag):
+        return FlagCheck(spec)
+    off = command.model_copy(update={"resume_flag": False})
+    flag = preset.resume_flag
+    message = (
+        f"`{shown}` does not list {flag}, so the {command.framework} preset passes no checkpoint and a "
+        f"restart starts from the beginning — load it with sdk.resume_from() in the script "
+        f"({preset.sdk_resume}), or give the script a {flag} flag"
+    )
+    return FlagCheck(spec.model_copy(update={"command": off}), MISSING_CODE, message)
+
+
+def _adds_flag(spec: RunSpec, preset: Preset) -> bool:
+    """Whether completing the spec would append the preset's resume flag to its argv."""
+    command = spec.command
+    assert command is not None
+    if not command.resume_flag:
+        return False
+    try:
+        config = load_config(command.config_file) if command.config_file is not None else None
+        completed = apply_preset(spec, config)
+    except UserError:
+        return False  # completing the spec refuses it in one line of its own
+    assert completed.command is not None
+    return completed.command.argv.count(preset.resume_flag) > command.argv.count(preset.resume_flag)
+
+
+def _unchecked(spec: RunSpec, preset: Preset, why: str) -> FlagCheck:
+    assert spec.command is not None
+    flag = preset.resume_flag
+    message = (
+        f"{flag} {{resume_from?}} is added unchecked: {why} — if the script has no {flag} flag, a "
+        f"restart fails on it; give the script one, or set command.resume_flag: false and load "
+        f"sdk.resume_from() in the script ({preset.sdk_resume})"
+    )
+    return FlagCheck(spec, UNCHECKED_CODE, message)
+
+
+def lists_flag(text: str, flag: str) -> bool:
+    """Whether a help text names `flag` as itself (`--ckpt_path`, not `--ckpt_path_other`)."""
+    return re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", text) is not None
+
+
+def help_argv(argv: list[str]) -> list[str] | None:
+    """The command's program (interpreter, script or `-m module`, and the words after it that
+    are no flag, as LightningCLI's `fit`, whose help lists the flags `fit` takes) with `--help`;
+    None when the program's path is a placeholder only an attempt fills in."""
+    items = [sys.executable if item == "{python}" else item for item in argv]
+    script = next((i for i, item in enumerate(items) if item.endswith(".py")), None)
+    if script is None and "-m" in items[:-1]:
+        script = items.index("-m") + 1
+    end = (script or 0) + 1
+    while end < len(items) and not items[end].startswith("-") and "{" not in items[end]:
+        end += 1
+    program = items[:end]
+    if any("{" in item for item in program):
+        return None
+    return [*program, "--help"]
+
+
+def _help_env(spec: RunSpec, environment: Mapping[str, str]) -> dict[str, str]:
+    """The run's environment for its help: no GPU (a script that ignores `--help` and starts
+    training must not take one another run holds), and no gpuwarden variable, so its SDK stays
+    silent."""
+    assert spec.command is not None
+    env = {k: v for k, v in environment.items() if not k.startswith("GPUWARDEN_")}
+    env.update(spec.env)
+    env.update({k: v for k, v in spec.command.env.items() if "{" not in v})
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    return env
+
+
+def run_help(argv: list[str], env: Mapping[str, str], cwd: Path, timeout_s: float) -> HelpOutput:
+    """Run `argv` (no shell) in a session of its own and read at most HELP_OUTPUT_LIMIT bytes of
+    its output; whatever it started is killed with it when it is done or out of time."""
+    try:
+        proc = subprocess.Popen(
+            argv,
+            env=dict(env),
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        return HelpOutput(None, f"could not start: {exc.strerror or exc}")
+    deadline = time.monotonic() + timeout_s
+    try:
+        assert proc.stdout is not None
+        data, ended = _read_bounded(proc.stdout.fileno(), deadline)
+        code = proc.wait(timeout=max(0.0, deadline - time.monotonic())) if ended == "eof" else None
+    except subprocess.TimeoutExpired:
+        ended, code = "deadline", None
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+    if ended == "deadline":
+        return HelpOutput(None, f"did not finish within {timeout_s:.0f} s")
+    if ended == "limit":
+        return HelpOutput(None, f"printed more than {HELP_OUTPUT_LIMIT // 1024} KiB")
+    if code != 0:
+        return HelpOutput(None, f"exited with status {code}")
+    return HelpOutput(data.decode("utf-8", "replace"))
+
+
+def _read_bounded(fd: int, deadline: float) -> tuple[bytes, str]:
+    """What the pipe gives until its end ("eof"), the deadline, or the output limit ("limit")."""
+    data = bytearray()
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        while len(data) <= HELP_OUTPUT_LIMIT:
+            left = deadline - time.monotonic()
+            if left <= 0 or not selector.select(left):
+                return bytes(data), "deadline"
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return bytes(data), "eof"
+            data += chunk
+    return bytes(data), "limit"
