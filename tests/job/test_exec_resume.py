@@ -123,7 +123,7 @@ def _exec(job: Job, name: str, command: str, timeout: float = 300) -> tuple[dict
     return detail, done.stderr
 
 
-def _events(job: Job, detail: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+def _events(detail: dict[str, Any], kind: str) -> list[dict[str, Any]]:
     page = RunFolders.one(Path(detail["run_dir"])).events(detail["id"], limit=10_000)
     return [e.model_dump() for e in page.events if e.type == kind]
 
@@ -141,12 +141,12 @@ def test_a_checkpoint_the_command_passes_nowhere_is_not_said_to_be_resumed_from(
         f"attempt 2 found {found} (step 4) but the command passes it nowhere — it starts from the "
         "beginning; put {resume_from} in its argv, e.g. --resume {resume_from?}"
     )
-    (prepared,) = [e for e in _events(job, detail, "prepared") if e["attempt"] == 2]
+    (prepared,) = [e for e in _events(detail, "prepared") if e["attempt"] == 2]
     assert prepared["resume_from"] is None
     shown = job.cli("show", "--runs", str(job.runs), detail["id"]).stdout
     assert "passes it nowhere — it starts from the beginning" in shown and "resumes from" not in shown
     # Said once, at submit, before anything ran.
-    (warning,) = [e for e in _events(job, detail, "warning") if e["code"] == "resume_nowhere"]
+    (warning,) = [e for e in _events(detail, "warning") if e["code"] == "resume_nowhere"]
     assert warning["attempt"] is None and warning["message"] in printed
     assert (
         "passes {resume_from} nowhere" in warning["message"]
@@ -163,7 +163,7 @@ def test_a_preset_adds_no_resume_flag_the_script_does_not_take(job: Job) -> None
     assert [a["classification"] for a in detail["attempts"]] == ["failed", "succeeded"]
     assert all("--ckpt_path" not in a["prepared"]["argv"] for a in detail["attempts"])
     assert detail["spec"]["command"]["resume_flag"] is False
-    (warning,) = [e for e in _events(job, detail, "warning") if e["attempt"] is None]
+    (warning,) = [e for e in _events(detail, "warning") if e["attempt"] is None]
     assert warning["code"] == "resume_flag_missing" and warning["message"] in printed
     assert "--help` does not list --ckpt_path" in warning["message"]
     assert "sdk.resume_from()" in warning["message"]
@@ -192,7 +192,7 @@ def test_a_lightning_resume_in_the_middle_of_an_epoch_is_said_to_differ(job: Job
     argv = '["{python}", train.py, --ckpt_path, "{resume_from?}"]'
     command = f'command: {{argv: {argv}, checkpoints: {{glob: "ckpt/*.ckpt"}}}}'
     detail, _ = _exec(job, "mid-epoch", command, timeout=500)
-    (warning,) = [e for e in _events(job, detail, "warning") if e["code"] == "inexact_resume"]
+    (warning,) = [e for e in _events(detail, "warning") if e["code"] == "inexact_resume"]
     assert warning["attempt"] == 2
     second = detail["attempts"][1]
     assert second["resumed_from"] == str(job.root / "ckpt" / "step=2.ckpt")
