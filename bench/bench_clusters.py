@@ -193,24 +193,9 @@ def _time_limit_requeue(root: Path) -> tuple[float, float]:
 
 def run() -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
-    oom: list[float] = []
-    for _ in range(REPEATS):
-        root = Path(tempfile.mkdtemp(prefix="bench-clusters-"))
-        try:
-            oom.append(_oom_to_running(root))
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
+    (oom,) = _repeated(lambda root: (_oom_to_running(root),))
     rows.append(figure_row("gpuwarden exec: OOM → running again inside the job (2 probes)", oom, "s"))
-    stops: list[float] = []
-    resumed: list[float] = []
-    for _ in range(REPEATS):
-        root = Path(tempfile.mkdtemp(prefix="bench-clusters-"))
-        try:
-            stop, running = _two_machines(root)
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
-        stops.append(stop)
-        resumed.append(running)
+    stops, resumed = _repeated(_two_machines)
     rows.append(figure_row("two machines: a rank's OOM → every machine's ranks stopped", stops, "s"))
     rows.append(figure_row("two machines: a rank's OOM → attempt 2 running on both", resumed, "s"))
     if not _slurm_up():
@@ -224,19 +209,25 @@ def run() -> list[dict[str, Any]]:
             }
         )
         return rows
-    requeued: list[float] = []
-    again: list[float] = []
-    for _ in range(REPEATS):
-        root = Path(tempfile.mkdtemp(prefix="bench-clusters-"))
-        try:
-            stop_to_pending, release_to_running = _time_limit_requeue(root)
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
-        requeued.append(stop_to_pending)
-        again.append(release_to_running)
+    requeued, again = _repeated(_time_limit_requeue)
     rows.append(figure_row("Slurm time limit: stop at a checkpoint → job pending again", requeued, "s"))
     rows.append(figure_row("Slurm requeue: job released → running again from the checkpoint", again, "s"))
     return rows
+
+
+def _repeated(measure: Callable[[Path], tuple[float, ...]]) -> list[list[float]]:
+    """`measure` REPEATS times, each in a fresh folder; its figures by position."""
+    figures: list[list[float]] = []
+    for _ in range(REPEATS):
+        root = Path(tempfile.mkdtemp(prefix="bench-clusters-"))
+        try:
+            taken = measure(root)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        figures = figures or [[] for _ in taken]
+        for column, value in zip(figures, taken, strict=True):
+            column.append(value)
+    return figures
 
 
 if __name__ == "__main__":
