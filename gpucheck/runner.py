@@ -1,4 +1,4 @@
-"""Runs steps one after another, each in its own process session under its time limit.
+"""Runs one step in its own process session under its time limit (`window.py` runs them in turn).
 
 A step that crashes or overruns becomes an `error` / `timeout` result naming the last line it
 logged, and the next step still runs: one broken step never hides the others' figures.
@@ -11,7 +11,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from gpucheck.result import RESULT_ENV, StepResult, read_result
@@ -50,22 +50,6 @@ def run_step(
     result.seconds = round(seconds, 1)
     result.log = str(log_path)
     return result
-
-
-def run_all(
-    steps: Sequence[tuple[str, Sequence[str], float]],
-    logs: Path,
-    on_done: Callable[[StepResult], None] | None = None,
-    env: dict[str, str] | None = None,
-) -> list[StepResult]:
-    """(name, argv, timeout) for each step, in order."""
-    results = []
-    for name, argv, timeout in steps:
-        result = run_step(name, argv, timeout, logs, env)
-        results.append(result)
-        if on_done is not None:
-            on_done(result)
-    return results
 
 
 def _last_line(path: Path) -> str:

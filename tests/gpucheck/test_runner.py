@@ -9,7 +9,7 @@ from pathlib import Path
 
 from gpucheck import report
 from gpucheck.result import StepResult
-from gpucheck.runner import run_all
+from gpucheck.runner import run_step
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -38,9 +38,8 @@ def test_passing_failing_crashing_and_overrunning_steps(tmp_path: Path) -> None:
         ("slow", _step("import time\nprint('working', flush=True)\ntime.sleep(120)"), 1.0),
         ("after", _step("write_result(StepResult('after', 'skipped', 'no GPU here'))"), 60),
     ]
-    seen: list[str] = []
-    results = run_all(steps, tmp_path / "logs", on_done=lambda r: seen.append(r.name), env=env)
-    assert seen == ["ok", "bad", "crash", "slow", "after"]
+    results = [run_step(name, argv, timeout, tmp_path / "logs", env) for name, argv, timeout in steps]
+    assert [r.name for r in results] == ["ok", "bad", "crash", "slow", "after"]
     by = {r.name: r for r in results}
     assert by["ok"].status == "passed" and by["ok"].rows[0]["ok"] is True
     assert by["bad"].status == "failed" and by["bad"].summary == "compared; missed: y"
