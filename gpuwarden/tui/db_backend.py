@@ -42,6 +42,7 @@ from gpuwarden.tui.backend import (
     reported_number,
     run_row,
 )
+from gpuwarden.tui.readonly_controls import ReadOnlyControls
 
 POLL_S = 1.0
 LOG_CHUNK = 65_536
@@ -59,7 +60,7 @@ def _answer(history: History) -> HistoryAnswer:
     return HistoryAnswer.model_validate(history, from_attributes=True)
 
 
-class DbBackend:
+class DbBackend(ReadOnlyControls):
     """Telemetry and runs from the store's read-only queries."""
 
     def __init__(self, path: Path, *, clock: Callable[[], float] = time.time) -> None:
@@ -237,26 +238,6 @@ class DbBackend:
             if snap.ts > last_ts:
                 last_ts = snap.ts
                 yield SampleFrame(snap)
-
-    # -- controls: none on a read-only database ----------------------------------------------
-
-    def stop_run(self, run_id: str) -> None:
-        raise self._readonly()
-
-    def resume_run(self, run_id: str) -> None:
-        raise self._readonly()
-
-    def submit(self, spec_path: str) -> str:
-        raise self._readonly()
-
-    def restart_with(self, run_id: str, changes: dict[str, Any]) -> None:
-        raise self._readonly()
-
-    def tune(self, run_id: str) -> None:
-        raise self._readonly()
-
-    def kill_process(self, pid: int) -> None:
-        raise self._readonly()
 
     def close(self) -> None:
         self.db.conn.close()

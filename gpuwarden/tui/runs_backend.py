@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from gpuwarden.core.api import LogChunk
 from gpuwarden.core.errors import UserError
@@ -46,6 +46,7 @@ from gpuwarden.tui.backend import (
     run_row,
 )
 from gpuwarden.tui.db_backend import DbBackend
+from gpuwarden.tui.readonly_controls import ReadOnlyControls
 
 POLL_S = 1.0
 NO_GPU = "these runs' stores hold no GPU (their jobs sampled the host only)"
@@ -83,7 +84,7 @@ def _merge(into: dict[str, list[Point]], more: dict[str, list[Point]]) -> None:
         into[metric] = sorted(by_ts.values(), key=lambda p: p.ts)
 
 
-class RunsBackend:
+class RunsBackend(ReadOnlyControls):
     """The runs under `root`, each read from its own folder's store."""
 
     def __init__(self, root: Path, *, clock: Callable[[], float] = time.time) -> None:
@@ -279,26 +280,6 @@ class RunsBackend:
             if snap.ts > last_ts:
                 last_ts = snap.ts
                 yield SampleFrame(snap)
-
-    # -- controls: none on run folders -------------------------------------------------------
-
-    def stop_run(self, run_id: str) -> None:
-        raise self._readonly()
-
-    def resume_run(self, run_id: str) -> None:
-        raise self._readonly()
-
-    def submit(self, spec_path: str) -> str:
-        raise self._readonly()
-
-    def restart_with(self, run_id: str, changes: dict[str, Any]) -> None:
-        raise self._readonly()
-
-    def tune(self, run_id: str) -> None:
-        raise self._readonly()
-
-    def kill_process(self, pid: int) -> None:
-        raise self._readonly()
 
     def close(self) -> None:
         with self._lock:
