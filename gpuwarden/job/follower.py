@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpuwarden.core.errors import UserError
+from gpuwarden.core.exit_record import read_status, write_status
 from gpuwarden.core.gang.nodes import (
     LEADER_FILE,
     Forwarded,
@@ -30,7 +31,7 @@ from gpuwarden.core.gang.nodes import (
     read_signal,
 )
 from gpuwarden.daemon import run_environment
-from gpuwarden.daemon.process import RUN_TAG, run_tag
+from gpuwarden.daemon.process import RUN_TAG, ExitStatus, run_tag
 from gpuwarden.daemon.supervise.backends import ChildProcess, ProcessLayer
 from gpuwarden.job import exit_codes
 
@@ -188,7 +189,21 @@ class NodeFollower:
         status = child.poll()
         if status is not None:
             self.say(f"node {self.node_rank}: attempt {self._started} ended ({status.describe()})")
+            self._record(attempt_dir, status)
             self._child = None
+
+    def _record(self, attempt_dir: Path, status: ExitStatus) -> None:
+        """Make sure the leader learns how this part ended: a SIGKILL to the part's tree (the
+        leader's, after its grace) kills the exit recorder too, before it writes; this exec is the
+        recorder's parent and knows how it ended."""
+        path = str(node_exit_path(attempt_dir, self.node_rank))
+        if read_status(path) is not None or not status.known:
+            return
+        ended = {"signal": status.signal} if status.signal is not None else {"code": status.code or 0}
+        try:
+            write_status(path, ended)
+        except OSError as exc:  # the leader gives up waiting on this machine after its bound
+            self.say(f"node {self.node_rank}: cannot write {path}: {exc}")
 
     def _end_part(self, why: str) -> None:
         """Stop this machine's torchrun, if it still runs: SIGTERM, then SIGKILL after a grace."""
@@ -202,4 +217,7 @@ class NodeFollower:
             time.sleep(POLL_S)
         if child.poll() is None:
             child.signal_tree(signal.SIGKILL)
+        status = child.poll()
+        if status is not None and self._attempt_dir is not None:
+            self._record(self._attempt_dir, status)
         self._child = None

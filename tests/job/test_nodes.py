@@ -14,6 +14,7 @@ import pytest
 
 from gpuwarden.core.config.spec import spec_from_mapping
 from gpuwarden.core.errors import ConfigError, UserError
+from gpuwarden.core.exit_record import read_status
 from gpuwarden.core.gang.launch import NodeRole, gang_launch, runner_program
 from gpuwarden.core.gang.nodes import (
     LeaderBeat,
@@ -213,3 +214,25 @@ def test_another_machine_stops_its_part_when_the_leader_falls_silent(tmp_path: P
     clock.advance(follower_module.STOP_GRACE_S + 1)
     node.thread.join(timeout=30)
     assert node.code == [exit_codes.RESTART] and signal.SIGKILL in part.signals
+
+
+def test_another_machine_records_its_part_killed_with_its_recorder(tmp_path: Path) -> None:
+    """The leader's SIGKILL (after its grace) takes this machine's exit recorder with the part:
+    the exec, the recorder's parent, writes how the part ended, so node 0 ends the attempt now
+    rather than after its bound."""
+    clock = FakeClock()
+    node = Follower(tmp_path, clock)
+    node.processes.ignores_sigterm = True
+    node.thread.start()
+    node.wait("the follower waiting", lambda: node.lines)
+    _beat(tmp_path, "L", 1)
+    attempt_dir = tmp_path / "attempts" / "1"
+    write_whole(attempt_dir / "nodes.json", _plan("L", 1).model_dump_json())
+    node.wait("its part started", lambda: node.processes.spawned)
+    write_whole(attempt_dir / "nodes.signal", "SIGKILL")
+    exit_file = node_exit_path(attempt_dir, 1)
+    node.wait("its end recorded", exit_file.is_file)
+    assert read_status(str(exit_file)) == (None, signal.SIGKILL)
+    _beat(tmp_path, "L", 2, exit_code=exit_codes.SUCCEEDED)
+    node.thread.join(timeout=30)
+    assert node.code == [exit_codes.SUCCEEDED]
