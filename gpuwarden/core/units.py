@@ -32,6 +32,7 @@ BYTE_FIELDS = frozenset(
         "free",
         "allowed",
         "capacity",
+        "total",
         "held_by_others",
         "reserved_unallocated",
         "used_memory",

@@ -222,6 +222,7 @@ class GpuwardenApp(App[None]):
         if not message.status.controls and not self.readonly:
             self.readonly = True  # a database cannot act: hide the controls rather than fail them
             self.main.runs.readonly = True
+            self.main.overview.readonly = True
         live = self.live
         live.set_gpus(message.gpus)
         for uuid, by_metric in message.recent.items():

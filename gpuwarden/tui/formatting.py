@@ -7,6 +7,7 @@ import time
 
 from rich.text import Text
 
+from gpuwarden.core.units import named
 from gpuwarden.tui.backend import RunRow
 
 
@@ -55,3 +56,32 @@ def first_that_fit(parts: list[Text], width: int, gap: str = "  ") -> Text:
         line.append(gap)
         line.append_text(part)
     return line
+
+
+def evidence_lines(value: object, name: str = "", depth: int = 0) -> list[str]:
+    """A retune's evidence as indented `key: value` lines, each number in the unit its key
+    carries (`requested: 2.0 GiB`, `wall_s: 1.2 s`): raw JSON showed byte counts nobody reads."""
+    pad = "  " * depth
+    if isinstance(value, dict):
+        lines: list[str] = []
+        for key, item in value.items():
+            if isinstance(item, dict | list) and item:
+                lines += [f"{pad}{key}:", *evidence_lines(item, str(key), depth + 1)]
+            else:
+                lines += [f"{pad}{key}: {_evidence_value(str(key), item)}"]
+        return lines
+    if isinstance(value, list):
+        lines = []
+        for item in value:
+            inner = evidence_lines(item, name, depth + 1)
+            lines += [f"{pad}- {inner[0].lstrip()}", *inner[1:]] if inner else [f"{pad}-"]
+        return lines
+    return [f"{pad}{_evidence_value(name, value)}"]
+
+
+def _evidence_value(name: str, value: object) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, dict | list):
+        return "{}" if isinstance(value, dict) else "[]"
+    return named(name, value)

@@ -57,7 +57,7 @@ ACTIONS: tuple[KeyAction, ...] = (
     KeyAction("home / end", "cursor_edge", "Cursor to the oldest / newest point", "history"),
     KeyAction("a / c / l / d", "detail_tab", "Timeline / charts / log / doctor tab", "run detail"),
     KeyAction("v", "toggle_evidence", "Each retune's raw evidence, on / off", "run detail"),
-    KeyAction("o", "toggle_stream", "Log: stdout / stderr", "run detail"),
+    KeyAction("o", "show_stream('stderr')", "Log: stdout / stderr (the footer names which)", "run detail"),
     KeyAction("f", "toggle_follow", "Log: follow on / off", "run detail"),
     KeyAction("escape", "back", "Back to the runs table", "run detail"),
 )

@@ -12,6 +12,7 @@ from textual.app import SystemCommand
 from textual.screen import Screen
 
 from gpuwarden.tui.backend import RunRow
+from gpuwarden.tui.controls import refusal
 
 if TYPE_CHECKING:
     from gpuwarden.tui.app import GpuwardenApp
@@ -32,6 +33,19 @@ def _run_commands(
         if allowed(action):
             yield SystemCommand(
                 title.format(name=run.name), f"{run.name} ({run.id}): {help_text}", partial(act, action)
+            )
+
+
+def _stop_commands(app: GpuwardenApp, runs: list[RunRow]) -> Iterator[SystemCommand]:
+    """From a tab without the runs table: stop any run that runs, by name (the palette is where
+    one looks for "stop" without first finding the run)."""
+    if app.control_refusal() is not None:
+        return
+    for run in runs:
+        if refusal("stop_run", run) is None:
+            title, help_text = _RUN_ACTIONS[0][1:]
+            yield SystemCommand(
+                title.format(name=run.name), f"{run.name} ({run.id}): {help_text}", partial(app.ask_stop, run)
             )
 
 
@@ -66,6 +80,8 @@ def palette_commands(app: GpuwardenApp, screen: Screen[Any]) -> Iterator[SystemC
             yield SystemCommand("Filter runs", what, partial(act, "filter_runs"))
             what = f"After {screen.runs.sort_label}, the next sort order (o)"
             yield SystemCommand("Sort runs", what, partial(act, "sort_runs"))
+        else:
+            yield from _stop_commands(app, screen.runs.every_run())
         proc = screen.overview.selected_process() if screen.tab == "overview" else None
         if proc is not None and screen.check_action("kill_process", ()) is True:
             what = f"{proc.command[:50]}: SIGTERM, then SIGKILL if it stays (x)"

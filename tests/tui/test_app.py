@@ -260,9 +260,15 @@ def test_the_log_tab_shows_every_attempt_one_after_another_and_follows_into_the_
                 backend._logs[RUNNING] = ["attempt 3 resumed"]
             await until(pilot, lambda: "attempt 3 resumed" in log.lines, "attempt 3's output")
             assert log.lines[log.lines.index("attempt 3 resumed") - 1] == "── attempt 3 ──"
+            assert "show_stream('stderr')" in footer_keys(app)  # the footer offers the other stream
             await pilot.press("o")  # stderr: every attempt's too
             await until(pilot, lambda: "torch.OutOfMemoryError: CUDA out of memory." in log.lines, "stderr")
             assert log.lines[0] == "── attempt 1 ──"
+            assert "show_stream('stdout')" in footer_keys(app) and "show_stream('stderr')" not in footer_keys(
+                app
+            )
+            await pilot.press("o")  # and back
+            await until(pilot, lambda: "attempt 3 resumed" in log.lines, "stdout again")
 
     run(body())
 
@@ -839,6 +845,30 @@ def test_command_palette_runs_a_control_on_the_selected_run() -> None:
     run(body())
 
 
+def test_command_palette_stops_a_run_from_the_history_tab() -> None:
+    """ "stop" in the palette finds the running run whatever the tab shows."""
+
+    async def body() -> None:
+        fake = FakeBackend()
+        app = make_app(fake)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot)
+            await pilot.press("2")
+            await until(pilot, lambda: app.main.runs.selected_id() is not None, "the runs table")
+            app.main.runs.select(STOPPED)  # the selection is another run: the palette is not tied to it
+            await pilot.press("3", "ctrl+p")
+            await until(pilot, lambda: isinstance(app.screen, CommandPalette), "the palette")
+            await pilot.press(*"Stop")
+            await until(pilot, lambda: "Stop llm-finetune" in rendered_palette(app), "the command listed")
+            assert "Stop vlm-batch" not in rendered_palette(app)  # a stopped run has nothing to stop
+            await pilot.press("enter")
+            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the stop asked first")
+            await pilot.press("y")
+            await until(pilot, lambda: ("stop", RUNNING) in fake.actions, "the stop sent")
+
+    run(body())
+
+
 def rendered_palette(app: GpuwardenApp) -> str:
     from textual.command import CommandList
 
@@ -944,3 +974,21 @@ def test_the_help_scrolls_with_the_keys_it_lists() -> None:
             await until(pilot, lambda: scroll.scroll_y == 0, "the top of the help")
 
     run(body())
+
+
+def test_without_a_gpu_the_overview_names_only_the_keys_this_dashboard_has() -> None:
+    """The empty list's hint names `n` only where a run can be submitted (not read-only)."""
+    lines: list[str] = []
+
+    async def body(controls: bool) -> None:
+        app = make_app(FakeBackend(0, with_runs=False, controls=controls))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot)
+            empty = app.query_one("#proc-empty", Static)
+            await until(pilot, lambda: "no run is working" in rendered(empty), "the empty list's line")
+            lines.append(rendered(empty))
+
+    run(body(True))
+    run(body(False))
+    assert "2 lists every run, n submits one" in lines[0]
+    assert "2 lists every run" in lines[1] and "n submits" not in lines[1]

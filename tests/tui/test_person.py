@@ -439,7 +439,8 @@ def test_the_run_screen_scrolls_explains_and_charts_with_axes() -> None:
             assert "memory model: 5 would fit, 4 chosen because it divides 32" in text
             assert '"requested"' not in text
             await pilot.press("v")  # the raw evidence, one key away
-            assert '"requested": 2147483648' in timeline_text(screen)
+            shown = timeline_text(screen)
+            assert "requested: 2.0 GiB" in shown and "2147483648" not in shown  # in the unit it carries
             await pilot.press("c")
             memory = screen.query_one("#chart-memory").query_one(Chart)
             assert memory.limit == 24 * 1024**3 and memory.x_labels[0][1] == "step 0"
@@ -678,7 +679,7 @@ def test_the_raw_evidence_reads_as_written() -> None:
             await wait_workers(pilot)
             await pilot.press("v")
             text = timeline_text(screen)
-            assert '"reason": "micro-batch 8 → 4"' in text and "\\u2192" not in text
+            assert "reason: micro-batch 8 → 4" in text and "\\u2192" not in text
 
     run(body())
 

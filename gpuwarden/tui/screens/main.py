@@ -68,7 +68,7 @@ class MainScreen(Screen[None]):
         self.gw = app
         # Built once: the footer asks check_action often, and a DOM query each time is not free.
         self._tabs = TabbedContent(initial="overview", id="tabs")
-        self._overview = OverviewPane(id="overview-pane")
+        self._overview = OverviewPane(readonly=app.readonly, id="overview-pane")
         self._runs = RunsPane(readonly=app.readonly, id="runs-pane")
         self._history = HistoryPane(app.backend, app.clock, id="history-pane")
 

@@ -61,8 +61,9 @@ class OverviewPane(VerticalScroll):
     class ProcessHighlighted(Message):
         """The selected process changed: the screen offers (or not) to terminate it."""
 
-    def __init__(self, *, id: str | None = None) -> None:
+    def __init__(self, *, readonly: bool = False, id: str | None = None) -> None:
         super().__init__(id=id)
+        self.readonly = readonly
         self._processes: dict[int, ProcessInfo] = {}
         self._gpu_processes: list[ProcessInfo] = []
         self._cpu_runs: list[RunRow] = []
@@ -209,7 +210,8 @@ class OverviewPane(VerticalScroll):
             empty.update(
                 "no run is working on the host"
                 + (f" ({queued} queued)" if queued else "")
-                + " — 2 lists every run, n submits one"
+                + " — 2 lists every run"
+                + ("" if self.readonly else ", n submits one")
             )
         empty.display = not (on_gpus or on_cpu)
 

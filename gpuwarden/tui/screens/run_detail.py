@@ -5,7 +5,6 @@ after another under a line that opens it; the newest followed), and doctor's fin
 
 from __future__ import annotations
 
-import json
 import threading
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -30,7 +29,7 @@ from gpuwarden.core.terminal_text import log_text
 from gpuwarden.core.units import compact, duration, named, num, size
 from gpuwarden.tui.backend import DashboardBackend, DoctorFinding, RunDetailView, RunRow
 from gpuwarden.tui.controls import CONTROL_KEYS, OFFLINE, RUN_CONTROLS, refusal
-from gpuwarden.tui.formatting import clock
+from gpuwarden.tui.formatting import clock, evidence_lines
 from gpuwarden.tui.messages import DetailLoaded, DoctorLoaded, LogLoaded
 from gpuwarden.tui.screens.runs import state_text
 from gpuwarden.tui.widgets.chart import Chart
@@ -174,10 +173,8 @@ def retune_lines(rt: Retune, oom_phase: str | None, raw: bool, world_size: int =
         _indented(Text(retune_sentence(rt, oom_phase, world_size))),
     ]
     if raw and rt.evidence:
-        # As the daemon wrote it: `32 → 8`, not JSON's ASCII escape of the arrow.
         shown = {"evidence": rt.evidence, "prediction": rt.prediction}
-        evidence = json.dumps(shown, indent=2, ensure_ascii=False)
-        out.append(_indented(Text(evidence, style="dim")))
+        out.append(_indented(Text("\n".join(evidence_lines(shown)), style="dim")))
     return out
 
 
@@ -223,7 +220,9 @@ class RunDetailScreen(Screen[None]):
         Binding("e", "edit_run", "Edit", priority=True),  # before the keys after it: see hold_keys
         Binding("t", "tune_run", "Tune"),
         Binding("v", "toggle_evidence", "Evidence"),
-        Binding("o", "toggle_stream", "Stderr"),
+        # One key, two bindings: the footer names the stream `o` switches to (the one not shown).
+        Binding("o", "show_stream('stderr')", "Stderr"),
+        Binding("o", "show_stream('stdout')", "Stdout"),
         Binding("f", "toggle_follow", "Follow"),
         Binding("a", "detail_tab('timeline')", "Timeline", show=False),
         Binding("c", "detail_tab('charts')", "Charts", show=False),
@@ -521,7 +520,9 @@ class RunDetailScreen(Screen[None]):
             return self.refusal(action) is None
         if action == "toggle_evidence":
             return self.tab == "timeline" and bool(self.detail and self.detail.retunes)
-        if action in ("toggle_stream", "toggle_follow"):
+        if action == "show_stream":
+            return self.tab == "log" and parameters[:1] != (self.stream,)
+        if action == "toggle_follow":
             return self.tab == "log"
         return True
 
@@ -575,11 +576,12 @@ class RunDetailScreen(Screen[None]):
         self.raw_evidence = not self.raw_evidence
         self.show_timeline()
 
-    def action_toggle_stream(self) -> None:
-        self.stream = "stderr" if self.stream == "stdout" else "stdout"
+    def action_show_stream(self, stream: Stream) -> None:
+        self.stream = stream
         self._switch_stream()
 
     def _switch_stream(self) -> None:
+        self.refresh_bindings()
         self.log_offset = -LOG_TAIL_BYTES
         self.log_attempt = 0
         self._log_seen = False

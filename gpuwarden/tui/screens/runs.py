@@ -246,6 +246,10 @@ class RunsPane(Vertical):
         run_id = self.selected_id()
         return self._runs.get(run_id) if run_id else None
 
+    def every_run(self) -> list[RunRow]:
+        """Every run the daemon listed, the filter aside."""
+        return list(self._all)
+
     def _show_foot(self) -> None:
         run = self.selected()
         text = Text()
