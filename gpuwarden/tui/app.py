@@ -36,7 +36,7 @@ from gpuwarden.tui.backend import (
     SampleFrame,
     SourceStatus,
 )
-from gpuwarden.tui.controls import OFFLINE
+from gpuwarden.tui.controls import OFFLINE, PendingStops
 from gpuwarden.tui.keys import CONTROL_ACTIONS
 from gpuwarden.tui.knobs import current_knobs, knob_changes
 from gpuwarden.tui.live import SERIES_CAPACITY, FrameBuffer, LiveState
@@ -98,6 +98,7 @@ class GpuwardenApp(App[None]):
         self._stop = threading.Event()
         self._ready_posted = threading.Event()
         self._on_done: dict[Worker[Any], Callable[[Any], None]] = {}
+        self._stops = PendingStops()
         self._on_failed: dict[Worker[Any], Callable[[], None]] = {}
         self.reconnect_s = RECONNECT_S
         self.health_poll_s = HEALTH_POLL_S
@@ -295,7 +296,16 @@ class GpuwardenApp(App[None]):
             )
         if runs:
             main.runs.show(self.live.runs_sorted())
+            self._tell_stopped()
         self.show_status()
+
+    def _stop_sent(self, run: RunRow) -> None:
+        self.notify(self._stops.asked(run), timeout=4)
+        self._tell_stopped()  # its stopped state may have come first
+
+    def _tell_stopped(self) -> None:
+        for line in self._stops.ended(self.live.runs):
+            self.notify(line, timeout=4)
 
     def show_status(self) -> None:
         snap = self.live.snapshot
@@ -365,6 +375,7 @@ class GpuwardenApp(App[None]):
         if not self.live_ui:
             return
         self.live.set_runs(message.runs)
+        self._tell_stopped()
         with self.batch_update():
             self.main.runs.show(self.live.runs_sorted())
             self.main.overview.show_runs(self.live)
@@ -491,7 +502,12 @@ class GpuwardenApp(App[None]):
     def ask_stop(self, run: RunRow) -> None:
         def answered(yes: bool | None) -> None:
             if yes:
-                self.control(f"stop {run.name}", self.backend.stop_run, run.id)
+                self.control(
+                    f"stop {run.name}",
+                    self.backend.stop_run,
+                    run.id,
+                    done=lambda _: self._stop_sent(run),
+                )
 
         detail = (
             "SIGTERM to its process group: it writes a checkpoint, then is killed after the grace period."

@@ -54,3 +54,25 @@ def offered(run: RunRow | None) -> frozenset[str]:
     if run is None:
         return frozenset()
     return frozenset(a for a in RUN_CONTROLS if refusal(a, run) is None)
+
+
+class PendingStops:
+    """Runs a stop was sent to and that have not stopped yet: the daemon accepts a stop at once,
+    while the run checkpoints and ends seconds later. Said when it has ended, not when asked."""
+
+    def __init__(self) -> None:
+        self._names: dict[str, str] = {}
+
+    def asked(self, run: RunRow) -> str:
+        self._names[run.id] = run.name
+        return f"{run.name}: stopping — SIGTERM sent, it checkpoints, then stops"
+
+    def ended(self, runs: dict[str, RunRow]) -> list[str]:
+        """One line for each run asked to stop that no longer runs (its final state)."""
+        lines = []
+        for run_id, name in list(self._names.items()):
+            run = runs.get(run_id)
+            if run is not None and RunState(run.state) not in STOPPABLE_STATES:
+                del self._names[run_id]
+                lines.append(f"{name}: {_STATE_PHRASE.get(RunState(run.state), run.state)}")
+        return lines

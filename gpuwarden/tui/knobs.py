@@ -29,6 +29,10 @@ _ORDER = (
     "max_memory",
 )
 
+# Knobs that mean something to some tasks only: an image CNN has no sequence length, a text
+# generator no image size.
+_TASK_ONLY = {"max_length": frozenset({"causal_lm"}), "max_pixels": frozenset({"image_to_text"})}
+
 
 def current_knobs(kind: str, spec: Mapping[str, Any]) -> dict[str, Any]:
     """knob name → its value now, in reading order."""
@@ -39,7 +43,12 @@ def current_knobs(kind: str, spec: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(section, Mapping):
         return {}
     names = sorted(KIND_KNOBS.get(kind, ()), key=lambda k: _ORDER.index(k) if k in _ORDER else len(_ORDER))
-    return {name: section.get(name) for name in names if name in section}
+    task = section.get("task")
+    return {
+        name: section.get(name)
+        for name in names
+        if name in section and task in _TASK_ONLY.get(name, frozenset({task}))
+    }
 
 
 def knob_changes(kind: str, typed: Mapping[str, Any], knobs: Mapping[str, Any]) -> dict[str, Any]:

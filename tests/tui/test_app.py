@@ -318,6 +318,13 @@ def test_stop_asks_first_and_then_calls_the_backend() -> None:
             while str(table.get_row(RUNNING)[0]) != "stopped":
                 assert time.monotonic() < deadline
                 await pilot.pause(0.05)
+            # Said as it happens: the stop sent, then the run stopped (not "done" when only asked).
+            await until(pilot, lambda: "llm-finetune: was stopped" in messages(app), "the stop said")
+            said = messages(app)
+            assert said.index(
+                "llm-finetune: stopping — SIGTERM sent, it checkpoints, then stops"
+            ) < said.index("llm-finetune: was stopped")
+            assert not any(m.endswith(": done") for m in said)
 
     run(body())
 
