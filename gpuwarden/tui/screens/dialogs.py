@@ -15,7 +15,9 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.suggester import Suggester
 from textual.widgets import Input, Label, OptionList, SelectionList, Static
+from textual.widgets.option_list import OptionDoesNotExist
 from textual.widgets.selection_list import Selection
+from textual.strip import Strip
 from textual.worker import Worker, WorkerState
 
 from gpuwarden.core.errors import UserError
@@ -295,6 +297,24 @@ class KnobScreen(ModalScreen[dict[str, Any] | None]):
         self.dismiss(None)
 
 
+class TickList(SelectionList[str]):
+    """A selection list whose unticked boxes are empty: Textual draws the same X in every box
+    and tells them apart by colour alone, which a monochrome terminal or a colour-blind person
+    does not see."""
+
+    def render_line(self, y: int) -> Strip:
+        strip = super().render_line(y)
+        segments = list(strip)
+        try:
+            ticked = self.get_option_at_index(self.scroll_offset.y + y).value in self.selected
+        except OptionDoesNotExist:  # a line below the last choice
+            return strip
+        if ticked or len(segments) < 2:
+            return strip
+        segments[1] = segments[1]._replace(text=" " * len(segments[1].text))
+        return Strip(segments, strip.cell_length)
+
+
 class MetricsScreen(ModalScreen[list[str] | None]):
     """Tick the metrics the history tab charts for every GPU (space ticks, enter applies)."""
 
@@ -326,9 +346,7 @@ class MetricsScreen(ModalScreen[list[str] | None]):
         with Vertical():
             yield Label("History: what to chart", classes="title")
             yield Label("GPU metrics are charted for every GPU, host metrics once", classes="hint")
-            yield SelectionList[str](
-                *(Selection(label, key, key in self.chosen) for key, label in self.choices), id="metrics"
-            )
+            yield TickList(*(Selection(label, key, key in self.chosen) for key, label in self.choices), id="metrics")
             yield Label("space ticks   enter applies   esc cancels", classes="hint")
             yield Static(classes="error", id="metrics-error")
 
