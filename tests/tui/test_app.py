@@ -628,7 +628,9 @@ def test_history_charts_several_metrics_and_the_host_under_one_cursor() -> None:
             assert isinstance(app.screen, MetricsScreen)
             # Ticked or not reads without colour: an X in a ticked box only.
             boxes = [app.screen.query_one("#metrics").render_line(y).text[:3] for y in range(3)]
-            assert boxes[0].strip("▐▌ ") == "X" and boxes[1].strip("▐▌ ") == "" and boxes[2].strip("▐▌ ") == ""
+            assert (
+                boxes[0].strip("▐▌ ") == "X" and boxes[1].strip("▐▌ ") == "" and boxes[2].strip("▐▌ ") == ""
+            )
             # The list starts on utilisation (ticked); tick power (two down) and apply with enter.
             await pilot.press("down", "down", "space", "enter")
             assert isinstance(app.screen, MainScreen)

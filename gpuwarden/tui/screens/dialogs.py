@@ -13,11 +13,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.screen import ModalScreen
+from textual.strip import Strip
 from textual.suggester import Suggester
 from textual.widgets import Input, Label, OptionList, SelectionList, Static
 from textual.widgets.option_list import OptionDoesNotExist
 from textual.widgets.selection_list import Selection
-from textual.strip import Strip
 from textual.worker import Worker, WorkerState
 
 from gpuwarden.core.errors import UserError
@@ -346,7 +346,9 @@ class MetricsScreen(ModalScreen[list[str] | None]):
         with Vertical():
             yield Label("History: what to chart", classes="title")
             yield Label("GPU metrics are charted for every GPU, host metrics once", classes="hint")
-            yield TickList(*(Selection(label, key, key in self.chosen) for key, label in self.choices), id="metrics")
+            yield TickList(
+                *(Selection(label, key, key in self.chosen) for key, label in self.choices), id="metrics"
+            )
             yield Label("space ticks   enter applies   esc cancels", classes="hint")
             yield Static(classes="error", id="metrics-error")
 
