@@ -30,6 +30,11 @@ def test_a_language_model_keeps_its_sequence_length() -> None:
 
 
 def test_only_image_inference_is_offered_an_image_size() -> None:
-    infer: dict[str, object] = {"batch_size": 4, "max_new_tokens": 64, "max_pixels": None, "precision": "auto"}
+    infer: dict[str, object] = {
+        "batch_size": 4,
+        "max_new_tokens": 64,
+        "max_pixels": None,
+        "precision": "auto",
+    }
     assert "max_pixels" not in current_knobs("infer", {"infer": {"task": "generate", **infer}})
     assert "max_pixels" in current_knobs("infer", {"infer": {"task": "image_to_text", **infer}})
