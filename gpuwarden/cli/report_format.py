@@ -59,11 +59,16 @@ def _samples_text(tp: dict[str, Any]) -> str:
     return _n(tp["samples"], "d")
 
 
+# What the runner's own peak measured, in a user's words (the JSON keeps the field's value).
+_PEAK_KIND = {"cuda_allocated": "CUDA memory allocated", "host_rss": "resident memory"}
+
+
 # A run without GPU readings (on the CPU, or on a card that does not report the value) gets one
 # "n/a" for the row, not one for each of its parts.
 def _memory_text(mem: dict[str, Any]) -> str:
     runner = mem["runner_peak_bytes"]
-    runner_text = f"runner's {mem['runner_peak_kind']} peak {_bytes(runner)}" if runner is not None else ""
+    kind = _PEAK_KIND.get(mem["runner_peak_kind"], mem["runner_peak_kind"])
+    runner_text = f"the runner's peak {kind} {_bytes(runner)}" if runner is not None else ""
     if mem["gpu_used_peak_bytes"] is None:
         return runner_text or "n/a"
     text = _bytes(mem["gpu_used_peak_bytes"])

@@ -209,7 +209,9 @@ def test_cpu_run_has_no_energy_or_power(tmp_path: Path) -> None:
         "energy": "n/a",
         "power": "n/a",
     }
-    assert "n/a" not in render_text(r).split("peak memory", 1)[1].splitlines()[0]
+    memory_line = render_text(r).split("peak memory", 1)[1].splitlines()[0]
+    assert "n/a" not in memory_line
+    assert "the runner's peak resident memory" in memory_line and "host_rss" not in memory_line
 
 
 def test_a_command_run_that_reports_nothing_reads_n_a_once_per_row(tmp_path: Path) -> None:
