@@ -24,6 +24,7 @@ from gpuwarden.core.errors import UserError
 from gpuwarden.tui.app import GpuwardenApp
 from gpuwarden.tui.backend import Frame, RunDetailView, SampleFrame
 from gpuwarden.tui.controls import OFFLINE
+from gpuwarden.tui.formatting import clock as clock_text
 from gpuwarden.tui.messages import FramesReady
 from gpuwarden.tui.screens.dialogs import KnobScreen, MetricsScreen, SubmitScreen
 from gpuwarden.tui.screens.history import HistoryBlock, HistoryPane
@@ -112,6 +113,9 @@ def test_the_five_minute_history_follows_live_samples() -> None:
             clock.now += 5
             app.tick()
             assert "newest 5s ago" in text_of(app.query_one("#history-head", Static))
+            # The block's time of its newest point is the same moment (not its bucket's, older).
+            title = text_of(app.query(HistoryBlock).first().title)
+            assert f"▸ {clock_text(clock.now - 5)} (newest)" in title
 
     run(body())
 

@@ -442,8 +442,11 @@ class HistoryPane(VerticalScroll, can_focus=True):
         for block in self.query(HistoryBlock):
             title = Text()
             title.append(block.title_text, style="bold")
-            if ts is not None:
-                title.append(f"   ▸ {clock(ts, with_date=with_date)}", style="bold")
+            # At the newest point: the time of the newest reading, the one the head's age counts
+            # from (the point's own time is its bucket's, up to a bucket older).
+            shown = self.newest_ts if self.cursor is None and self.newest_ts is not None else ts
+            if shown is not None:
+                title.append(f"   ▸ {clock(shown, with_date=with_date)}", style="bold")
                 if self.cursor is None:
                     title.append(" (newest)", style="dim")
             block.title.update(title)
