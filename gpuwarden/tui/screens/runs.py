@@ -91,6 +91,28 @@ def widths(total: int) -> tuple[int, int]:
     return name, bar_width
 
 
+class FootLine(Static):
+    """The line under the table: the selected run's message, cut to the room left by what is
+    on the right. Cut when drawn, at the width it is drawn at: a width remembered from an
+    earlier layout (the pane is laid out more than once as the dashboard starts) went stale.
+    Its width is the pane's, never its content's: a padded line would size its own box."""
+
+    DEFAULT_CSS = "FootLine { width: 1fr; }"
+
+    def show(self, message: Text, info: Text) -> None:
+        self._message, self._info = message, info
+        self.refresh()
+
+    def render(self) -> Text:
+        message = getattr(self, "_message", Text())
+        info = getattr(self, "_info", Text())
+        room = max(0, self.content_size.width - info.cell_len)
+        cut = message.copy()
+        cut.truncate(room, overflow="ellipsis")
+        cut.pad_right(room - cut.cell_len)
+        return cut + info
+
+
 class RunsPane(Vertical):
     """The table, a line with the selected run's message, and the filter line when filtering."""
 
@@ -141,7 +163,7 @@ class RunsPane(Vertical):
         yield Input(
             placeholder="part of a name, an id or a state; enter keeps it, esc clears", id="runs-filter"
         )
-        yield Static(id="runs-foot")
+        yield FootLine(id="runs-foot")
 
     def on_mount(self) -> None:
         self._layout(self.size.width or self.app.size.width)
@@ -266,10 +288,7 @@ class RunsPane(Vertical):
         if self.query_text:
             info.append(f"  {len(self._order)} of {len(self._all)} · /{self.query_text}")
         info.append(f"  sorted by {self.sort_label}")
-        room = max(0, (self.size.width or 80) - 2 - info.cell_len)
-        text.truncate(room, overflow="ellipsis")
-        text.pad_right(room - text.cell_len)
-        self.query_one("#runs-foot", Static).update(text + info)
+        self.query_one("#runs-foot", FootLine).show(text, info)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         self._show_foot()
