@@ -60,13 +60,15 @@ class HostLink:
         self._lock = threading.Lock()
 
     def call(self, fn: Callable[[ApiClient], T]) -> T:
-        """`fn` on this host's client, opening it first; UserError in the host's words."""
+        """`fn` on this host's client, opening it first; UserError in the host's words. Only the
+        opening is serialised: a long call (a live stream) leaves the client to the others."""
         with self._lock:
             client = self._open()
-            try:
-                return fn(client)
-            except UserError as exc:
-                raise self._judge(exc) from None
+        try:
+            return fn(client)
+        except UserError as exc:
+            with self._lock:
+                raise self._judge(exc, client) from None
 
     def _open(self) -> ApiClient:
         if self._client is not None:
@@ -82,16 +84,16 @@ class HostLink:
             self._client.check_version()
         except UserError as exc:
             self._reset()
-            error = self._judge(exc)
+            error = self._judge(exc, None)
             self._failed = (time.monotonic(), error)
             raise error from None
         self._failed = None
         return self._client
 
-    def _judge(self, exc: UserError) -> UserError:
-        """A failure through the tunnel in this host's terms; a broken link is dropped, to be
-        opened again on the next call."""
-        if exc.code in ("not_running", "transport", "timeout", "api_version"):
+    def _judge(self, exc: UserError, client: ApiClient | None) -> UserError:
+        """A failure through the tunnel in this host's terms; a broken link (`client`, unless
+        another call replaced it already) is dropped, to be opened again on the next call."""
+        if exc.code in ("not_running", "transport", "timeout", "api_version") and client is self._client:
             self._reset()
         if self.local or exc.code not in ("not_running", "transport", "api_version"):
             return exc

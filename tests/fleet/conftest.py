@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.daemon.conftest import REPO, DaemonHandle
@@ -80,6 +81,16 @@ class Sshd:
         """What a user's settings would say: this ssh config, and how gpuwarden runs there."""
         remote = f"PYTHONPATH={shlex.quote(str(REPO))} {shlex.quote(sys.executable)} -m gpuwarden"
         return {"GPUWARDEN_SSH__CONFIG": str(self.ssh_config), "GPUWARDEN_SSH__GPUWARDEN": remote}
+
+
+def ssh_processes(sshd: Sshd) -> list[psutil.Process]:
+    """ssh clients started with the test's ssh config (by any gpuwarden of this test)."""
+    found = []
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if proc.info["name"] == "ssh" and str(sshd.ssh_config) in cmdline:
+            found.append(proc)
+    return found
 
 
 def _user() -> str:

@@ -5,23 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import psutil
 import pytest
 
 from tests.daemon.conftest import command_spec, wait_for
-from tests.fleet.conftest import Sshd, World
+from tests.fleet.conftest import World, ssh_processes
 
 pytestmark = pytest.mark.slow
-
-
-def _ssh_processes(sshd: Sshd) -> list[psutil.Process]:
-    """ssh clients started with the test's ssh config (by any gpuwarden of this test)."""
-    found = []
-    for proc in psutil.process_iter(["name", "cmdline"]):
-        cmdline = proc.info["cmdline"] or []
-        if proc.info["name"] == "ssh" and str(sshd.ssh_config) in cmdline:
-            found.append(proc)
-    return found
 
 
 def _finished_run(world: World, host: str, text: str) -> str:
@@ -64,7 +53,7 @@ def test_ps_show_logs_and_gpus_of_two_hosts(world: World) -> None:
     missing = world.cli("show", "nosuchrun", "--host", "h1,h2")
     assert missing.returncode == 2
     assert missing.stderr.strip() == "gpuwarden: no host has run nosuchrun (h1: not there; h2: not there)"
-    assert not _ssh_processes(world.sshd), "the CLI left ssh processes behind"
+    assert not ssh_processes(world.sshd), "the CLI left ssh processes behind"
     assert not list((world.client_root / "run" / "gpuwarden" / "ssh").iterdir()), "tunnel sockets left"
 
 
@@ -147,10 +136,10 @@ def test_a_fleet_keeps_one_tunnel_per_host_and_reopens_it(world: World) -> None:
     with Fleet(["h1", "h2"], ssh, world.client_root / "run") as fleet:
         first = fleet.each(lambda c: len(c.gpus().gpus))
         assert [(a.host, a.value) for a in first] == [("h1", 2), ("h2", 1)]
-        masters = {p.pid for p in _ssh_processes(world.sshd)}
+        masters = {p.pid for p in ssh_processes(world.sshd)}
         assert len(masters) == 2
         fleet.each(lambda c: c.runs())
-        assert {p.pid for p in _ssh_processes(world.sshd)} == masters  # kept, not opened again
+        assert {p.pid for p in ssh_processes(world.sshd)} == masters  # kept, not opened again
 
         world.hosts["h2"].stop()
         degraded = fleet.each(lambda c: len(c.gpus().gpus))
@@ -161,4 +150,4 @@ def test_a_fleet_keeps_one_tunnel_per_host_and_reopens_it(world: World) -> None:
             return all(a.ok for a in fleet.each(lambda c: len(c.gpus().gpus)))
 
         wait_for(both, "h2 to answer again through a new tunnel")
-    assert not _ssh_processes(world.sshd), "closing the fleet must end its ssh processes"
+    assert not ssh_processes(world.sshd), "closing the fleet must end its ssh processes"
