@@ -139,6 +139,7 @@ class RunsPane(Vertical):
         self.sort = 0
         self.query_text = ""
         self.columns = FIXED  # WITH_HOST once a run of a named host is shown
+        self._laid = FIXED  # the columns the table has now
 
     @property
     def sort_label(self) -> str:
@@ -164,9 +165,9 @@ class RunsPane(Vertical):
     def _layout(self, total: int) -> None:
         """Columns sized for `total` cells; rebuilt only when that changes the widths."""
         wanted = widths(total, self.columns)
-        if wanted == self._widths and len(self.table.columns) == len(self.columns):
+        if (wanted, self.columns) == (self._widths, self._laid):
             return
-        self._widths = wanted
+        self._widths, self._laid = wanted, self.columns
         name_w, bar_w = wanted
         table = self.table
         selected = self.selected_id()
