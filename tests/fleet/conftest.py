@@ -118,11 +118,16 @@ def _sshd_config(root: Path, port: int) -> str:
     )
 
 
-@pytest.fixture
-def sshd() -> Iterator[Sshd]:
-    """sshd on 127.0.0.1, stopped (by pid) at the end; skips only where OpenSSH is not installed."""
+def sshd_missing() -> str | None:
+    """Why no test sshd can run here (None: it can)."""
     if not SSHD.exists() or shutil.which("ssh") is None or shutil.which("ssh-keygen") is None:
-        pytest.skip("needs OpenSSH (apt-get install openssh-server openssh-client; .ci/run installs it)")
+        return "needs OpenSSH (apt-get install openssh-server openssh-client; .ci/run installs it)"
+    return None
+
+
+@contextlib.contextmanager
+def started_sshd() -> Iterator[Sshd]:
+    """sshd on 127.0.0.1 as this user, with its keys in a fresh folder; stopped (by pid) after."""
     if os.getuid() == 0:
         # sshd started by root insists on its privilege-separation folder, which the package's
         # service unit creates at boot and a container may not have.
@@ -149,6 +154,16 @@ def sshd() -> Iterator[Sshd]:
             proc.kill()
             proc.wait()
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def sshd() -> Iterator[Sshd]:
+    """A real sshd; the test skips only where OpenSSH is not installed."""
+    missing = sshd_missing()
+    if missing:
+        pytest.skip(missing)
+    with started_sshd() as server:
+        yield server
 
 
 def _wait_listening(server: Sshd) -> None:
@@ -198,17 +213,18 @@ class World:
         )
 
 
-@pytest.fixture
-def world(sshd: Sshd, tmp_path: Path) -> Iterator[World]:
-    """Hosts h1 (two fake H100s) and h2 (one fake A100), each its own daemon behind sshd."""
+@contextlib.contextmanager
+def started_world(sshd: Sshd, root: Path, hosts: dict[str, str]) -> Iterator[World]:
+    """A daemon per host (`hosts`: name → fake GPUs) in its own folders under `root`, each host
+    an alias of `sshd`'s config; stopped (and their runs killed) after."""
     handles: dict[str, DaemonHandle] = {}
     roots: list[Path] = []
     try:
-        for name, gpus in (("h1", "h100x2"), ("h2", "a100-80gb")):
+        for name, gpus in hosts.items():
             runtime = Path(tempfile.mkdtemp(prefix="gw", dir="/tmp"))
             roots.append(runtime)
-            (tmp_path / name).mkdir()
-            handle = DaemonHandle(tmp_path / name, runtime, {"GPUWARDEN_FAKE_NVML": gpus})
+            (root / name).mkdir()
+            handle = DaemonHandle(root / name, runtime, {"GPUWARDEN_FAKE_NVML": gpus})
             handles[name] = handle
             handle.start()
             sshd.alias(name, handle.socket)
@@ -222,5 +238,12 @@ def world(sshd: Sshd, tmp_path: Path) -> Iterator[World]:
                 handle.stop()
             finally:
                 handle.kill_runs()
-        for root in roots:
-            shutil.rmtree(root, ignore_errors=True)
+        for folder in roots:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def world(sshd: Sshd, tmp_path: Path) -> Iterator[World]:
+    """Hosts h1 (two fake H100s) and h2 (one fake A100), each its own daemon behind sshd."""
+    with started_world(sshd, tmp_path, {"h1": "h100x2", "h2": "a100-80gb"}) as hosts:
+        yield hosts
