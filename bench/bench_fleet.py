@@ -1,9 +1,10 @@
 """Several hosts over ssh: a real sshd on 127.0.0.1 and one daemon per host (fake GPUs), each
 host an alias of a private ssh config, as tests/fleet sets them up.
 
-- `gpuwarden ps --host …` with 1 and with 4 hosts (and `ps` on a host's own socket beside them): a fresh CLI process, from its start to its
-  exit (ssh login, `gpuwarden daemon-socket-path` there, the forward, the API call, the tunnels
-  closed), the hosts in parallel threads.
+- `gpuwarden ps --host …` with 1 and with 4 hosts (and `ps` on a host's own socket beside
+  them): a fresh CLI process, from its start to its exit (ssh login, `gpuwarden
+  daemon-socket-path` there, the forward, the API call, the tunnels closed), the hosts in
+  parallel threads.
 - the dashboard's first paint with 1 and with 4 hosts: a fresh interpreter, from its start until
   the hosts tab lists every GPU of every host.
 
