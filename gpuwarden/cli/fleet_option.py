@@ -15,14 +15,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from gpuwarden.cli.run_source import reading
-from gpuwarden.client.reader import RunReader
 from gpuwarden.core.errors import UserError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 if TYPE_CHECKING:
     from gpuwarden.client.hosts import Fleet
+    from gpuwarden.client.reader import RunReader
 
 
 def hosts_option(fn: F, *, long_host: bool = True) -> F:
@@ -56,9 +55,11 @@ def chosen_hosts(hosts: tuple[str, ...], all_hosts: bool) -> list[str]:
 
         listed = load_settings().hosts
         if not listed:
+            from gpuwarden.core.paths import default_config_file
+
             raise UserError(
-                "--all-hosts: the config lists no hosts — add `hosts: [gpu1, gpu2]` to it "
-                "(`gpuwarden hosts` shows the file), or name them with --host"
+                f"no hosts listed in {default_config_file()} — add `hosts: [gpu1, gpu2]` there, "
+                "or name them with --host"
             )
         names += [name for name in listed if name not in names]
     return names
@@ -81,6 +82,8 @@ def reading_run(runs_dir: Path | None, names: list[str], run: str) -> Iterator[R
     """Where `show` and `logs` read run `run`: the host among `names` that owns it, else as
     `reading` decides (the local daemon, or `--runs DIR`)."""
     if not names:
+        from gpuwarden.cli.run_source import reading
+
         with reading(runs_dir) as client:
             yield client
         return

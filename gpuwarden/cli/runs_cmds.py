@@ -67,6 +67,8 @@ def ps(show_all: bool, runs_dir: Path | None, hosts: tuple[str, ...], all_hosts:
     if hosts or all_hosts:
         from gpuwarden.cli.fleet_cmds import fleet_ps
 
+        if runs_dir is not None:
+            raise UserError("--runs reads run folders here and --host the daemons there: give one of them")
         fleet_ps(chosen_hosts(hosts, all_hosts), show_all, as_json)
         return
     with reading(runs_dir) as client:

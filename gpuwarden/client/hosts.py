@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Generic, TypeVar
 
 from gpuwarden.client.api import ApiClient, default_socket
+from gpuwarden.client.remote_sockets import RemoteSockets
 from gpuwarden.client.ssh_forward import SshCommand, SshTunnel
 from gpuwarden.core.config.hosts import LOCAL_NAMES
 from gpuwarden.core.errors import UserError
@@ -49,8 +50,11 @@ class HostAnswer(Generic[T]):
 class HostLink:
     """One host's daemon: an ApiClient on its socket (local) or on a tunnel's local socket."""
 
-    def __init__(self, name: str, ssh: SshCommand, folder: Callable[[], Path]) -> None:
+    def __init__(
+        self, name: str, ssh: SshCommand, folder: Callable[[], Path], remembered: Callable[[], RemoteSockets]
+    ) -> None:
         self.name = name
+        self._remembered = remembered
         self.local = name in LOCAL_NAMES
         self._ssh = ssh
         self._folder = folder
@@ -78,16 +82,33 @@ class HostLink:
         try:
             if self.local:
                 self._client = ApiClient(default_socket(), timeout=self._ssh.read_timeout_s)
+                self._client.check_version()
             else:
-                self._tunnel = SshTunnel(self.name, self._ssh, self._folder())
-                self._client = ApiClient(self._tunnel.open(), timeout=self._ssh.read_timeout_s)
-            self._client.check_version()
+                self._client = self._through_tunnel()
         except UserError as exc:
             self._reset()
             error = self._judge(exc, None)
             self._failed = (time.monotonic(), error)
             raise error from None
         self._failed = None
+        return self._client
+
+    def _through_tunnel(self) -> ApiClient:
+        """A client on a new tunnel to the host's daemon, at the socket remembered from last time
+        when there is one (asked again when no daemon answers there)."""
+        remembered = self._remembered()
+        guess = remembered.get(self.name)
+        self._tunnel = SshTunnel(self.name, self._ssh, self._folder())
+        self._client = ApiClient(self._tunnel.open(guess), timeout=self._ssh.read_timeout_s)
+        try:
+            self._client.check_version()
+        except UserError as exc:
+            if guess is None or exc.code not in ("not_running", "transport"):
+                raise
+            if self._tunnel.ask_again() == guess:
+                raise
+            self._client.check_version()
+        remembered.put(self.name, self._tunnel.remote)
         return self._client
 
     def _judge(self, exc: UserError, client: ApiClient | None) -> UserError:
@@ -130,7 +151,7 @@ class Fleet:
         self._folder: Path | None = None
         self._folder_lock = threading.Lock()
         self._own_folder = False
-        self.links = [HostLink(name, ssh, self._tunnel_folder) for name in names]
+        self.links = [HostLink(name, ssh, self._tunnel_folder, self._remote_sockets) for name in names]
         self._pool = ThreadPoolExecutor(max_workers=len(self.links), thread_name_prefix="host")
         self._busy: dict[str, Future[object]] = {}
 
@@ -168,6 +189,9 @@ class Fleet:
                 make_dirs(folder)
                 self._folder = folder
             return self._folder
+
+    def _remote_sockets(self) -> RemoteSockets:
+        return RemoteSockets(self._tunnel_folder() / "sockets.json")
 
     def close(self) -> None:
         for link in self.links:

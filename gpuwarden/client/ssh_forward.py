@@ -92,17 +92,28 @@ class SshTunnel:
         self._spawn = spawn
         self._master: subprocess.Popen[bytes] | None = None
 
-    def open(self) -> Path:
-        """Log in, find the daemon's socket there, forward it; the local socket. UserError when any
-        step fails, with the tunnel closed."""
+    def open(self, remote: Path | None = None) -> Path:
+        """Log in, find the daemon's socket there (unless `remote` says where it was last time),
+        forward it; the local socket. UserError when any step fails, with the tunnel closed."""
         try:
             self._start_master()
-            self.remote = self._remote_socket()
+            self.remote = remote or self._remote_socket()
             self._forward(self.remote)
         except BaseException:
             self.close()
             raise
         return self.local
+
+    def ask_again(self) -> Path:
+        """Ask the host where its daemon listens now (a remembered socket had none) and forward
+        that one instead, on the same local socket."""
+        remote = self._remote_socket()
+        if remote != self.remote and self.remote is not None:
+            self._through_master("-O", "cancel", "-L", f"{self.local}:{self.remote}", self.host)
+            self.local.unlink(missing_ok=True)
+            self.remote = remote
+            self._forward(remote)
+        return remote
 
     def alive(self) -> bool:
         return self._master is not None and self._master.poll() is None

@@ -54,7 +54,10 @@ def test_ps_show_logs_and_gpus_of_two_hosts(world: World) -> None:
     assert missing.returncode == 2
     assert missing.stderr.strip() == "gpuwarden: no host has run nosuchrun (h1: not there; h2: not there)"
     assert not ssh_processes(world.sshd), "the CLI left ssh processes behind"
-    assert not list((world.client_root / "run" / "gpuwarden" / "ssh").iterdir()), "tunnel sockets left"
+    left = [p.name for p in (world.client_root / "run" / "gpuwarden" / "ssh").iterdir()]
+    assert left == ["sockets.json"], "tunnel sockets left behind"
+    remembered = json.loads((world.client_root / "run" / "gpuwarden" / "ssh" / "sockets.json").read_text())
+    assert remembered == {name: str(handle.socket) for name, handle in world.hosts.items()}
 
 
 def test_a_host_without_daemon_is_one_line_and_comes_back(world: World) -> None:
@@ -133,11 +136,16 @@ def test_a_fleet_keeps_one_tunnel_per_host_and_reopens_it(world: World) -> None:
 
     remote = world.sshd.client_env()["GPUWARDEN_SSH__GPUWARDEN"]
     ssh = SshCommand(("ssh", "-F", str(world.sshd.ssh_config)), 5.0, 10.0, remote)
+    # A socket remembered from an earlier command where no daemon listens now: h1 is asked again.
+    (world.client_root / "run" / "ssh").mkdir(mode=0o700)
+    remembered = world.client_root / "run" / "ssh" / "sockets.json"
+    remembered.write_text(json.dumps({"h1": "/tmp/gone/api.sock"}))
     with Fleet(["h1", "h2"], ssh, world.client_root / "run") as fleet:
         first = fleet.each(lambda c: len(c.gpus().gpus))
         assert [(a.host, a.value) for a in first] == [("h1", 2), ("h2", 1)]
         masters = {p.pid for p in ssh_processes(world.sshd)}
         assert len(masters) == 2
+        assert json.loads(remembered.read_text()) == {h: str(d.socket) for h, d in world.hosts.items()}
         fleet.each(lambda c: c.runs())
         assert {p.pid for p in ssh_processes(world.sshd)} == masters  # kept, not opened again
 
