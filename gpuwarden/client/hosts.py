@@ -61,6 +61,7 @@ class HostLink:
         self._tunnel: SshTunnel | None = None
         self._client: ApiClient | None = None
         self._failed: tuple[float, UserError] | None = None
+        self._closed = False
         self._lock = threading.Lock()
 
     def call(self, fn: Callable[[ApiClient], T]) -> T:
@@ -77,6 +78,8 @@ class HostLink:
     def _open(self) -> ApiClient:
         if self._client is not None:
             return self._client
+        if self._closed:  # a late call from a thread of a dashboard that is closing
+            raise UserError("closed", code="closed")
         if self._failed is not None and time.monotonic() - self._failed[0] < RETRY_AFTER_S:
             raise self._failed[1]
         try:
@@ -135,6 +138,7 @@ class HostLink:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             self._reset()
 
 
@@ -154,6 +158,7 @@ class Fleet:
         self.links = [HostLink(name, ssh, self._tunnel_folder, self._remote_sockets) for name in names]
         self._pool = ThreadPoolExecutor(max_workers=len(self.links), thread_name_prefix="host")
         self._busy: dict[str, Future[object]] = {}
+        self._closed = False
 
     @property
     def names(self) -> list[str]:
@@ -174,8 +179,11 @@ class Fleet:
             if previous is not None and not previous.done():
                 futures[link.name] = None
                 continue
-            call = functools.partial(_named_call, link, fn)
-            futures[link.name] = self._busy[link.name] = self._pool.submit(call)
+            try:
+                future: Future[object] = self._pool.submit(functools.partial(_named_call, link, fn))
+            except RuntimeError:  # closed meanwhile (the pool takes no more work)
+                return [HostAnswer(link.name, error="closed", code="closed") for link in self.links]
+            futures[link.name] = self._busy[link.name] = future
         wait_futures([f for f in futures.values() if f is not None], timeout=wait_s)
         return [_answer(name, future) for name, future in futures.items()]
 
@@ -194,6 +202,7 @@ class Fleet:
         return RemoteSockets(self._tunnel_folder() / "sockets.json")
 
     def close(self) -> None:
+        self._closed = True
         for link in self.links:
             link.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
