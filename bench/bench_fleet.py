@@ -3,7 +3,7 @@ host an alias of a private ssh config, as tests/fleet sets them up.
 
 - `gpuwarden ps --host …` with 1 and with 4 hosts (and `ps` on a host's own socket beside
   them): a fresh CLI process, from its start to its exit (ssh login, `gpuwarden
-  daemon-socket-path` there, the forward, the API call, the tunnels closed), the hosts in
+  status --socket` there, the forward, the API call, the tunnels closed), the hosts in
   parallel threads.
 - the dashboard's first paint with 1 and with 4 hosts: a fresh interpreter, from its start until
   the hosts tab lists every GPU of every host.

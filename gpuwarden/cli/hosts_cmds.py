@@ -1,5 +1,4 @@
-"""`gpuwarden hosts` (is each host reachable, and what runs there) and `gpuwarden
-daemon-socket-path` (what another machine's gpuwarden asks over ssh to forward the socket)."""
+"""`gpuwarden hosts`: can each host be reached over ssh, and how is its daemon."""
 
 from __future__ import annotations
 
@@ -8,14 +7,6 @@ import click
 from gpuwarden.cli.fleet_option import chosen_hosts, fleet, hosts_option
 from gpuwarden.cli.format import print_json
 from gpuwarden.core.api import Health
-
-
-@click.command("daemon-socket-path")
-def daemon_socket_path() -> None:
-    """Print the path of this user's daemon socket (whether or not a daemon listens on it)."""
-    from gpuwarden.client import default_socket
-
-    click.echo(str(default_socket()))
 
 
 @click.command()

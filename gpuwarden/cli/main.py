@@ -59,9 +59,6 @@ SECTIONS: dict[str, dict[str, Entry]] = {
         "down": Entry("gpuwarden.cli.daemon_cmds:down", "Stop the daemon (runs keep running)"),
         "status": Entry("gpuwarden.cli.daemon_cmds:status", "The daemon's health, GPUs, database, socket"),
         "hosts": Entry("gpuwarden.cli.hosts_cmds:hosts", "Check the hosts --host/--all-hosts reach over ssh"),
-        "daemon-socket-path": Entry(
-            "gpuwarden.cli.hosts_cmds:daemon_socket_path", "Print where the daemon's API socket is"
-        ),
         "daemon": Entry("gpuwarden.cli.daemon_cmds:daemon", "Run the daemon in the foreground"),
         "service": Entry("gpuwarden.cli.service:service", "Install or remove the systemd user unit"),
         "example-models": Entry(

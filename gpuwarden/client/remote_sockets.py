@@ -1,5 +1,5 @@
 """Where each host's daemon listens, remembered between commands (`<runtime>/ssh/sockets.json`,
-owner-only): asking `gpuwarden daemon-socket-path` there starts a Python on the host, the
+owner-only): asking `gpuwarden status --socket` there starts a Python on the host, the
 largest part of reaching it. A remembered path is only a first guess: when no daemon answers on
 it, the host is asked again (its settings may have moved the socket)."""
 

@@ -1,7 +1,7 @@
 """One OpenSSH connection to a host, with its daemon's Unix socket forwarded to a local one.
 
 The user's own `ssh` does everything (its config, keys, agent, ProxyJump): a master connection
-(`-N -o ControlMaster=yes`) logs in once; through it `gpuwarden daemon-socket-path` asks the host
+(`-N -o ControlMaster=yes`) logs in once; through it `gpuwarden status --socket` asks the host
 where its daemon listens, and `-O forward -L LOCAL:REMOTE` forwards that socket to LOCAL, a socket
 in the user's private runtime folder (0700, the socket itself 0600). Nothing listens on the
 network, and the daemon's socket is reached as its owner, so no second authentication is needed.
@@ -194,7 +194,7 @@ class SshTunnel:
     def _remote_socket(self) -> Path:
         """Where the host's daemon listens, as gpuwarden there decides it (its settings, its
         XDG_RUNTIME_DIR, its GPUWARDEN_SOCKET)."""
-        done = self._through_master(self.host, f"{self.ssh.gpuwarden} daemon-socket-path")
+        done = self._through_master(self.host, f"{self.ssh.gpuwarden} status --socket")
         if done.returncode == NOT_INSTALLED:
             raise UserError(
                 f"`{self.ssh.gpuwarden}` is not found there — install gpuwarden on that host, or set "
@@ -205,7 +205,7 @@ class SshTunnel:
         if done.returncode != 0 or not said or not said[-1].startswith("/"):
             why = [line for line in done.stderr.splitlines() if line.strip()]
             raise UserError(
-                f"`{self.ssh.gpuwarden} daemon-socket-path` failed there: {why[-1] if why else 'no answer'}",
+                f"`{self.ssh.gpuwarden} status --socket` failed there: {why[-1] if why else 'no answer'}",
                 code="remote",
             )
         return Path(said[-1])

@@ -3,7 +3,7 @@
 sshd runs as the test's own user (`sshd -D -e -f CONFIG` on a free port, host and user keys made
 by ssh-keygen): one sshd serves every "host", and each host is an alias of a test ssh config
 whose `SetEnv GPUWARDEN_SOCKET=…` (accepted by the test sshd) makes `gpuwarden
-daemon-socket-path` there name that host's daemon. The client side is set up as a user would:
+status --socket` there name that host's daemon. The client side is set up as a user would:
 `ssh.config` (GPUWARDEN_SSH__CONFIG) names the ssh config, `ssh.gpuwarden` the remote command.
 """
 
