@@ -2,8 +2,8 @@
 
 Nothing said: the local daemon, as always. `--host` is repeatable and takes comma lists
 (`--host gpu1,gpu2 --host local`); `--all-hosts` takes the config's `hosts:` list. `history`
-has its own `--host` flag (the host's metrics), so there the option is `-H`/`--on`, which every
-command also accepts.
+has its own `--host` flag (the host's metrics), so there the option is `-H`/`--on`; `-H` is the
+short form everywhere.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ if TYPE_CHECKING:
 
 
 def hosts_option(fn: F, *, long_host: bool = True) -> F:
-    """Add `--host/-H/--on HOST` (repeatable, comma lists) and `--all-hosts` to a command."""
-    names = ["--host", "-H", "--on"] if long_host else ["-H", "--on"]
+    """Add `--host/-H HOST` (`-H/--on` where `--host` is taken; repeatable, comma lists) and
+    `--all-hosts` to a command."""
+    names = ["--host", "-H"] if long_host else ["-H", "--on"]
     fn = click.option(
         "--all-hosts",
         is_flag=True,
