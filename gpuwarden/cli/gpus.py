@@ -6,14 +6,22 @@ import time
 
 import click
 
+from gpuwarden.cli.fleet_option import chosen_hosts, hosts_option
 from gpuwarden.cli.format import gpu_line, note, print_json
 from gpuwarden.core.units import gib
 
 
 @click.command()
+@hosts_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def gpus(as_json: bool) -> None:
-    """List GPUs: name, UUID, memory, power limit, compute capability, and a current sample."""
+def gpus(hosts: tuple[str, ...], all_hosts: bool, as_json: bool) -> None:
+    """List GPUs: name, UUID, memory, power limit, compute capability, and a current sample
+    (read here through NVML; with --host, each host's daemon's latest reading)."""
+    if hosts or all_hosts:
+        from gpuwarden.cli.fleet_cmds import fleet_gpus
+
+        fleet_gpus(chosen_hosts(hosts, all_hosts), as_json)
+        return
     from gpuwarden.core.telemetry.nvml import open_gpu_reader
 
     reader = open_gpu_reader()

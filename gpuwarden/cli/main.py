@@ -58,6 +58,7 @@ SECTIONS: dict[str, dict[str, Entry]] = {
         "up": Entry("gpuwarden.cli.daemon_cmds:up", "Start the daemon in the background"),
         "down": Entry("gpuwarden.cli.daemon_cmds:down", "Stop the daemon (runs keep running)"),
         "status": Entry("gpuwarden.cli.daemon_cmds:status", "The daemon's health, GPUs, database, socket"),
+        "hosts": Entry("gpuwarden.cli.hosts_cmds:hosts", "Check the hosts --host/--all-hosts reach over ssh"),
         "daemon": Entry("gpuwarden.cli.daemon_cmds:daemon", "Run the daemon in the foreground"),
         "service": Entry("gpuwarden.cli.service:service", "Install or remove the systemd user unit"),
         "example-models": Entry(

@@ -13,6 +13,7 @@ import shutil
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +27,20 @@ from gpuwarden.cli.command_spec import (
     printable_spec,
 )
 from gpuwarden.cli.event_lines import event_line
+from gpuwarden.cli.fleet_option import (
+    chosen_hosts,
+    history_hosts_option,
+    host_field,
+    hosts_option,
+    reading_run,
+)
 from gpuwarden.cli.format import print_json
 from gpuwarden.cli.gpu_choice import select_gpus
 from gpuwarden.cli.log_follow import follow_logs
 from gpuwarden.cli.run_source import reading, runs_option
 from gpuwarden.client import ApiClient
 from gpuwarden.client.reader import RunReader
-from gpuwarden.core.api import GpuInfo, LogChunk, RunDetail, RunEvent
+from gpuwarden.core.api import GpuInfo, HistoryAnswer, LogChunk, RunDetail, RunEvent, RunSummary
 from gpuwarden.core.config.yamlsource import read_yaml_text
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.run_state import FINAL_STATES
@@ -52,9 +60,17 @@ def _when(ts: float | None) -> str:
 @click.command()
 @click.option("--all", "show_all", is_flag=True, help="Every finished run (default: the newest 20 of them).")
 @runs_option
+@hosts_option
 @json_option
-def ps(show_all: bool, runs_dir: Path | None, as_json: bool) -> None:
+def ps(show_all: bool, runs_dir: Path | None, hosts: tuple[str, ...], all_hosts: bool, as_json: bool) -> None:
     """List runs: id, name, state, attempt, when created, message."""
+    if hosts or all_hosts:
+        from gpuwarden.cli.fleet_cmds import fleet_ps
+
+        if runs_dir is not None:
+            raise UserError("--runs reads run folders here and --host the daemons there: give one of them")
+        fleet_ps(chosen_hosts(hosts, all_hosts), show_all, as_json)
+        return
     with reading(runs_dir) as client:
         runs = client.runs()
     jobs: dict[str, str] = {}
@@ -62,12 +78,7 @@ def ps(show_all: bool, runs_dir: Path | None, as_json: bool) -> None:
         from gpuwarden.cli.slurm_view import slurm_jobs
 
         runs, jobs = slurm_jobs(runs_dir, runs)
-    hidden = 0
-    if not show_all:
-        active = [r for r in runs if r.state not in FINAL_STATES]
-        done = [r for r in runs if r.state in FINAL_STATES]
-        hidden = max(0, len(done) - SHOWN_FINISHED)
-        runs = active + done[:SHOWN_FINISHED]
+    runs, hidden = shown_runs(runs, show_all)
     if as_json:
         print_json({"runs": runs, "hidden_finished": hidden, **({"slurm_jobs": jobs} if jobs else {})})
         return
@@ -75,15 +86,34 @@ def ps(show_all: bool, runs_dir: Path | None, as_json: bool) -> None:
         click.echo("no runs — submit one with `gpuwarden run SPEC.yaml`")
         return
     job_head = f"{'SLURM JOB':<24} " if jobs else ""
-    click.echo(f"{'ID':<12} {'NAME':<24} {'STATE':<12} {'ATT':>3}  {'CREATED':<19}  {job_head}MESSAGE")
+    click.echo(ps_head(job_head))
     for r in runs:
         job = f"{jobs.get(r.id, '-')[:24]:<24} " if jobs else ""
-        click.echo(
-            f"{r.id:<12} {r.name[:24]:<24} {r.state:<12} {r.attempt:>3}  {_when(r.created_at)}"
-            f"  {job}{(r.message or '')[:80]}"
-        )
+        click.echo(ps_line(r, job))
     if hidden:
         click.echo(f"… and {hidden} older finished run(s) — gpuwarden ps --all lists every run")
+
+
+def shown_runs(runs: list[RunSummary], show_all: bool) -> tuple[list[RunSummary], int]:
+    """The runs `ps` lists (the active ones, then the newest finished ones) and how many it hides."""
+    if show_all:
+        return runs, 0
+    active = [r for r in runs if r.state not in FINAL_STATES]
+    done = [r for r in runs if r.state in FINAL_STATES]
+    return active + done[:SHOWN_FINISHED], max(0, len(done) - SHOWN_FINISHED)
+
+
+def ps_head(job_head: str = "") -> str:
+    """The header of `ps`'s table (a column for each run's Slurm job when `job_head` names it)."""
+    return f"{'ID':<12} {'NAME':<24} {'STATE':<12} {'ATT':>3}  {'CREATED':<19}  {job_head}MESSAGE"
+
+
+def ps_line(r: RunSummary, job: str = "") -> str:
+    """One run as a row of `ps`'s table."""
+    return (
+        f"{r.id:<12} {r.name[:24]:<24} {r.state:<12} {r.attempt:>3}  {_when(r.created_at)}"
+        f"  {job}{(r.message or '')[:80]}"
+    )
 
 
 @click.command("run")
@@ -323,6 +353,7 @@ def resume(run: str, as_json: bool) -> None:
     "--tail", "tail_bytes", type=click.IntRange(1, 1 << 20), default=65536, help="Bytes from the end."
 )
 @runs_option
+@hosts_option
 @json_option
 def logs(
     run: str,
@@ -331,15 +362,17 @@ def logs(
     attempt: int | None,
     tail_bytes: int,
     runs_dir: Path | None,
+    hosts: tuple[str, ...],
+    all_hosts: bool,
     as_json: bool,
 ) -> None:
     """Print a run's output (the end of it; with -f, then new output as it comes, through every
     attempt until the run ends, each new attempt announced on stderr)."""
     stream = "stderr" if use_stderr else "stdout"
-    with reading(runs_dir) as client:
+    with reading_run(runs_dir, chosen_hosts(hosts, all_hosts), run) as client:
         chunk = client.logs(run, stream=stream, attempt=attempt, offset=-tail_bytes, limit=tail_bytes)
         if as_json and not follow:
-            print_json(chunk)
+            print_json({**host_field(client), **chunk.model_dump(mode="json")})
             return
         collected: list[LogChunk] = [chunk]
 
@@ -354,6 +387,7 @@ def logs(
     if as_json:
         print_json(
             {
+                **host_field(client),
                 "data": "".join(c.data for c in collected),
                 "offset": collected[0].offset,
                 "next_offset": collected[-1].next_offset,
@@ -415,45 +449,85 @@ def rm(runs: tuple[str, ...], as_json: bool) -> None:
 @click.option("--gpu", "gpus", multiple=True, help="GPU index or UUID (repeatable); default all.")
 @click.option("--host", is_flag=True, help="The host's CPU, memory and load instead of the GPUs.")
 @click.option("--points", type=click.IntRange(1, 5000), default=60, show_default=True, help="Buckets.")
+@history_hosts_option
 @json_option
 def history(
-    window: str, metrics: tuple[str, ...], gpus: tuple[str, ...], host: bool, points: int, as_json: bool
+    window: str,
+    metrics: tuple[str, ...],
+    gpus: tuple[str, ...],
+    host: bool,
+    points: int,
+    hosts: tuple[str, ...],
+    all_hosts: bool,
+    as_json: bool,
 ) -> None:
     """Metric history from the daemon's store: per series its last, mean, min and max."""
     if host and gpus:
         raise UserError("--gpu selects GPUs and --host the host: use one of them")
+
+    def read(client: ApiClient) -> HistoryReading:
+        return read_history(client, window=window, metrics=metrics, gpus=gpus, host=host, points=points)
+
+    names = chosen_hosts(hosts, all_hosts)
+    if names:
+        from gpuwarden.cli.fleet_cmds import fleet_history
+
+        fleet_history(names, read, window, as_json)
+        return
     with ApiClient() as client:
-        if not host:
-            wrong = [m for m in metrics if m in HOST_ONLY_METRICS]
-            if wrong:
-                raise UserError(f"{wrong[0]} is a host metric: add --host")
-        present = [] if host else client.gpus().gpus
-        uuids = _history_gpus(present, gpus)
-        result = client.history(window=window, metrics=metrics, gpus=uuids, points=points, host=host)
-        statics = {g.uuid: g for g in present}
-        gpu_status = None if host else client.health().gpu_status
+        reading = read(client)
     if as_json:
-        print_json(result)
+        print_json(reading.result)
         return
-    series = result.series
+    for line in history_lines(window, reading):
+        click.echo(line)
+
+
+@dataclass(frozen=True)
+class HistoryReading:
+    """What `history` read from one daemon: the series, its GPUs, why it samples none (if so)."""
+
+    result: HistoryAnswer
+    statics: dict[str, GpuInfo]
+    gpu_status: str | None
+    host: bool
+
+
+def read_history(
+    client: ApiClient, *, window: str, metrics: Sequence[str], gpus: Sequence[str], host: bool, points: int
+) -> HistoryReading:
+    if not host:
+        wrong = [m for m in metrics if m in HOST_ONLY_METRICS]
+        if wrong:
+            raise UserError(f"{wrong[0]} is a host metric: add --host")
+    present = [] if host else client.gpus().gpus
+    uuids = _history_gpus(present, gpus)
+    result = client.history(window=window, metrics=metrics, gpus=uuids, points=points, host=host)
+    gpu_status = None if host else client.health().gpu_status
+    return HistoryReading(result, {g.uuid: g for g in present}, gpu_status, host)
+
+
+def history_lines(window: str, reading: HistoryReading) -> Iterator[str]:
+    """Per series: its last, mean, min and max over the window."""
+    series = reading.result.series
     if not series:
-        if not host and gpu_status:
-            click.echo(f"no GPU history: {gpu_status} (add --host for the host's CPU and memory)")
+        if not reading.host and reading.gpu_status:
+            yield f"no GPU history: {reading.gpu_status} (add --host for the host's CPU and memory)"
         else:
-            click.echo("no samples in that window")
+            yield "no samples in that window"
         return
-    click.echo(f"{window.strip()} window, {result.tier} tier, {result.step} s per point")
+    yield f"{window.strip()} window, {reading.result.tier} tier, {reading.result.step} s per point"
     for key, by_metric in series.items():
-        static = statics.get(key)
+        static = reading.statics.get(key)
         name = "host" if key == "host" else f"GPU {static.index}" if static else key[:16]
         for metric, values in by_metric.items():
             if not values:
-                click.echo(f"{name:<8} {metric:<14} no data")
+                yield f"{name:<8} {metric:<14} no data"
                 continue
             # each point is [bucket start, avg, min, max]; the mean weighs every bucket alike
             mean = sum(p[1] for p in values) / len(values)
             low, high = min(p[2] for p in values), max(p[3] for p in values)
-            click.echo(
+            yield (
                 f"{name:<8} {metric:<14} last {named(metric, values[-1][1])}  mean {named(metric, mean)}"
                 f"  min {named(metric, low)}  max {named(metric, high)}"
                 f"  ({len(values)} point{'' if len(values) == 1 else 's'})"

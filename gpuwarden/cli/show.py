@@ -12,8 +12,9 @@ from typing import Any
 import click
 
 from gpuwarden.cli.event_lines import REPORT_KEYS, edit_text
+from gpuwarden.cli.fleet_option import chosen_hosts, host_field, hosts_option, reading_run
 from gpuwarden.cli.format import print_json
-from gpuwarden.cli.run_source import reading, runs_option
+from gpuwarden.cli.run_source import runs_option
 from gpuwarden.client.reader import RunReader
 from gpuwarden.core.api import Attempt, RankStatus, RunDetail, RunEvent
 from gpuwarden.core.command.record import summary_lines
@@ -158,14 +159,17 @@ def detail_lines(detail: RunDetail, events: list[RunEvent]) -> Iterator[str]:
 @click.command()
 @click.argument("run")
 @runs_option
+@hosts_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (and nothing else) on stdout.")
-def show(run: str, runs_dir: Path | None, as_json: bool) -> None:
-    """A run's state, spec, attempts, retunes and report."""
-    with reading(runs_dir) as client:
+def show(run: str, runs_dir: Path | None, hosts: tuple[str, ...], all_hosts: bool, as_json: bool) -> None:
+    """A run's state, spec, attempts, retunes and report (with --host: on the host that has it)."""
+    with reading_run(runs_dir, chosen_hosts(hosts, all_hosts), run) as client:
         detail = client.run(run)
         if as_json:
-            print_json(detail)
+            print_json({**host_field(client), **detail.model_dump(mode="json")})
             return
         events = _events(client, detail.id)
+    if host_field(client):
+        click.echo(f"host:     {host_field(client)['host']}")
     for line in detail_lines(detail, events):
         click.echo(line)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from gpuwarden.cli.fleet_option import chosen_hosts, hosts_option
 from gpuwarden.core.errors import UserError
 
 if TYPE_CHECKING:
@@ -99,6 +100,17 @@ def _open_runs(root: Path) -> DashboardBackend:
     return RunsBackend(root)
 
 
+def _open_hosts(names: list[str]) -> DashboardBackend:
+    """Every named host's daemon, each reached on its own (the app closes the ssh tunnels)."""
+    from gpuwarden.client.hosts import Fleet
+    from gpuwarden.client.ssh_forward import SshCommand
+    from gpuwarden.core.config.settings import load_settings
+    from gpuwarden.tui.fleet_backend import FleetBackend
+
+    settings = load_settings()
+    return FleetBackend(Fleet(names, SshCommand.of(settings.ssh), settings.resolve_paths().runtime_dir))
+
+
 def _ask(prompt: str, choices: list[str]) -> str:
     return str(click.prompt(prompt, type=click.Choice(choices), default=choices[0], err=True))
 
@@ -117,21 +129,35 @@ def _ask(prompt: str, choices: list[str]) -> str:
     help="Browse the run folders in DIR (gpuwarden exec's, in cluster jobs) read-only instead.",
 )
 @click.option("--readonly", is_flag=True, help="Watch only: no control (stop, submit, …) is offered.")
+@hosts_option
 @click.option(
     "--log",
     "log_path",
     type=click.Path(dir_okay=False, writable=True, path_type=Path),
     help="Append what the dashboard told you, its connections and why a live stream ended to this file.",
 )
-def tui(db_path: Path | None, runs_dir: Path | None, readonly: bool, log_path: Path | None) -> None:
-    """Open the dashboard: GPUs, runs and history, live from the daemon (works over SSH)."""
+def tui(
+    db_path: Path | None,
+    runs_dir: Path | None,
+    readonly: bool,
+    hosts: tuple[str, ...],
+    all_hosts: bool,
+    log_path: Path | None,
+) -> None:
+    """Open the dashboard: GPUs, runs and history, live from the daemon (works over SSH); with
+    --host, of several hosts' daemons at once."""
     if db_path is not None and runs_dir is not None:
         raise UserError("--db and --runs: give one (--db reads one database, --runs every run folder in DIR)")
+    names = chosen_hosts(hosts, all_hosts)
+    if names and (db_path is not None or runs_dir is not None):
+        raise UserError("--host reads daemons, --db and --runs stored runs: give one of them")
     if log_path is not None:
         from gpuwarden.tui.session_log import open_session_log
 
         open_session_log(log_path)
-    if runs_dir is not None:
+    if names:
+        backend, forced = _open_hosts(names), False
+    elif runs_dir is not None:
         backend, forced = _open_runs(runs_dir), True
     else:
         backend, forced = _daemon_or_db(db_path)

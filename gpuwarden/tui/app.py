@@ -30,6 +30,7 @@ from gpuwarden.core.errors import UserError
 from gpuwarden.tui.backend import (
     DashboardBackend,
     HistorySeries,
+    HostsSource,
     ProcessInfo,
     RunDetailView,
     RunRow,
@@ -443,7 +444,7 @@ class GpuwardenApp(App[None]):
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen(self.readonly))
+            self.push_screen(HelpScreen(self.readonly, hosts=isinstance(self.backend, HostsSource)))
 
     def cycle_overview_metric(self, step: int) -> None:
         self.overview_metric = next_metric(self.overview_metric, step)

@@ -15,10 +15,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple, Protocol
+from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from pydantic import ConfigDict
 
+from gpuwarden.client.fleet_view import FleetGpu
+from gpuwarden.client.hosts import HostAnswer
 from gpuwarden.core.api import Attempt, LogChunk, Retune, RunMetric, RunSummary
 from gpuwarden.core.telemetry.types import GpuSample, GpuStatic, HostSample
 
@@ -93,6 +95,7 @@ class RunRow(RunSummary):
     total: float | None = None
     samples_per_s: float | None = None
     retunes: int = 0
+    host: str | None = None  # the machine it runs on, when the dashboard shows several
 
 
 def reported_number(value: Any) -> float | None:
@@ -255,3 +258,14 @@ class DashboardBackend(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class HostsSource(Protocol):
+    """A backend over several hosts (`gpuwarden tui --host …`): the dashboard adds its hosts tab."""
+
+    host_names: list[str]
+
+    def gpu_rows(self) -> list[HostAnswer[list[FleetGpu]]]:
+        """Every host's GPUs, or the line saying why a host shows none."""
+        ...

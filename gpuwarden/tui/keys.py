@@ -14,6 +14,7 @@ class KeyAction:
     where: str  # "everywhere", "runs", "run detail", "overview", "history"
     control: bool = False  # changes something: absent with --readonly
     also: tuple[str, ...] = ()  # other actions the same keys are bound to (up and down, both ends)
+    hosts: bool = False  # offered only with several hosts (`gpuwarden tui --host …`)
 
 
 ACTIONS: tuple[KeyAction, ...] = (
@@ -60,6 +61,8 @@ ACTIONS: tuple[KeyAction, ...] = (
     KeyAction("o", "show_stream('stderr')", "Log: stdout / stderr (the footer names which)", "run detail"),
     KeyAction("f", "toggle_follow", "Log: follow on / off", "run detail"),
     KeyAction("escape", "back", "Back to the runs table", "run detail"),
+    KeyAction("4", "show_hosts", "Hosts: every GPU of every host", "everywhere", hosts=True),
+    KeyAction("f", "toggle_sort", "Sort by free memory / by host", "hosts", hosts=True),
 )
 
 CONTROL_ACTIONS = frozenset(a.action for a in ACTIONS if a.control)

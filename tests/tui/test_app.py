@@ -22,6 +22,7 @@ from gpuwarden.tui.messages import FramesReady
 from gpuwarden.tui.screens.dialogs import ConfirmScreen, KnobScreen, MetricsScreen, SubmitScreen
 from gpuwarden.tui.screens.help import HelpScreen
 from gpuwarden.tui.screens.history import HistoryBlock, HistoryPane
+from gpuwarden.tui.screens.hosts import HostsPane
 from gpuwarden.tui.screens.main import MainScreen
 from gpuwarden.tui.screens.run_detail import RunDetailScreen, Scroller
 from gpuwarden.tui.screens.runs import RunsPane
@@ -733,7 +734,9 @@ def test_every_binding_is_in_the_help_table_and_palette_offers_only_gpuwardens_c
         async with app.run_test(size=(80, 24)) as pilot:
             await settle(pilot)
             documented = {name for a in ACTIONS for name in (a.action.split("(")[0], *a.also)}
-            holders: list[Any] = [app, app.main, RunDetailScreen, HistoryPane, RunsPane, NavTable, Scroller]
+            holders: list[Any] = [
+                *(app, app.main, RunDetailScreen, HistoryPane, RunsPane, NavTable, Scroller, HostsPane)
+            ]
             for holder in holders:
                 for binding in holder.BINDINGS:
                     assert binding.action.split("(")[0] in documented, binding

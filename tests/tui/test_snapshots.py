@@ -167,3 +167,16 @@ def test_storage_fault(snap_compare: Compare, size: tuple[int, int]) -> None:
 def test_storage_fault_on_a_run_screen(snap_compare: Compare) -> None:
     app, before = _storage_fault("2", "enter")
     assert snap_compare(app, run_before=before)
+
+
+def test_hosts_tab(snap_compare: Compare) -> None:
+    """Several hosts at 80×24: every GPU by free memory, a line for the host that is down."""
+    from tests.tui.fake_fleet import FakeFleet
+
+    assert snap_compare(make_app(FakeFleet()), terminal_size=(80, 24), run_before=keys())
+
+
+def test_runs_of_several_hosts(snap_compare: Compare) -> None:
+    from tests.tui.fake_fleet import FakeFleet
+
+    assert snap_compare(make_app(FakeFleet()), terminal_size=(80, 24), run_before=keys("2"))

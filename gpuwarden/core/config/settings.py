@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from gpuwarden.core.config.hosts import HostName, SshSettings
 from gpuwarden.core.config.validation import StrictModel, refuse_foreign, validate
 from gpuwarden.core.config.yamlsource import KeyPath, YamlDocument, load_yaml_file
 from gpuwarden.core.errors import UserError
@@ -79,6 +80,11 @@ class Settings(StrictModel):
         description="a command that sets a GPU's power limit for `tune --power-sweep` without root, "
         "with {index}, {uuid} and {watts} filled in, e.g. 'sudo -n nvidia-smi -i {index} -pl {watts}'",
     )
+
+    hosts: list[HostName] = Field(
+        default_factory=list, description="machines `--all-hosts` reads, as ssh takes them; `local`: this one"
+    )
+    ssh: SshSettings = Field(default_factory=SshSettings)
 
     def resolve_paths(self) -> Paths:
         state = (self.paths.state_dir or default_state_dir()).expanduser()

@@ -14,13 +14,13 @@ from textual.widgets import Static
 from gpuwarden.tui.keys import ACTIONS
 
 
-def help_table(readonly: bool) -> Table:
+def help_table(readonly: bool, hosts: bool = False) -> Table:
     table = Table(box=None, expand=True, padding=(0, 1), show_edge=False)
     table.add_column("Key", style="bold cyan", no_wrap=True)
     table.add_column("Action")
     table.add_column("Where", style="dim", no_wrap=True)
     for a in ACTIONS:
-        if readonly and a.control:
+        if (readonly and a.control) or (a.hosts and not hosts):
             continue
         table.add_row(a.key, a.description, a.where)
     return table
@@ -47,15 +47,16 @@ class HelpScreen(ModalScreen[None]):
     HelpScreen .title { text-style: bold; }
     """
 
-    def __init__(self, readonly: bool) -> None:
+    def __init__(self, readonly: bool, hosts: bool = False) -> None:
         super().__init__()
         self.readonly = readonly
+        self.hosts = hosts
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
             title = "Keys" + (" (read-only: no controls)" if self.readonly else "") + " — esc closes"
             yield Static(title, classes="title")
-            yield Static(help_table(self.readonly))
+            yield Static(help_table(self.readonly, self.hosts))
 
     def action_scroll(self, where: str) -> None:
         scroll = self.query_one(VerticalScroll)

@@ -15,11 +15,13 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import Footer, TabbedContent, TabPane, Tabs
 
+from gpuwarden.tui.backend import HostsSource
 from gpuwarden.tui.controls import CONTROL_KEYS, RUN_CONTROLS, refusal
 from gpuwarden.tui.keys import CONTROL_ACTIONS
 from gpuwarden.tui.metrics import CHART_METRICS, HOST_CHART_METRICS
 from gpuwarden.tui.screens.dialogs import MetricsScreen
 from gpuwarden.tui.screens.history import HistoryPane
+from gpuwarden.tui.screens.hosts import HostsPane
 from gpuwarden.tui.screens.overview import OverviewPane
 from gpuwarden.tui.screens.runs import RunsPane
 from gpuwarden.tui.widgets.nav_table import NavTable
@@ -58,6 +60,7 @@ class MainScreen(Screen[None]):
         # The main screen's only (a run's screen keeps its footer to the run's own keys). Priority:
         # the dialog opens as `n` is read, before the keys typed after it (see `hold_keys`).
         Binding("n", "submit", "Submit", priority=True),
+        Binding("4", "show_hosts", "Hosts", show=False),
     ]
     DEFAULT_CSS = """
     MainScreen.-offline #tabs { text-opacity: 55%; }
@@ -67,7 +70,10 @@ class MainScreen(Screen[None]):
         super().__init__()
         self.gw = app
         # Built once: the footer asks check_action often, and a DOM query each time is not free.
-        self._tabs = TabbedContent(initial="overview", id="tabs")
+        # Several hosts (`tui --host …`): a fourth tab with every host's GPUs, shown first.
+        fleet = app.backend if isinstance(app.backend, HostsSource) else None
+        self._hosts = HostsPane(fleet, id="hosts-pane") if fleet is not None else None
+        self._tabs = TabbedContent(initial="hosts" if self._hosts else "overview", id="tabs")
         self._overview = OverviewPane(readonly=app.readonly, id="overview-pane")
         self._runs = RunsPane(readonly=app.readonly, id="runs-pane")
         self._history = HistoryPane(app.backend, app.clock, id="history-pane")
@@ -81,12 +87,15 @@ class MainScreen(Screen[None]):
                 yield self._runs
             with TabPane("3 History", id="history"):
                 yield self._history
+            if self._hosts is not None:
+                with TabPane("4 Hosts", id="hosts"):
+                    yield self._hosts
         yield Footer(compact=True)  # at 80 columns the most keys offered at once fit only so
 
     def on_mount(self) -> None:
         # Tabs change with 1/2/3; a focused tab strip would swallow ← → meant for the history cursor.
         self.query_one(Tabs).can_focus = False
-        self.query_one("#processes", NavTable).focus()
+        self.query_one("#hosts-table" if self._hosts else "#processes", NavTable).focus()
         self.gw.show_status()
         self.call_after_refresh(self.gw.connect)
 
@@ -109,7 +118,12 @@ class MainScreen(Screen[None]):
 
     def show_tab(self, tab: str) -> None:
         self._tabs.active = tab
-        focus = {"overview": "#processes", "runs": "#runs-table", "history": "#history-pane"}[tab]
+        focus = {
+            "overview": "#processes",
+            "runs": "#runs-table",
+            "history": "#history-pane",
+            "hosts": "#hosts-table",
+        }[tab]
         # The pane becomes visible on the next refresh; a hidden widget cannot take focus.
         self.call_after_refresh(self.query_one(focus).focus)
         if tab == "history" and self.history.needs_reload:
@@ -165,6 +179,10 @@ class MainScreen(Screen[None]):
             self.notify(why, timeout=4)
 
     # -- actions ------------------------------------------------------------------------------
+
+    def action_show_hosts(self) -> None:
+        if self._hosts is not None:
+            self.gw.action_show_tab("hosts")
 
     def action_cycle_metric(self, step: int) -> None:
         if self.tab == "history":

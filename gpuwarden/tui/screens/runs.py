@@ -43,7 +43,18 @@ FIXED: tuple[tuple[str, str, int], ...] = (
     ("retunes", "Rt", 2),
     ("id", "ID", ID_WIDTH),
 )
-COLUMN_KEYS = tuple(key for key, _, _ in FIXED)
+HOST_WIDTH_CELLS = 6
+# Runs of several hosts: a host column, in the room the throughput's takes (the run's screen has it).
+WITH_HOST: tuple[tuple[str, str, int], ...] = (
+    ("state", "State", 11),
+    ("host", "Host", HOST_WIDTH_CELLS),
+    ("name", "Name", 0),
+    ("gpus", "GPU", 3),
+    ("progress", "Progress", 0),
+    ("eta", "ETA", 6),
+    ("retunes", "Rt", 2),
+    ("id", "ID", ID_WIDTH),
+)
 PADDING = 2  # a DataTable cell's padding, one each side
 NAME_MIN, NAME_MAX = 12, 40
 BAR_MIN, BAR_MAX = 4, 20
@@ -79,9 +90,9 @@ def shown_fraction(run: RunRow) -> float | None:
     return progress_fraction(run)
 
 
-def widths(total: int) -> tuple[int, int]:
+def widths(total: int, columns: tuple[tuple[str, str, int], ...] = FIXED) -> tuple[int, int]:
     """(name width, bar width) for a table `total` cells wide."""
-    fixed = sum(w for _, _, w in FIXED) + PADDING * len(FIXED) + 1  # + a scrollbar's cell
+    fixed = sum(w for _, _, w in columns) + PADDING * len(columns) + 1  # + a scrollbar's cell
     room = max(0, total - fixed)
     # The bar's digits take 5 cells (" 100%"); the name gets its minimum first, then the bar grows.
     name = max(NAME_MIN, min(NAME_MAX, room - BAR_MIN - 5))
@@ -149,6 +160,8 @@ class RunsPane(Vertical):
         self._announced: tuple[str, str] | None = None  # (run, state) the screen was last told of
         self.sort = 0
         self.query_text = ""
+        self.columns = FIXED  # WITH_HOST once a run of a named host is shown
+        self._laid = FIXED  # the columns the table has now
 
     @property
     def sort_label(self) -> str:
@@ -173,15 +186,15 @@ class RunsPane(Vertical):
 
     def _layout(self, total: int) -> None:
         """Columns sized for `total` cells; rebuilt only when that changes the widths."""
-        wanted = widths(total)
-        if wanted == self._widths:
+        wanted = widths(total, self.columns)
+        if (wanted, self.columns) == (self._widths, self._laid):
             return
-        self._widths = wanted
+        self._widths, self._laid = wanted, self.columns
         name_w, bar_w = wanted
         table = self.table
         selected = self.selected_id()
         table.clear(columns=True)
-        for key, label, width in FIXED:
+        for key, label, width in self.columns:
             size = {"name": name_w, "progress": bar_w + 5}.get(key, width)
             table.add_column(label, key=key, width=size)
         self._order = []
@@ -190,7 +203,7 @@ class RunsPane(Vertical):
     # -- rows ---------------------------------------------------------------------------------
 
     def _cells(self, run: RunRow) -> tuple[str | Text, ...]:
-        name_w, bar_w = self._widths or widths(80)
+        name_w, bar_w = self._widths or widths(80, self.columns)
         fraction = shown_fraction(run)
         progress = Text(bar(fraction, bar_w), style="green")
         progress.append(f" {num(None if fraction is None else 100 * fraction, '>3.0f', '%'):>4}")
@@ -198,16 +211,18 @@ class RunsPane(Vertical):
         gpus = ",".join(map(str, run.placed))
         if not gpus:
             gpus = "cpu" if run.gpus == 0 else "–"
-        return (
-            state_text(run.state),
-            cut(run.name, name_w),
-            gpus,
-            progress,
-            duration(eta_seconds(run)),
-            num(run.samples_per_s, ".1f"),
-            retunes,
-            run.id,
-        )
+        cells: dict[str, str | Text] = {
+            "state": state_text(run.state),
+            "host": cut(run.host or "", HOST_WIDTH_CELLS),
+            "name": cut(run.name, name_w),
+            "gpus": gpus,
+            "progress": progress,
+            "eta": duration(eta_seconds(run)),
+            "rate": num(run.samples_per_s, ".1f"),
+            "retunes": retunes,
+            "id": run.id,
+        }
+        return tuple(cells[key] for key, _, _ in self.columns)
 
     def _visible(self) -> list[RunRow]:
         text = self.query_text.lower()
@@ -218,6 +233,9 @@ class RunsPane(Vertical):
         """Update in place when the rows are the same runs in the same order; rebuild otherwise,
         keeping the cursor on the same run."""
         self._all = list(runs)
+        if self.columns is FIXED and any(r.host for r in runs):
+            self.columns = WITH_HOST
+            self._layout(self.size.width or self.app.size.width)
         self._fill(self.selected_id())
 
     def _fill(self, selected: str | None) -> None:
@@ -229,7 +247,8 @@ class RunsPane(Vertical):
         if order == self._order:
             for run in runs:
                 if self._runs.get(run.id) != run:
-                    for column, value in zip(COLUMN_KEYS, self._cells(run), strict=True):
+                    keys = (key for key, _, _ in self.columns)
+                    for column, value in zip(keys, self._cells(run), strict=True):
                         table.update_cell(run.id, column, value)
         else:
             table.clear()
