@@ -14,6 +14,7 @@ import click
 from gpuwarden.cli.event_lines import REPORT_KEYS, edit_text
 from gpuwarden.cli.format import print_json
 from gpuwarden.cli.run_source import reading, runs_option
+from gpuwarden.cli.table import output_width, wrapped
 from gpuwarden.client.reader import RunReader
 from gpuwarden.core.api import Attempt, RankStatus, RunDetail, RunEvent
 from gpuwarden.core.command.record import summary_lines
@@ -167,5 +168,7 @@ def show(run: str, runs_dir: Path | None, as_json: bool) -> None:
             print_json(detail)
             return
         events = _events(client, detail.id)
+    width = output_width()
     for line in detail_lines(detail, events):
-        click.echo(line)
+        for piece in wrapped(line, width):
+            click.echo(piece)
