@@ -61,6 +61,14 @@ def default_socket() -> Path:
     env = os.environ.get("GPUWARDEN_SOCKET")
     if env:
         return Path(env).expanduser()
+    from gpuwarden.core.paths import default_config_file, default_paths
+
+    config = default_config_file()
+    configured = config.exists() or config.is_symlink()
+    if not configured and not any(k.startswith("GPUWARDEN_") for k in os.environ):
+        # Nothing could move it from the default: the settings (their models and YAML reader, a
+        # fifth of a quick command's start) need not load to say so.
+        return default_paths().socket
     from gpuwarden.core.config.settings import load_settings
 
     return load_settings().resolve_paths().socket
