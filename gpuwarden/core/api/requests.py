@@ -35,7 +35,7 @@ class SubmitRequest(ApiModel):
     )
 
     spec: dict[str, Any] | None = None
-    spec_yaml: str | None = Field(None, max_length=MAX_SPEC_YAML)
+    spec_yaml: str | None = Field(None, min_length=1, max_length=MAX_SPEC_YAML)
     base_dir: str | None = Field(
         None,
         description="absolute directory that relative paths in the spec start from (needed when it has any)",
