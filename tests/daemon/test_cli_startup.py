@@ -98,7 +98,7 @@ def test_ps_fits_80_columns_and_tells_runs_of_one_long_name_apart(gw: DaemonHand
     assert all("shards, the data loader" in line for line in piped[1:])
     # `show` wraps its long lines between words, under an indent (only a word longer than the
     # line, a path, stands alone past the edge), and loses none.
-    shown = _lines(gw, "80", "show", ids[0])
-    assert all(len(line) <= 80 or len(line.split()) == 1 for line in shown), shown
-    assert any(line.startswith("    ") and "shards" in line for line in shown)
-    assert " ".join(shown).split() == " ".join(_lines(gw, None, "show", ids[0])).split()  # no word lost
+    detail = _lines(gw, "80", "show", ids[0])
+    assert all(len(line) <= 80 or len(line.split()) == 1 for line in detail), detail
+    assert any(line.startswith("    ") and "shards" in line for line in detail)
+    assert " ".join(detail).split() == " ".join(_lines(gw, None, "show", ids[0])).split()  # no word lost

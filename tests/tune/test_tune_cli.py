@@ -165,8 +165,9 @@ def test_tune_of_an_own_script_spec_writes_a_tuned_spec_with_the_effective_batch
         == f"relative paths rewritten to start from {tmp_path / 'elsewhere'}, where this copy is: command.cwd"
     )
     elsewhere = tmp_path / "elsewhere" / "tuned.yaml"
-    cwd = resolve_relative_paths(load_spec(elsewhere), elsewhere.parent).command.cwd  # type: ignore[union-attr]
-    assert Path(os.path.normpath(cwd)) == REPO
+    command = resolve_relative_paths(load_spec(elsewhere), elsewhere.parent).command
+    assert command is not None and command.cwd is not None
+    assert Path(os.path.normpath(command.cwd)) == REPO
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,7 @@ from gpuwarden.core.api import ErrorBody
 from gpuwarden.daemon.http_errors import too_large_message
 
 _WHY = {
-    400: "bad input, in one line with the fix: a value the operation cannot use, a body that is "
-    "not JSON",
+    400: "bad input, in one line with the fix: a value the operation cannot use, a body that is not JSON",
     404: "no such run, attempt, GPU or process",
     409: "the run's state (or the process's owner) does not allow this now, or the reference "
     "matches several runs (`ambiguous`: give more of the id)",
