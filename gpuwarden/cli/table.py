@@ -2,14 +2,13 @@
 
 A column says how it gives way when the row is too wide: `keep` never (ids, states, times),
 `name` shortens in the middle so the distinguishing tail stays (`oom-re…overy-c3`), `rest` (the
-last column: a message) is cut at its end. Output that goes to a pipe or a file is not cut: the
-width of a terminal that is not there would only lose text a script greps for (COLUMNS, when
-set, still decides, as it does for `ls` and `ps`).
+last column: a message) is cut at its end. Output that goes to a pipe or a file is not cut,
+whatever COLUMNS says (a parent process may have set it for its own terminal): the width of a
+terminal that is not there would only lose text a script greps for.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import textwrap
@@ -33,10 +32,8 @@ class Column:
 
 
 def output_width() -> int | None:
-    """The width to fit: COLUMNS when set, else the terminal's; None (no limit) for a pipe."""
-    columns = os.environ.get("COLUMNS", "")
-    if columns.isdigit() and int(columns) > 0:
-        return int(columns)
+    """The terminal's width (COLUMNS, when set, says it); None (no limit) when the output is not
+    a terminal."""
     if not sys.stdout.isatty():
         return None
     return shutil.get_terminal_size().columns

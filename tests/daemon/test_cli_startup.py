@@ -6,10 +6,15 @@ commands import, checked here in a fresh interpreter that runs each command agai
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import pty
+import select
+import struct
 import subprocess
 import sys
-from typing import Any
+import termios
 
 from tests.daemon.conftest import DaemonHandle, command_spec
 
@@ -65,15 +70,34 @@ def test_ps_show_and_status_load_only_what_they_use(gw: DaemonHandle) -> None:
     assert _loaded(modules, NEVER) == []
 
 
-def _lines(gw: DaemonHandle, columns: str | None, *args: str) -> list[str]:
-    env: dict[str, Any] = {k: v for k, v in gw.env.items() if k != "COLUMNS"}
-    if columns is not None:
-        env["COLUMNS"] = columns
-    done = subprocess.run(
-        [sys.executable, "-m", "gpuwarden", *args], env=env, capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout.splitlines()
+def _lines(gw: DaemonHandle, columns: int | None, *args: str) -> list[str]:
+    """What `gpuwarden ARGS` prints on a terminal `columns` wide (None: into a pipe, with COLUMNS
+    set as a parent process may leave it, which a pipe does not go by)."""
+    env = {k: v for k, v in gw.env.items() if k not in ("COLUMNS", "LINES")}
+    argv = [sys.executable, "-m", "gpuwarden", *args]
+    if columns is None:
+        done = subprocess.run(argv, env={**env, "COLUMNS": "40"}, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.splitlines()
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=follower, stderr=subprocess.PIPE)
+    os.close(follower)
+    out = b""
+    try:
+        while select.select([leader], [], [], 60)[0]:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the terminal's other end closed: the command has exited
+                break
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        os.close(leader)
+        stderr = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 0, stderr
+    return out.decode().replace("\r\n", "\n").splitlines()
 
 
 def test_ps_fits_80_columns_and_tells_runs_of_one_long_name_apart(gw: DaemonHandle) -> None:
@@ -84,7 +108,7 @@ def test_ps_fits_80_columns_and_tells_runs_of_one_long_name_apart(gw: DaemonHand
         ids.append(gw.submit({**spec, "resources": {"gpus": 0}})["id"])
     for run_id in ids:
         gw.wait_state(run_id)
-    table = _lines(gw, "80", "ps")
+    table = _lines(gw, 80, "ps")
     assert all(len(line) <= 80 for line in table), table
     assert table[0].split() == ["ID", "NAME", "STATE", "ATT", "CREATED", "MESSAGE"]  # not wrapped
     rows = {line.split()[0]: line for line in table[1:]}
@@ -92,13 +116,13 @@ def test_ps_fits_80_columns_and_tells_runs_of_one_long_name_apart(gw: DaemonHand
     shown = {rows[run_id].split()[1] for run_id in ids}
     assert len(shown) == 3 and all(name.endswith("-" + name[-1]) for name in shown)  # the tails kept
     assert all(line.endswith("…") for line in table[1:])  # the message is what gives way
-    # To a pipe (no terminal, no COLUMNS) nothing is cut: a script greps the whole message.
+    # To a pipe nothing is cut, whatever COLUMNS says: a script greps the whole message.
     piped = _lines(gw, None, "ps")
     assert {line.split()[1] for line in piped[1:]} == set(names)
     assert all("shards, the data loader" in line for line in piped[1:])
     # `show` wraps its long lines between words, under an indent (only a word longer than the
     # line, a path, stands alone past the edge), and loses none.
-    detail = _lines(gw, "80", "show", ids[0])
+    detail = _lines(gw, 80, "show", ids[0])
     assert all(len(line) <= 80 or len(line.split()) == 1 for line in detail), detail
     assert any(line.startswith("    ") and "shards" in line for line in detail)
     assert " ".join(detail).split() == " ".join(_lines(gw, None, "show", ids[0])).split()  # no word lost

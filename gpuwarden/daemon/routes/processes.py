@@ -36,6 +36,8 @@ def processes(
     limit: Annotated[int, Query(ge=1, le=PROCESS_ROWS_MAX)] = PROCESS_ROWS_MAX,
 ) -> LiveProcesses | ProcessReads:
     if since is None and until is None:
+        if gpu is not None:
+            daemon.telemetry_reader().processes(uuid=gpu)  # a GPU it does not know: 404, as below
         groups = daemon.supervisor.pid_owners()
         scan = [p for p in daemon.latest_processes if gpu is None or p.uuid == gpu]
         return LiveProcesses(processes=[LiveProcess.of(p, owner_of(p.pid, groups)) for p in scan])
