@@ -43,7 +43,11 @@ _FILES_READ = (
 def _files_read(node: DaemonNode, args: list[str]) -> list[str]:
     """The files a command's modules come from, with their bytecode."""
     done = subprocess.run(
-        [sys.executable, "-c", _FILES_READ, *args], env=node.env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", _FILES_READ, *args],
+        env=_user_env(node),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     files: list[str] = []
     for source in json.loads(done.stderr.splitlines()[-1]):
@@ -66,13 +70,21 @@ def _evict(files: list[str]) -> None:
             os.close(fd)
 
 
-def _start(node: DaemonNode, args: list[str]) -> tuple[float, float]:
+def _user_env(node: DaemonNode) -> dict[str, str]:
+    """A user's shell beside the daemon: its XDG folders, none of the daemon's GPUWARDEN_ settings."""
+    return {k: v for k, v in node.env.items() if not k.startswith("GPUWARDEN_")}
+
+
+def _start(node: DaemonNode, args: list[str], argv: list[str] | None = None) -> tuple[float, float]:
     """One command's wall time and CPU time (user + system: what the machine's load inflates
     least), in seconds."""
     cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "gpuwarden", *args], env=node.env, capture_output=True, timeout=60
+        argv or [sys.executable, "-m", "gpuwarden", *args],
+        env=_user_env(node),
+        capture_output=True,
+        timeout=60,
     )
     took = time.perf_counter() - start
     cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -101,6 +113,9 @@ def run() -> list[dict[str, Any]]:
         try:
             submitted = node.cli("run", "--json", "--", "true")
             run_id = json.loads(submitted.stdout)["id"]
+            # The floor: Python starting and exiting, nothing imported.
+            bare = [_start(node, [], [sys.executable, "-c", "pass"]) for _ in range(RUNS)]
+            rows.append(figure_row("`python -c pass` (Python's own start)", [w for w, _ in bare], "s"))
             for words in COMMANDS:
                 args = [w.format(run=run_id) for w in words]
                 files = _files_read(node, args)
