@@ -26,6 +26,9 @@ SHRINK_STEPS = (("name", 20), ("rest", REST_MIN), ("name", NAME_MIN))
 
 @dataclass(frozen=True)
 class Column:
+    """A column: its heading, how it gives way (a host's name would be `name`, like a run's),
+    and its alignment."""
+
     head: str
     fit: Literal["keep", "name", "rest"] = "keep"
     align: Literal["<", ">"] = "<"
