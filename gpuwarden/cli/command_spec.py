@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-import yaml
 
 from gpuwarden.core.errors import UserError
 
@@ -220,4 +219,6 @@ def completed_document(document: dict[str, Any]) -> dict[str, Any]:
 
 def printable_spec(document: dict[str, Any]) -> str:
     """The completed spec as YAML."""
+    import yaml
+
     return yaml.safe_dump(completed_document(document), sort_keys=False, allow_unicode=True)

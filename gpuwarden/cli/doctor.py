@@ -9,7 +9,7 @@ import click
 
 from gpuwarden.cli.format import note, print_json
 from gpuwarden.cli.output_file import writing
-from gpuwarden.core.config.resolve import moved_paths_note, relative_paths
+from gpuwarden.core.config.resolve import moved_paths_note, rebased_paths
 from gpuwarden.core.doctor.diagnose import (
     Diagnosis,
     diagnose_run,
@@ -88,30 +88,36 @@ def render(diagnosis: Diagnosis) -> str:
 
 
 def write_fix(diagnosis: Diagnosis, out: Path, source_path: Path | None) -> dict[str, Any]:
-    """Apply every automatic fix to the spec text, write `out`, and check the result again."""
+    """Apply every automatic fix to the spec text, write `out`, and check the result again. A
+    fixed spec written to another folder than the original's gets its relative paths rewritten
+    to start from there, so that it runs as the original would."""
     if diagnosis.spec_text is None:
         raise UserError(f"{diagnosis.target}: no spec to fix (the run's stored spec did not validate)")
     fix = merged_fix(diagnosis.findings)
     fixed_ids = [f.id for f in diagnosis.findings if f.fixable]
-    text = apply_fixes(diagnosis.spec_text, fix, label=str(out))
-    text = with_header(text, fix, diagnosis.target, fixed_ids)
+    moved = _moved_paths(source_path, out)
+    text = apply_fixes(diagnosis.spec_text, {**fix, **moved}, label=str(out))
+    text = with_header(text, {**fix, **moved}, diagnosis.target, fixed_ids)
     remaining = recheck(text, str(out), diagnosis.device)
     with writing(out):
         out.write_text(text, encoding="utf-8")
-    notes: list[str] = []
-    if source_path is not None and out.resolve().parent != source_path.resolve().parent:
-        from gpuwarden.core.config.spec import load_spec
-
-        moved = relative_paths(load_spec(out))
-        if moved:
-            notes.append(moved_paths_note(moved, out.parent, source_path.parent, "fixed spec"))
+    notes = [moved_paths_note(list(moved), out.parent)] if moved else []
     return {
         "path": str(out),
-        "changes": fix,
+        "changes": {**fix, **moved},
         "fixed": fixed_ids,
         "remaining_fixable": [f.id for f in remaining if f.fixable],
         "notes": notes,
     }
+
+
+def _moved_paths(source_path: Path | None, out: Path) -> dict[str, str]:
+    """The relative paths of the spec at `source_path` as they must read from `out`'s folder."""
+    if source_path is None:
+        return {}
+    from gpuwarden.core.config.spec import load_spec
+
+    return rebased_paths(load_spec(source_path), source_path.parent, out.parent)
 
 
 @click.command()

@@ -23,7 +23,6 @@ from gpuwarden.core.api import RunSummary
 from gpuwarden.core.units import MISSING, size
 
 T = TypeVar("T")
-HOST_WIDTH = 12
 
 
 def _ask(names: list[str], fn: Callable[[ApiClient], T]) -> list[HostAnswer[T]]:
@@ -52,31 +51,29 @@ def _exit_for(answers: list[HostAnswer[Any]]) -> None:
         sys.exit(1)
 
 
-def _host_cell(name: str) -> str:
-    return f"{name[:HOST_WIDTH]:<{HOST_WIDTH}} "
-
-
 def fleet_ps(names: list[str], show_all: bool, as_json: bool) -> None:
-    from gpuwarden.cli.runs_cmds import ps_head, ps_line, shown_runs
+    from gpuwarden.cli.runs_cmds import ps_lines, shown_runs
 
     answers = _ask(names, lambda c: shown_runs(c.runs(), show_all))
     if as_json:
         _json(answers, lambda shown: {"runs": shown[0], "hidden_finished": shown[1]})
         _exit_for(answers)
         return
-    several = len(names) > 1
-    click.echo((_host_cell("HOST") if several else "") + ps_head())
+    runs: list[RunSummary] = []
+    owners: list[str] = []
+    for answer in answers:
+        if answer.ok and answer.value is not None:
+            runs += answer.value[0]
+            owners += [answer.host] * len(answer.value[0])
+    for line in ps_lines(runs, hosts=owners if len(names) > 1 else None):
+        click.echo(line)
     for answer in answers:
         if not answer.ok:
             click.echo(_failed_line(answer))
-            continue
-        assert answer.value is not None
-        runs: list[RunSummary] = answer.value[0]
-        cell = _host_cell(answer.host) if several else ""
-        for run in runs:
-            click.echo(cell + ps_line(run))
-        if answer.value[1]:
-            click.echo(f"{cell}… and {answer.value[1]} older finished run(s) — `--all` lists every run")
+        elif answer.value is not None and answer.value[1]:
+            click.echo(
+                f"{answer.host}: … and {answer.value[1]} older finished run(s) — `--all` lists every run"
+            )
     _exit_for(answers)
 
 

@@ -4,24 +4,21 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from pydantic import BaseModel
 
-from gpuwarden.core.telemetry.types import (
-    THROTTLE_ACTIVE_MASK,
-    GpuSample,
-    GpuStatic,
-    HostSample,
-    throttle_names,
-)
 from gpuwarden.core.units import gib, num
+
+if TYPE_CHECKING:
+    from gpuwarden.core.telemetry.types import GpuSample, GpuStatic, HostSample
 
 
 def gpu_line(static: GpuStatic | None, s: GpuSample, *, labelled: bool = True) -> str:
     """One line per GPU per tick: power first, because it tracks useful work best (unlabelled
     under a line that already names the GPU)."""
+    from gpuwarden.core.telemetry.types import THROTTLE_ACTIVE_MASK, throttle_names
+
     label = (f"[{static.index}] {static.name}" if static else s.uuid[:12]) if labelled else ""
     if s.lost:
         return "  ".join(p for p in (label, "LOST (not answering NVML)") if p)
@@ -58,6 +55,8 @@ def print_json(obj: Any) -> None:
 
 
 def _jsonable(obj: Any) -> Any:
+    from pydantic import BaseModel  # loaded already by whatever built `obj`
+
     if isinstance(obj, BaseModel):
         return obj.model_dump(mode="json")
     return str(obj)

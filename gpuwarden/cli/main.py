@@ -35,6 +35,7 @@ SECTIONS: dict[str, dict[str, Entry]] = {
         "events": Entry("gpuwarden.cli.runs_cmds:events", "A run's events: states, progress, retunes"),
         "stop": Entry("gpuwarden.cli.runs_cmds:stop", "Stop a run (it checkpoints first)"),
         "resume": Entry("gpuwarden.cli.runs_cmds:resume", "Resume a failed, stopped or interrupted run"),
+        "rerun": Entry("gpuwarden.cli.rerun:rerun", "A new run from a run's spec, with knobs changed"),
         "rm": Entry("gpuwarden.cli.runs_cmds:rm", "Forget finished runs and delete their files"),
     },
     "Inside a cluster job": {

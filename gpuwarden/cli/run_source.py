@@ -5,13 +5,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from gpuwarden.client import ApiClient
-from gpuwarden.client.reader import RunReader
-from gpuwarden.client.run_folders import RunFolders
+if TYPE_CHECKING:
+    from gpuwarden.client import ApiClient
+    from gpuwarden.client.reader import RunReader
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -32,7 +32,16 @@ def runs_option(fn: F) -> F:
 def reading(runs_dir: Path | None) -> Iterator[RunReader]:
     """The run folders in `runs_dir` when given, else the daemon."""
     if runs_dir is not None:
+        from gpuwarden.client.run_folders import RunFolders
+
         yield RunFolders(runs_dir)
         return
-    with ApiClient() as client:
+    with daemon_client() as client:
         yield client
+
+
+def daemon_client() -> ApiClient:
+    """A client of the daemon, its HTTP library loaded only by the commands that talk to it."""
+    from gpuwarden.client import ApiClient
+
+    return ApiClient()

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -26,7 +26,6 @@ from gpuwarden.cli.command_spec import (
     flags_given,
     printable_spec,
 )
-from gpuwarden.cli.event_lines import event_line
 from gpuwarden.cli.fleet_option import (
     chosen_hosts,
     history_hosts_option,
@@ -35,26 +34,29 @@ from gpuwarden.cli.fleet_option import (
     reading_run,
 )
 from gpuwarden.cli.format import print_json
-from gpuwarden.cli.gpu_choice import select_gpus
-from gpuwarden.cli.log_follow import follow_logs
-from gpuwarden.cli.run_source import reading, runs_option
-from gpuwarden.client import ApiClient
-from gpuwarden.client.reader import RunReader
-from gpuwarden.core.api import GpuInfo, HistoryAnswer, LogChunk, RunDetail, RunEvent, RunSummary
-from gpuwarden.core.config.yamlsource import read_yaml_text
+from gpuwarden.cli.run_source import daemon_client, reading, runs_option
+from gpuwarden.cli.table import Column, output_width, table_lines
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.run_state import FINAL_STATES
-from gpuwarden.core.safeload import SPEC_FILE_LIMITS
-from gpuwarden.core.telemetry.types import GPU_METRICS, HOST_METRICS
-from gpuwarden.core.units import named
+
+# What only some commands use loads when they run: `gpuwarden ps` is typed often and should answer
+# at once, not after loading the spec reader, the log follower and the event formatter.
+if TYPE_CHECKING:
+    from gpuwarden.client import ApiClient
+    from gpuwarden.client.reader import RunReader
+    from gpuwarden.core.api import GpuInfo, HistoryAnswer, LogChunk, RunDetail, RunEvent, RunSummary
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON (and nothing else) on stdout.")
 SPEC_SUFFIXES = (".yaml", ".yml", ".json")
 SHOWN_FINISHED = 20  # finished runs `ps` lists without --all, newest first
+WIDE = 120  # columns from which `ps` shows creation times whole
 
 
-def _when(ts: float | None) -> str:
-    return "-" if ts is None else dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
+def _when(ts: float | None, compact: bool = False) -> str:
+    """A time as the table shows it; `compact` (a narrow terminal) leaves the year and seconds
+    to the message's room."""
+    form = "%m-%d %H:%M" if compact else "%Y-%m-%d %H:%M:%S"
+    return "-" if ts is None else dt.datetime.fromtimestamp(ts).strftime(form)
 
 
 @click.command()
@@ -85,11 +87,8 @@ def ps(show_all: bool, runs_dir: Path | None, hosts: tuple[str, ...], all_hosts:
     if not runs:
         click.echo("no runs — submit one with `gpuwarden run SPEC.yaml`")
         return
-    job_head = f"{'SLURM JOB':<24} " if jobs else ""
-    click.echo(ps_head(job_head))
-    for r in runs:
-        job = f"{jobs.get(r.id, '-')[:24]:<24} " if jobs else ""
-        click.echo(ps_line(r, job))
+    for line in ps_lines(runs, jobs):
+        click.echo(line)
     if hidden:
         click.echo(f"… and {hidden} older finished run(s) — gpuwarden ps --all lists every run")
 
@@ -103,17 +102,24 @@ def shown_runs(runs: list[RunSummary], show_all: bool) -> tuple[list[RunSummary]
     return active + done[:SHOWN_FINISHED], max(0, len(done) - SHOWN_FINISHED)
 
 
-def ps_head(job_head: str = "") -> str:
-    """The header of `ps`'s table (a column for each run's Slurm job when `job_head` names it)."""
-    return f"{'ID':<12} {'NAME':<24} {'STATE':<12} {'ATT':>3}  {'CREATED':<19}  {job_head}MESSAGE"
-
-
-def ps_line(r: RunSummary, job: str = "") -> str:
-    """One run as a row of `ps`'s table."""
-    return (
-        f"{r.id:<12} {r.name[:24]:<24} {r.state:<12} {r.attempt:>3}  {_when(r.created_at)}"
-        f"  {job}{(r.message or '')[:80]}"
-    )
+def ps_lines(
+    runs: Sequence[RunSummary], jobs: dict[str, str] | None = None, hosts: Sequence[str] | None = None
+) -> list[str]:
+    """`ps`'s table fitted to the terminal: a column for each run's Slurm job when `jobs` has
+    any, and for its host when `hosts` (one name per run) is given."""
+    columns = [Column("HOST", "name")] if hosts is not None else []
+    columns += [Column("ID"), Column("NAME", "name"), Column("STATE"), Column("ATT", align=">")]
+    columns += [Column("CREATED"), *([Column("SLURM JOB")] if jobs else []), Column("MESSAGE", "rest")]
+    width = output_width()
+    compact = width is not None and width < WIDE
+    rows = [
+        ([hosts[i]] if hosts is not None else [])
+        + [r.id, r.name, str(r.state), str(r.attempt), _when(r.created_at, compact)]
+        + ([jobs.get(r.id, "-")] if jobs else [])
+        + [" ".join((r.message or "").split())]
+        for i, r in enumerate(runs)
+    ]
+    return table_lines(columns, rows, width)
 
 
 @click.command("run")
@@ -138,12 +144,15 @@ def run_cmd(words: tuple[str, ...], follow: bool, no_check_inputs: bool, as_json
         raise UserError(
             "give a spec file (gpuwarden run SPEC.yaml) or a command (gpuwarden run -- CMD ARGS…)"
         )
+    from gpuwarden.core.config.yamlsource import read_yaml_text
+    from gpuwarden.core.safeload import SPEC_FILE_LIMITS
+
     is_spec = spec_given(words, flags)
     with contextlib.ExitStack() as stack:
         if is_spec:
             spec_file = Path(words[0])
             text = read_yaml_text(spec_file, SPEC_FILE_LIMITS)
-            client = stack.enter_context(ApiClient())
+            client = stack.enter_context(daemon_client())
             run = client.submit_yaml(
                 text,
                 spec_file.resolve().parent,
@@ -159,7 +168,7 @@ def run_cmd(words: tuple[str, ...], follow: bool, no_check_inputs: bool, as_json
                 else:
                     click.echo(printable_spec(document), nl=False)
                 return
-            client = stack.enter_context(ApiClient())
+            client = stack.enter_context(daemon_client())
             run = client.submit(document, environment=os.environ)
         if not follow:
             _say_warnings(client, run.id)
@@ -258,6 +267,8 @@ def follow_run(
     """Print events after `since` and stdout/stderr as they come (long-polls); the run's final
     detail. From the daemon, or from a run folder (`gpuwarden exec`). `printed`: how much of each
     (attempt, stream) is printed already (an exec taking a run up again)."""
+    from gpuwarden.cli.event_lines import event_line
+
     offsets: dict[tuple[int, str], int] = dict(printed or {})
     while True:
         batch = client.events(run_id, since=since, wait=1.0)
@@ -315,7 +326,7 @@ def _print_new_output(
 @json_option
 def stop(run: str, grace: float | None, wait: bool, as_json: bool) -> None:
     """Stop a run: SIGTERM to its process group, SIGKILL after the grace period."""
-    with ApiClient() as client:
+    with daemon_client() as client:
         detail = client.stop(run, grace)
         while wait and detail.state not in FINAL_STATES:
             time.sleep(0.2)
@@ -331,7 +342,7 @@ def stop(run: str, grace: float | None, wait: bool, as_json: bool) -> None:
 @json_option
 def resume(run: str, as_json: bool) -> None:
     """Queue a new attempt of a failed, stopped or interrupted run."""
-    with ApiClient() as client:
+    with daemon_client() as client:
         detail = client.resume(run)
     if as_json:
         print_json(detail)
@@ -368,6 +379,8 @@ def logs(
 ) -> None:
     """Print a run's output (the end of it; with -f, then new output as it comes, through every
     attempt until the run ends, each new attempt announced on stderr)."""
+    from gpuwarden.cli.log_follow import follow_logs
+
     stream = "stderr" if use_stderr else "stdout"
     with reading_run(runs_dir, chosen_hosts(hosts, all_hosts), run) as client:
         chunk = client.logs(run, stream=stream, attempt=attempt, offset=-tail_bytes, limit=tail_bytes)
@@ -407,6 +420,8 @@ def logs(
 @json_option
 def events(run: str, since: int, runs_dir: Path | None, as_json: bool) -> None:
     """A run's events: state changes, runner events, daemon notes."""
+    from gpuwarden.cli.event_lines import event_line
+
     rows: list[RunEvent] = []
     with reading(runs_dir) as client:
         while True:
@@ -428,7 +443,7 @@ def events(run: str, since: int, runs_dir: Path | None, as_json: bool) -> None:
 def rm(runs: tuple[str, ...], as_json: bool) -> None:
     """Forget finished runs and delete their directories."""
     deleted = []
-    with ApiClient() as client:
+    with daemon_client() as client:
         for ref in runs:
             deleted.append(client.delete(ref).deleted)
     if as_json:
@@ -474,7 +489,7 @@ def history(
 
         fleet_history(names, read, window, as_json)
         return
-    with ApiClient() as client:
+    with daemon_client() as client:
         reading = read(client)
     if as_json:
         print_json(reading.result)
@@ -497,7 +512,7 @@ def read_history(
     client: ApiClient, *, window: str, metrics: Sequence[str], gpus: Sequence[str], host: bool, points: int
 ) -> HistoryReading:
     if not host:
-        wrong = [m for m in metrics if m in HOST_ONLY_METRICS]
+        wrong = [m for m in metrics if m in host_only_metrics()]
         if wrong:
             raise UserError(f"{wrong[0]} is a host metric: add --host")
     present = [] if host else client.gpus().gpus
@@ -509,6 +524,8 @@ def read_history(
 
 def history_lines(window: str, reading: HistoryReading) -> Iterator[str]:
     """Per series: its last, mean, min and max over the window."""
+    from gpuwarden.core.units import named
+
     series = reading.result.series
     if not series:
         if not reading.host and reading.gpu_status:
@@ -538,9 +555,14 @@ def _history_gpus(present: Sequence[GpuInfo], wanted: Sequence[str]) -> list[str
     """UUIDs of the GPUs `wanted` names, by index, UUID or prefix as `--gpu` does everywhere.
     A name no GPU here answers to goes as given: the store knows GPUs gone since, and names the
     ones it knows when it does not know that one either."""
+    from gpuwarden.cli.gpu_choice import select_gpus
+
     here = [w for w in wanted if any(str(g.index) == w or g.uuid.startswith(w) for g in present)]
     return [select_gpus(present, [w])[0].uuid if w in here else w for w in wanted]
 
 
-# Host metrics that are not also GPU metric names (mem_used and mem_total are both).
-HOST_ONLY_METRICS = frozenset(HOST_METRICS) - frozenset(GPU_METRICS)
+def host_only_metrics() -> frozenset[str]:
+    """Host metrics that are not also GPU metric names (mem_used and mem_total are both)."""
+    from gpuwarden.core.telemetry.types import GPU_METRICS, HOST_METRICS
+
+    return frozenset(HOST_METRICS) - frozenset(GPU_METRICS)

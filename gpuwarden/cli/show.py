@@ -15,6 +15,7 @@ from gpuwarden.cli.event_lines import REPORT_KEYS, edit_text
 from gpuwarden.cli.fleet_option import chosen_hosts, host_field, hosts_option, reading_run
 from gpuwarden.cli.format import print_json
 from gpuwarden.cli.run_source import runs_option
+from gpuwarden.cli.table import output_width, wrapped
 from gpuwarden.client.reader import RunReader
 from gpuwarden.core.api import Attempt, RankStatus, RunDetail, RunEvent
 from gpuwarden.core.command.record import summary_lines
@@ -171,5 +172,7 @@ def show(run: str, runs_dir: Path | None, hosts: tuple[str, ...], all_hosts: boo
         events = _events(client, detail.id)
     if host_field(client):
         click.echo(f"host:     {host_field(client)['host']}")
+    width = output_width()
     for line in detail_lines(detail, events):
-        click.echo(line)
+        for piece in wrapped(line, width):
+            click.echo(piece)

@@ -54,9 +54,9 @@ def tune(  # Long: eleven options passed to tune_spec by name; the body is one s
 ) -> None:
     """Probe short runs to find the fastest (or most energy-efficient) settings that fit, and write
     a tuned spec."""
-    from gpuwarden.core.config.resolve import relative_paths, resolve_relative_paths
+    from gpuwarden.core.config.resolve import moved_paths_note, resolve_relative_paths
     from gpuwarden.core.config.settings import load_settings
-    from gpuwarden.core.config.spec import RunSpec, load_spec, spec_from_document
+    from gpuwarden.core.config.spec import RunSpec, spec_from_document
     from gpuwarden.core.config.yamlsource import load_yaml_file
     from gpuwarden.core.telemetry.nvml import open_gpu_reader
     from gpuwarden.core.tune.cache import TuneCache
@@ -116,10 +116,7 @@ def tune(  # Long: eleven options passed to tune_spec by name; the body is one s
         note(f"this setup was tuned before (fingerprint {outcome.fingerprint}); --force probes again")
     section = tuned_section(spec)
     with writing(out_path):
-        write_tuned_spec(spec_path, out_path, section, outcome.knobs, "best: " + outcome.summary)
-    moved = (
-        relative_paths(load_spec(out_path)) if out_path.resolve().parent != spec_path.resolve().parent else []
-    )
+        moved = write_tuned_spec(spec_path, out_path, section, outcome.knobs, "best: " + outcome.summary)
     if as_json:
         print_json(
             {
@@ -127,7 +124,7 @@ def tune(  # Long: eleven options passed to tune_spec by name; the body is one s
                 "cached": outcome.cached,
                 "output": str(out_path),
                 "knobs": outcome.knobs,
-                "notes": [_moved_note(moved, spec_path, out_path)] if moved else [],
+                "notes": [moved_paths_note(list(moved), out_path.parent)] if moved else [],
                 **outcome.result,
             }
         )
@@ -135,13 +132,7 @@ def tune(  # Long: eleven options passed to tune_spec by name; the body is one s
     click.echo("best: " + outcome.summary)
     click.echo(f"wrote {out_path}")
     if moved:
-        note(_moved_note(moved, spec_path, out_path))
-
-
-def _moved_note(moved: list[str], source: Path, out: Path) -> str:
-    from gpuwarden.core.config.resolve import moved_paths_note
-
-    return moved_paths_note(moved, out.parent.resolve(), source.resolve().parent, "tuned spec")
+        note(moved_paths_note(list(moved), out_path.parent))
 
 
 def probe_line(n: int, r: ProbeResult) -> str:

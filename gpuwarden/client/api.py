@@ -11,39 +11,37 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 from pydantic import BaseModel, ValidationError
 
 from gpuwarden.client.sse import StreamFrame, parse_sse
-from gpuwarden.core.api import (
-    Attempt,
-    AttemptList,
-    Deleted,
-    EventsPage,
-    GpuList,
-    Health,
-    HistoryAnswer,
-    HostReading,
-    LiveProcess,
-    LiveProcesses,
-    LogChunk,
-    MetricList,
-    ProcessReads,
-    Retune,
-    RetuneList,
-    RunDetail,
-    RunList,
-    RunMetric,
-    RunSummary,
-    ShutdownResult,
-    TerminateResult,
-)
-from gpuwarden.core.api.requests import environment_too_large
+from gpuwarden.core import api
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.run_ref import MAX_REF_CHARS
 from gpuwarden.core.submission import DEADLINE_HEADER, KEY_HEADER
+
+if TYPE_CHECKING:
+    from gpuwarden.core.api import (
+        Attempt,
+        Deleted,
+        EventsPage,
+        GpuList,
+        Health,
+        HistoryAnswer,
+        HostReading,
+        LiveProcess,
+        LogChunk,
+        ProcessReads,
+        Retune,
+        RunDetail,
+        RunMetric,
+        RunSummary,
+        ShutdownResult,
+        TerminateResult,
+    )
+
 
 API_MAJOR = 1
 NOT_RUNNING = "the daemon is not running — start it with `gpuwarden up`"
@@ -63,6 +61,14 @@ def default_socket() -> Path:
     env = os.environ.get("GPUWARDEN_SOCKET")
     if env:
         return Path(env).expanduser()
+    from gpuwarden.core.paths import default_config_file, default_paths
+
+    config = default_config_file()
+    configured = config.exists() or config.is_symlink()
+    if not configured and not any(k.startswith("GPUWARDEN_") for k in os.environ):
+        # Nothing could move it from the default: the settings (their models and YAML reader, a
+        # fifth of a quick command's start) need not load to say so.
+        return default_paths().socket
     from gpuwarden.core.config.settings import load_settings
 
     return load_settings().resolve_paths().socket
@@ -168,24 +174,24 @@ class ApiClient:
     def health(self) -> Health:
         answer = self._request("GET", "/v1/health", check=False)
         self._version_of(answer)
-        return _parse(Health, answer, "GET /v1/health")
+        return _parse(api.Health, answer, "GET /v1/health")
 
     def gpus(self) -> GpuList:
-        return self._call(GpuList, "GET", "/v1/gpus")
+        return self._call(api.GpuList, "GET", "/v1/gpus")
 
     def host(self) -> HostReading:
-        return self._call(HostReading, "GET", "/v1/host")
+        return self._call(api.HostReading, "GET", "/v1/host")
 
     def processes(self) -> list[LiveProcess]:
         """The latest process scan, each process with its run (None: not a run's)."""
-        return self._call(LiveProcesses, "GET", "/v1/processes").processes
+        return self._call(api.LiveProcesses, "GET", "/v1/processes").processes
 
     def process_history(self, since: float, until: float, gpu: str | None = None) -> ProcessReads:
         """Every stored process read in [since, until)."""
         params: dict[str, Any] = {"since": since, "until": until}
         if gpu is not None:
             params["gpu"] = gpu
-        return self._call(ProcessReads, "GET", "/v1/processes", params=params)
+        return self._call(api.ProcessReads, "GET", "/v1/processes", params=params)
 
     def history(
         self,
@@ -203,16 +209,16 @@ class ApiClient:
             params["gpu"] = list(gpus)
         if end is not None:
             params["end"] = end
-        return self._call(HistoryAnswer, "GET", "/v1/history", params=params)
+        return self._call(api.HistoryAnswer, "GET", "/v1/history", params=params)
 
     def shutdown(self) -> ShutdownResult:
-        return self._call(ShutdownResult, "POST", "/v1/shutdown")
+        return self._call(api.ShutdownResult, "POST", "/v1/shutdown")
 
     # -- runs --------------------------------------------------------------------------------------------
 
     def runs(self, states: Sequence[str] = ()) -> list[RunSummary]:
         params = {"state": list(states)} if states else None
-        return self._call(RunList, "GET", "/v1/runs", params=params).runs
+        return self._call(api.RunList, "GET", "/v1/runs", params=params).runs
 
     def submit_yaml(
         self,
@@ -248,48 +254,50 @@ class ApiClient:
         wait = max(self.submit_timeout, 2 * SUBMIT_MARGIN_S)
         deadline = time.time() + wait - SUBMIT_MARGIN_S
         headers = {KEY_HEADER: uuid.uuid4().hex, DEADLINE_HEADER: f"{deadline:.3f}"}
-        return self._call(RunDetail, "POST", "/v1/runs", json=body, headers=headers, timeout=wait)
+        return self._call(api.RunDetail, "POST", "/v1/runs", json=body, headers=headers, timeout=wait)
 
     def run(self, ref: str) -> RunDetail:
-        return self._call(RunDetail, "GET", f"/v1/runs/{_q(ref)}")
+        return self._call(api.RunDetail, "GET", f"/v1/runs/{_q(ref)}")
 
     def edit(self, ref: str, **changes: Any) -> RunDetail:
         """Change a run that is not running (the fields of EditRequest): `knobs={"lr": 0.01}`
         changes that knob and keeps the others, None removes one."""
-        return self._call(RunDetail, "PATCH", f"/v1/runs/{_q(ref)}", json=changes)
+        return self._call(api.RunDetail, "PATCH", f"/v1/runs/{_q(ref)}", json=changes)
 
     def stop(self, ref: str, grace_seconds: float | None = None) -> RunDetail:
         body = {"grace_seconds": grace_seconds} if grace_seconds is not None else None
-        return self._call(RunDetail, "POST", f"/v1/runs/{_q(ref)}/stop", json=body)
+        return self._call(api.RunDetail, "POST", f"/v1/runs/{_q(ref)}/stop", json=body)
 
     def resume(self, ref: str) -> RunDetail:
-        return self._call(RunDetail, "POST", f"/v1/runs/{_q(ref)}/resume")
+        return self._call(api.RunDetail, "POST", f"/v1/runs/{_q(ref)}/resume")
 
     def tune(self, ref: str) -> RunDetail:
         """Tune the run (probe micro-batch sizes) before its next attempt."""
-        return self._call(RunDetail, "POST", f"/v1/runs/{_q(ref)}/tune")
+        return self._call(api.RunDetail, "POST", f"/v1/runs/{_q(ref)}/tune")
 
     def terminate_process(self, pid: int, grace_seconds: float | None = None) -> TerminateResult:
         """SIGTERM a stray GPU process of yours, SIGKILL after the grace period."""
         body = {"grace_seconds": grace_seconds} if grace_seconds is not None else None
-        return self._call(TerminateResult, "POST", f"/v1/processes/{int(pid)}/terminate", json=body)
+        return self._call(api.TerminateResult, "POST", f"/v1/processes/{int(pid)}/terminate", json=body)
 
     def delete(self, ref: str) -> Deleted:
-        return self._call(Deleted, "DELETE", f"/v1/runs/{_q(ref)}")
+        return self._call(api.Deleted, "DELETE", f"/v1/runs/{_q(ref)}")
 
     def attempts(self, ref: str) -> list[Attempt]:
-        return self._call(AttemptList, "GET", f"/v1/runs/{_q(ref)}/attempts").attempts
+        return self._call(api.AttemptList, "GET", f"/v1/runs/{_q(ref)}/attempts").attempts
 
     def retunes(self, ref: str) -> list[Retune]:
-        return self._call(RetuneList, "GET", f"/v1/runs/{_q(ref)}/retunes").retunes
+        return self._call(api.RetuneList, "GET", f"/v1/runs/{_q(ref)}/retunes").retunes
 
     def metrics(self, ref: str) -> list[RunMetric]:
-        return self._call(MetricList, "GET", f"/v1/runs/{_q(ref)}/metrics").metrics
+        return self._call(api.MetricList, "GET", f"/v1/runs/{_q(ref)}/metrics").metrics
 
     def events(self, ref: str, since: int = 0, limit: int = 1000, wait: float = 0.0) -> EventsPage:
         """Events after `since`; `wait` long-polls up to that many seconds for new ones."""
         params = {"since": since, "limit": limit, "wait": wait}
-        return self._call(EventsPage, "GET", f"/v1/runs/{_q(ref)}/events", params=params, timeout=wait + 10)
+        return self._call(
+            api.EventsPage, "GET", f"/v1/runs/{_q(ref)}/events", params=params, timeout=wait + 10
+        )
 
     def logs(
         self,
@@ -306,7 +314,7 @@ class ApiClient:
             params["attempt"] = attempt
         if offset is not None:
             params["offset"] = offset
-        return self._call(LogChunk, "GET", f"/v1/runs/{_q(ref)}/logs", params=params, timeout=wait + 10)
+        return self._call(api.LogChunk, "GET", f"/v1/runs/{_q(ref)}/logs", params=params, timeout=wait + 10)
 
     def stream(
         self, kinds: Sequence[str] = ("sample", "run", "event"), run: str | None = None
@@ -338,6 +346,8 @@ class ApiClient:
 
 def carried(environment: Mapping[str, str]) -> dict[str, str]:
     """The environment a run is to start from, refused here in one line when the daemon would."""
+    from gpuwarden.core.api.requests import environment_too_large  # the spec's models: submits only
+
     if (problem := environment_too_large(environment)) is not None:
         raise UserError(problem)
     return dict(environment)

@@ -35,6 +35,13 @@ def default_runtime_dir() -> Path:
     return default_state_dir() / "run"
 
 
+def default_paths() -> Paths:
+    """Where everything is when no setting moves it (the settings' `resolve_paths` with every
+    path left out)."""
+    state = default_state_dir()
+    return Paths(state_dir=state, runtime_dir=default_runtime_dir(), db=state / "gpuwarden.db")
+
+
 @dataclass(frozen=True)
 class Paths:
     """Resolved locations for one daemon instance."""

@@ -31,7 +31,7 @@ STATUS_BY_CODE = {
     "not_found": 404,
     "conflict": 409,
     "already_running": 409,
-    "ambiguous": 400,
+    "ambiguous": 409,  # a valid reference that several runs answer to now: the state decides
     "invalid_config": 422,
     "invalid_request": 422,
     "key_reused": 422,

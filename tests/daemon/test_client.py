@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 from pathlib import Path
@@ -181,3 +182,34 @@ def test_operations_that_take_no_body_are_sent_none() -> None:
             "transfer-encoding" in request.headers,
         )
         assert framing == (b"", "0", False), (request.method, request.url.path)
+
+
+@pytest.mark.parametrize("configured", ["nothing", "a config file", "a variable"])
+def test_the_default_socket_is_where_the_settings_put_it(
+    configured: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without settings that could move it, the socket is found without loading them; with a
+    config file or a GPUWARDEN_ variable, they decide. Either way it is where the daemon listens."""
+    from gpuwarden.client import default_socket
+    from gpuwarden.core.config.settings import load_settings
+
+    for name in [k for k in os.environ if k.startswith("GPUWARDEN_")]:
+        monkeypatch.delenv(name)
+    (tmp_path / "run").mkdir()
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
+    if configured == "a config file":
+        (tmp_path / "config" / "gpuwarden").mkdir(parents=True)
+        (tmp_path / "config" / "gpuwarden" / "config.yaml").write_text(
+            f"paths: {{runtime_dir: {tmp_path}/r}}\n"
+        )
+    elif configured == "a variable":
+        monkeypatch.setenv("GPUWARDEN_PATHS__RUNTIME_DIR", str(tmp_path / "elsewhere"))
+    expected = {
+        "nothing": tmp_path / "run" / "gpuwarden",
+        "a config file": tmp_path / "r",
+        "a variable": tmp_path / "elsewhere",
+    }
+    assert default_socket() == load_settings().resolve_paths().socket
+    assert default_socket() == expected[configured] / "api.sock"

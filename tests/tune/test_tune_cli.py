@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gpuwarden.core.config.resolve import resolve_relative_paths
 from gpuwarden.core.config.spec import load_spec
 from gpuwarden.runners.infer.example_models import write_prompts
 from gpuwarden.runners.testing_models import build_tiny_causal_lm
@@ -153,14 +154,20 @@ def test_tune_of_an_own_script_spec_writes_a_tuned_spec_with_the_effective_batch
     assert config.read_bytes() == before  # the user's file is only read
     assert not (REPO / "outputs").exists()  # probes wrote into their own folders
     assert out["notes"] == []  # written next to the spec: its relative cwd still holds
-    # Written elsewhere (remembered: no probe this time), the relative cwd would point elsewhere.
+    # Written elsewhere (remembered: no probe this time), its relative cwd is rewritten to start
+    # from there: the tuned spec still runs in the repository.
     (tmp_path / "elsewhere").mkdir()
     moved = _tune(tmp_path, str(spec), "-o", str(tmp_path / "elsewhere" / "tuned.yaml"), "--json")
     assert moved.returncode == 0, moved.stderr
     (note,) = json.loads(moved.stdout)["notes"]
-    assert note.startswith(
-        f"command.cwd is a relative path: it starts from {tmp_path / 'elsewhere'}, not from"
+    assert (
+        note
+        == f"relative paths rewritten to start from {tmp_path / 'elsewhere'}, where this copy is: command.cwd"
     )
+    elsewhere = tmp_path / "elsewhere" / "tuned.yaml"
+    command = resolve_relative_paths(load_spec(elsewhere), elsewhere.parent).command
+    assert command is not None and command.cwd is not None
+    assert Path(os.path.normpath(command.cwd)) == REPO
 
 
 @pytest.mark.parametrize(

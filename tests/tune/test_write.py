@@ -24,10 +24,12 @@ train:
 def test_tuned_spec_keeps_comments_and_order_and_changes_only_the_knobs(tmp_path: Path) -> None:
     source = tmp_path / "run.yaml"
     source.write_text(SPEC)
-    out = write_tuned_spec(
-        source, tmp_path / "run.tuned.yaml", "train",
+    out = tmp_path / "run.tuned.yaml"
+    moved = write_tuned_spec(
+        source, out, "train",
         {"batch_size": 8, "grad_accum_steps": 1, "precision": "bf16"}, "best: micro-batch 8 × 1",
     )  # fmt: skip
+    assert moved == {}  # beside the original: its relative paths hold as they are
     text = out.read_text()
     lines = text.splitlines()
     assert lines[0].startswith("# tuned by `gpuwarden tune")

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import Field
+
+from gpuwarden.core.api.base import ApiModel
 
 
-class ErrorDetail(BaseModel):
+class ErrorDetail(ApiModel):
     code: str = Field(description="machine-readable: not_found, conflict, bad_input, invalid_config, …")
     message: str = Field(description="one line: the problem and the fix")
     problems: list[str] | None = Field(
@@ -13,7 +15,7 @@ class ErrorDetail(BaseModel):
     )
 
 
-class ErrorBody(BaseModel):
+class ErrorBody(ApiModel):
     """`{"error": {"code": ..., "message": "one line"}}`, with a 4xx status for anything a client
     can cause; a 500 means a daemon bug."""
 

@@ -6,8 +6,9 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from gpuwarden.core.api.base import ApiModel
 from gpuwarden.core.config.spec_command import KnobValue
 
 MAX_SPEC_YAML = 1_000_000
@@ -19,7 +20,7 @@ MAX_ENV_CHARS = 2 << 20
 ENV_NAME_PATTERN = r"^[^=\x00]+$"
 
 
-class SubmitRequest(BaseModel):
+class SubmitRequest(ApiModel):
     """A run spec as JSON (`spec`) or as YAML text (`spec_yaml`, relative paths against `base_dir`)."""
 
     model_config = ConfigDict(
@@ -34,7 +35,7 @@ class SubmitRequest(BaseModel):
     )
 
     spec: dict[str, Any] | None = None
-    spec_yaml: str | None = Field(None, max_length=MAX_SPEC_YAML)
+    spec_yaml: str | None = Field(None, min_length=1, max_length=MAX_SPEC_YAML)
     base_dir: str | None = Field(
         None,
         description="absolute directory that relative paths in the spec start from (needed when it has any)",
@@ -86,7 +87,7 @@ def environment_too_large(environment: Mapping[str, str]) -> str | None:
     )
 
 
-class StopRequest(BaseModel):
+class StopRequest(ApiModel):
     model_config = ConfigDict(extra="forbid")
 
     grace_seconds: float | None = Field(
@@ -94,7 +95,7 @@ class StopRequest(BaseModel):
     )
 
 
-class EditRequest(BaseModel):
+class EditRequest(ApiModel):
     """What may change in a run that is not running: the given knobs over its own, `resources`
     replaced whole, any spec key by its dotted path. The result is validated as a whole spec."""
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
+from gpuwarden.core.api.base import ApiModel
 from gpuwarden.core.run_state import RunState
 
 RunKind = Literal["command", "train", "infer"]
@@ -14,7 +15,7 @@ RunKind = Literal["command", "train", "infer"]
 Number = int | float
 
 
-class RunSummary(BaseModel):
+class RunSummary(ApiModel):
     """The fields of a run that lists and `run` stream frames carry."""
 
     id: str
@@ -40,11 +41,11 @@ class RunSummary(BaseModel):
         )
 
 
-class RunList(BaseModel):
+class RunList(ApiModel):
     runs: list[RunSummary]
 
 
-class ConfigCopy(BaseModel):
+class ConfigCopy(ApiModel):
     """An attempt's copy of the user's config file: the keys gpuwarden changed and the diff."""
 
     source: str = Field(description="the user's file (never written)")
@@ -53,7 +54,7 @@ class ConfigCopy(BaseModel):
     diff: str = Field(description="unified diff of the copy against the user's file")
 
 
-class AttemptRecord(BaseModel):
+class AttemptRecord(ApiModel):
     """What gpuwarden handed one attempt of a user's program (attempts/<n>/prepared.json)."""
 
     prepared_at: float
@@ -70,7 +71,7 @@ class AttemptRecord(BaseModel):
     resume_note: str | None = None
 
 
-class Restart(BaseModel):
+class Restart(ApiModel):
     """A restart the run's restart policy scheduled after an attempt that failed (not from OOM)."""
 
     cause: str = Field(description="e.g. 'killed by SIGKILL', 'exit code 75', 'died without a final event'")
@@ -79,7 +80,7 @@ class Restart(BaseModel):
     backoff_s: float = Field(description="seconds waited before the next attempt")
 
 
-class RankStatus(BaseModel):
+class RankStatus(ApiModel):
     """One process ("rank") of a multi-process attempt, from the newest events it wrote."""
 
     rank: int
@@ -99,7 +100,7 @@ class RankStatus(BaseModel):
     straggler_reason: str | None
 
 
-class Attempt(BaseModel):
+class Attempt(ApiModel):
     """One process started for a run (with `world_size` > 1: torchrun and its ranks)."""
 
     run_id: str
@@ -144,11 +145,11 @@ class Attempt(BaseModel):
     ranks: list[RankStatus] = Field(default_factory=list, description="each rank when world_size > 1")
 
 
-class AttemptList(BaseModel):
+class AttemptList(ApiModel):
     attempts: list[Attempt]
 
 
-class Retune(BaseModel):
+class Retune(ApiModel):
     """A retune decision: the settings before and after, why, and how the next attempt went."""
 
     model_config = ConfigDict(validate_by_name=True, serialize_by_alias=True)
@@ -165,11 +166,11 @@ class Retune(BaseModel):
     prediction: dict[str, Any] | None
 
 
-class RetuneList(BaseModel):
+class RetuneList(ApiModel):
     retunes: list[Retune]
 
 
-class RunMetric(BaseModel):
+class RunMetric(ApiModel):
     """One progress report of a run."""
 
     run_id: str
@@ -188,11 +189,11 @@ class RunMetric(BaseModel):
     mem_peak: Number | None = None
 
 
-class MetricList(BaseModel):
+class MetricList(ApiModel):
     metrics: list[RunMetric]
 
 
-class RunEvent(BaseModel):
+class RunEvent(ApiModel):
     """A stored run event: the event as written (the envelope `v`, `type`, `ts` and the fields of
     its type, kept whole whatever a script wrote) plus where it came from. On the live stream it
     also carries `run_id`."""
@@ -206,13 +207,13 @@ class RunEvent(BaseModel):
     source: Literal["runner", "daemon"]
 
 
-class EventsPage(BaseModel):
+class EventsPage(ApiModel):
     events: list[RunEvent]
     next_since: int = Field(description="pass as `since` to read on")
     state: RunState | Literal["deleted"] = Field(description="the run's state when the page was read")
 
 
-class AttemptEnergyReading(BaseModel):
+class AttemptEnergyReading(ApiModel):
     """One attempt's energy: joules its GPUs used over its window, samples it did."""
 
     attempt: int
@@ -222,7 +223,7 @@ class AttemptEnergyReading(BaseModel):
     samples_per_kwh: float | None
 
 
-class RunEnergy(BaseModel):
+class RunEnergy(ApiModel):
     """A run's energy per sample from the GPUs' energy counters, over the attempts with a reading."""
 
     joules: float | None = None
@@ -247,7 +248,7 @@ class RunDetail(RunSummary):
     energy: RunEnergy = Field(default_factory=RunEnergy, description="empty until an attempt has run")
 
 
-class LogSlice(BaseModel):
+class LogSlice(ApiModel):
     """Bytes of a log from an offset on, decoded, never splitting a UTF-8 character."""
 
     data: str
@@ -263,5 +264,5 @@ class LogChunk(LogSlice):
     stream: Literal["stdout", "stderr"]
 
 
-class Deleted(BaseModel):
+class Deleted(ApiModel):
     deleted: str = Field(description="the id of the run forgotten")

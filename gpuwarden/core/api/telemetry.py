@@ -11,8 +11,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
+from gpuwarden.core.api.base import ApiModel
 from gpuwarden.core.telemetry.types import GpuProcess, GpuSample, GpuStatic, HostSample
 
 # [bucket start s, avg, min, max]; for energy_j the joules used in the bucket in all three slots.
@@ -20,7 +21,7 @@ from gpuwarden.core.telemetry.types import GpuProcess, GpuSample, GpuStatic, Hos
 Bucket = Annotated[list[float], Field(min_length=4, max_length=4)]
 
 
-class Health(BaseModel):
+class Health(ApiModel):
     name: str
     version: str
     api_version: str = Field(description="a client refuses a daemon whose major version differs")
@@ -51,13 +52,13 @@ class GpuInfo(GpuStatic):
         return cls(**_fields_of(static, GpuStatic), sample=sample)
 
 
-class GpuList(BaseModel):
+class GpuList(ApiModel):
     status: str = Field(description="one line: the GPUs sampled, or why none are")
     ts: float | None = Field(description="when the latest tick was read (None before the first)")
     gpus: list[GpuInfo]
 
 
-class HostReading(BaseModel):
+class HostReading(ApiModel):
     host: HostSample | None
 
 
@@ -72,7 +73,7 @@ class LiveProcess(GpuProcess):
         return cls(**_fields_of(process, GpuProcess), run_id=run_id)
 
 
-class LiveProcesses(BaseModel):
+class LiveProcesses(ApiModel):
     """The latest process scan (`GET /v1/processes` without `since`)."""
 
     model_config = ConfigDict(extra="forbid")  # tells it apart from ProcessReads in the response union
@@ -80,7 +81,7 @@ class LiveProcesses(BaseModel):
     processes: list[LiveProcess]
 
 
-class ProcessReads(BaseModel):
+class ProcessReads(ApiModel):
     """Stored process reads in a window, oldest first (`GET /v1/processes?since=…`)."""
 
     processes: list[GpuProcess]
@@ -90,7 +91,7 @@ class ProcessReads(BaseModel):
     )
 
 
-class TerminateResult(BaseModel):
+class TerminateResult(ApiModel):
     pid: int
     signal: Literal["SIGTERM"]
     sigkill_after_s: float
@@ -98,7 +99,7 @@ class TerminateResult(BaseModel):
     at: float
 
 
-class HistoryAnswer(BaseModel):
+class HistoryAnswer(ApiModel):
     """Downsampled series: `series[key][metric]` is a list of buckets, key a GPU UUID or "host".
     Buckets without a value for a metric are left out."""
 
@@ -111,12 +112,12 @@ class HistoryAnswer(BaseModel):
     )
 
 
-class MetricNames(BaseModel):
+class MetricNames(ApiModel):
     gpu: list[str]
     host: list[str]
 
 
-class SampleBody(BaseModel):
+class SampleBody(ApiModel):
     """The body of a `sample` frame on the live stream: one tick."""
 
     ts: float
@@ -124,7 +125,7 @@ class SampleBody(BaseModel):
     host: HostSample | None
 
 
-class ShutdownResult(BaseModel):
+class ShutdownResult(ApiModel):
     stopping: bool
     pid: int
 

@@ -9,6 +9,7 @@ sits in the spec (train/infer sections, `command.cwd`), so new path fields need 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -75,29 +76,43 @@ def _anchored_policy(ref: PolicyRef | None, base: Path) -> PolicyRef | None:
     return new
 
 
+def rebased_paths(spec: RunSpec, old: Path, new: Path) -> dict[str, str]:
+    """What a copy of `spec` (a file in folder `old`) written to folder `new` must say for it to
+    run as the original does: each relative path (dotted key → value) as a path from `new` to the
+    file the original names, and for a command that runs where its spec is (no `command.cwd`),
+    `command.cwd` naming `old`. Empty when the two folders are one."""
+    old, new = Path(old).expanduser().resolve(), Path(new).expanduser().resolve()
+    if old == new:
+        return {}
+    moved = {key: os.path.relpath(old / value, new) for key, value in _relative_values(spec, "")}
+    named = relative_policy(spec.policy)
+    if named is not None:
+        key = "policy" if isinstance(spec.policy, str) else "policy.base"
+        path = os.path.relpath(old / named, new)
+        moved[key] = path if "/" in path else f"./{path}"  # a bare word would name a built-in policy
+    if spec.command is not None and spec.command.cwd is None:
+        moved["command.cwd"] = os.path.relpath(old, new)
+    return moved
+
+
+def _relative_values(model: BaseModel, prefix: str) -> Iterator[tuple[str, Path]]:
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        if isinstance(value, Path) and not value.expanduser().is_absolute():
+            yield prefix + name, value
+        elif isinstance(value, BaseModel):
+            yield from _relative_values(value, f"{prefix}{name}.")
+
+
 def relative_paths(spec: RunSpec) -> list[str]:
     """The dotted keys of the spec's relative paths (`train.data`, `command.cwd`, a policy file):
     they start from the spec file's folder, so a copy written elsewhere, or a spec sent without
     that folder, points somewhere else."""
     policy = ["policy"] if relative_policy(spec.policy) is not None else []
-    return [*_relative_in(spec, ""), *policy]
+    return [*(key for key, _ in _relative_values(spec, "")), *policy]
 
 
-def _relative_in(model: BaseModel, prefix: str) -> Iterator[str]:
-    for name in type(model).model_fields:
-        value = getattr(model, name)
-        if isinstance(value, Path) and not value.expanduser().is_absolute():
-            yield prefix + name
-        elif isinstance(value, BaseModel):
-            yield from _relative_in(value, f"{prefix}{name}.")
-
-
-def moved_paths_note(moved: list[str], new: Path, old: Path, what: str) -> str:
-    """What a copy of a spec written to another folder (`new`) than the original's (`old`) gets
-    wrong: its relative paths now start there."""
-    one = len(moved) == 1
-    are = "is a relative path: it starts" if one else "are relative paths: they start"
-    return (
-        f"{', '.join(moved)} {are} from {new}, not from {old} — write the {what} next to the "
-        f"original or make {'it' if one else 'them'} absolute"
-    )
+def moved_paths_note(moved: list[str], new: Path) -> str:
+    """What a copy of a spec written to another folder (`new`) has changed besides: its relative
+    paths, rewritten to start from there."""
+    return f"relative paths rewritten to start from {new}, where this copy is: {', '.join(moved)}"

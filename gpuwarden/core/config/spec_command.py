@@ -101,19 +101,6 @@ class KnobBinding(StrictModel):
         return self
 
 
-# Role → the name the retune maths uses for it (the built-in training runner's knob names).
-ROLE_NAMES: dict[str, str] = {
-    "micro_batch": "batch_size",
-    "accum_steps": "grad_accum_steps",
-    "world_size": "world_size",
-    "max_length": "max_length",
-    "max_pixels": "max_pixels",
-    "max_new_tokens": "max_new_tokens",
-    "gradient_checkpointing": "gradient_checkpointing",
-    "precision": "precision",
-}
-
-
 class Roles(StrictModel):
     """Which knob plays which part. Each value names a knob (`world_size` may be a number)."""
 

@@ -3,22 +3,7 @@
 `classify` reads error text and exceptions, `policy` loads retune ladders from YAML, `retune`
 decides the next restart's change, `memory_model` predicts the largest micro-batch that fits,
 and `profiles` gives starting points per GPU memory tier. Pure functions, no torch.
+
+The package itself imports none of them: `gpuwarden show` reads a retune with `explain` and
+needs no classifier.
 """
-
-from gpuwarden.core.oom.classify import (
-    Classification,
-    Verdict,
-    classify_exception,
-    classify_text,
-    parse_size,
-    read_oom_kill_count,
-)
-
-__all__ = [
-    "Classification",
-    "Verdict",
-    "classify_exception",
-    "classify_text",
-    "parse_size",
-    "read_oom_kill_count",
-]

@@ -10,10 +10,13 @@ keeps micro-batch × accumulation × world size exactly as it does for the built
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpuwarden.core.config.spec import RunSpec
-from gpuwarden.core.config.spec_command import ROLE_NAMES, Roles
+from gpuwarden.core.config.role_names import ROLE_NAMES
+
+if TYPE_CHECKING:
+    from gpuwarden.core.config.spec import RunSpec
+    from gpuwarden.core.config.spec_command import Roles
 
 
 def _roles(spec: RunSpec) -> Roles | None:

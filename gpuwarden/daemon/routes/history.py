@@ -21,6 +21,9 @@ _WINDOW_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 # Ten years: far beyond any retention, and short of windows that start before 1970.
 MAX_WINDOW_S = 3650 * 86400.0
 DEFAULT_GPU_METRICS = ["util_gpu", "mem_used"]
+# Every name `metric` may hold, in the description; which of them the GPUs or the host have is
+# the route's to say (one parameter cannot be tied to another in OpenAPI).
+METRIC_NAMES = sorted({*GPU_METRICS, *HOST_METRICS})
 DEFAULT_HOST_METRICS = ["cpu_percent", "mem_used"]
 
 router = APIRouter()
@@ -51,7 +54,14 @@ def history(
             max_length=32, description="e.g. 15m, 1h, 24h, 7d", json_schema_extra={"pattern": WINDOW_PATTERN}
         ),
     ] = "1h",
-    metric: Annotated[list[str] | None, Query(max_length=64)] = None,
+    metric: Annotated[
+        list[str] | None,
+        Query(
+            max_length=64,
+            description="metric names (GET /v1/metrics-names lists the GPU's and the host's)",
+            json_schema_extra={"items": {"type": "string", "enum": METRIC_NAMES}},
+        ),
+    ] = None,
     gpu: Annotated[list[str] | None, Query(max_length=64, description="GPU UUIDs (default: all)")] = None,
     points: Annotated[int, Query(ge=1, le=5000)] = 300,
     end: Annotated[float | None, Query(ge=0, le=1e11)] = None,

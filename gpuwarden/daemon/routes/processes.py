@@ -8,7 +8,6 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from gpuwarden.core.api import LiveProcess, LiveProcesses, ProcessReads, StopRequest, TerminateResult
-from gpuwarden.core.errors import UserError
 from gpuwarden.daemon.routes.daemon_view import DaemonDep
 from gpuwarden.daemon.routes.responses import WITH_A_BODY, errors
 from gpuwarden.daemon.strays import terminate_gpu_process
@@ -24,9 +23,10 @@ router = APIRouter()
 @router.get(
     "/v1/processes",
     response_model=LiveProcesses | ProcessReads,
-    responses=errors(400, 404, 422),
-    summary="processes on the GPUs now, with the run each belongs to; with `since`, every stored "
-    "process read in [since, until) instead (oldest first, raw retention)",
+    responses=errors(404, 422),
+    summary="processes on the GPUs now (`gpu`: on that one), with the run each belongs to; with "
+    "`since` or `until`, every stored process read in [since, until) instead (oldest first, raw "
+    "retention; an empty window holds none)",
 )
 def processes(
     daemon: DaemonDep,
@@ -35,21 +35,19 @@ def processes(
     gpu: Annotated[str | None, Query(max_length=128, description="one GPU UUID (default: all)")] = None,
     limit: Annotated[int, Query(ge=1, le=PROCESS_ROWS_MAX)] = PROCESS_ROWS_MAX,
 ) -> LiveProcesses | ProcessReads:
-    if since is None:
-        if until is not None or gpu is not None:
-            raise UserError("until and gpu select stored process reads: give since as well")
+    if since is None and until is None:
+        if gpu is not None:
+            daemon.telemetry_reader().processes(uuid=gpu)  # a GPU it does not know: 404, as below
         groups = daemon.supervisor.pid_owners()
-        return LiveProcesses(
-            processes=[LiveProcess.of(p, owner_of(p.pid, groups)) for p in daemon.latest_processes]
-        )
-    if until is not None and until <= since:
-        raise UserError(f"empty window: until ({until}) must be after since ({since})")
+        scan = [p for p in daemon.latest_processes if gpu is None or p.uuid == gpu]
+        return LiveProcesses(processes=[LiveProcess.of(p, owner_of(p.pid, groups)) for p in scan])
     store = daemon.telemetry_reader()
+    kept_since = store.oldest_process_read()
+    if until is not None and until <= (since or 0):
+        return ProcessReads(processes=[], truncated=False, kept_since=kept_since)
     # One row more than asked tells whether the answer was cut.
-    stored = store.processes(latest_only=False, uuid=gpu, since=since, until=until, limit=limit + 1)
-    return ProcessReads(
-        processes=stored[:limit], truncated=len(stored) > limit, kept_since=store.oldest_process_read()
-    )
+    stored = store.processes(latest_only=False, uuid=gpu, since=since or 0, until=until, limit=limit + 1)
+    return ProcessReads(processes=stored[:limit], truncated=len(stored) > limit, kept_since=kept_since)
 
 
 @router.post(

@@ -8,10 +8,10 @@ from gpuwarden.core.api import ErrorBody
 from gpuwarden.daemon.http_errors import too_large_message
 
 _WHY = {
-    400: "bad input, in one line with the fix: a value the operation cannot use, a reference that "
-    "matches several runs, a body that is not JSON",
+    400: "bad input, in one line with the fix: a value the operation cannot use, a body that is not JSON",
     404: "no such run, attempt, GPU or process",
-    409: "the run's state (or the process's owner) does not allow this now",
+    409: "the run's state (or the process's owner) does not allow this now, or the reference "
+    "matches several runs (`ambiguous`: give more of the id)",
     413: f"{too_large_message()} (`too_large`); or a body sent to an operation that takes none "
     "(`unexpected_body`)",
     415: "the body was sent as another type than JSON (`Content-Type: application/json`)",
@@ -41,7 +41,7 @@ def json_errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
 
 # The statuses an operation on one run can answer besides its own: the reference resolves to
 # no run (404) or to several (400), and the parameters are checked (422).
-ON_A_RUN = (400, 404, 422)
+ON_A_RUN = (400, 404, 409, 422)
 # An operation that reads a JSON body can also be sent one of another type.
 WITH_A_BODY = 415
 # An operation that writes can find the disk under the state full or unwritable.
