@@ -1,0 +1,136 @@
+"""Where a notification goes: an apprise URL, or the user's `notify.on_event` command.
+
+Each target sends one message within its timeout or raises `SendFailed` with one line saying
+why; the daemon's sender threads retry and record failures, `gpuwarden notify test` prints them.
+apprise is imported only here, only when a URL is configured.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import signal
+import subprocess
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+from gpuwarden.core.config.settings import NotifySettings
+from gpuwarden.core.errors import UserError
+from gpuwarden.core.notify.notice import Notice
+
+INSTALL_HINT = "pip install 'gpuwarden[notify]'"
+
+
+class SendFailed(Exception):
+    """One line: why a target did not take a message."""
+
+
+class Target(Protocol):
+    """Something that takes a message: `label` names it without its secrets."""
+
+    @property
+    def label(self) -> str: ...
+
+    def send(self, notice: Notice) -> None: ...
+
+
+def url_label(url: str) -> str:
+    """`ntfy://ntfy.sh/…`: the service and host, never a token or password in the rest."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    return f"{parts.scheme}://{host}{'/…' if url.rstrip('/') != f'{parts.scheme}://{host}' else ''}"
+
+
+class AppriseTarget:
+    """One apprise URL (ntfy, Slack, Matrix, email, json://…), with apprise's sockets bounded by
+    `timeout` (connect and each read)."""
+
+    def __init__(self, url: str, timeout: float) -> None:
+        try:
+            import apprise
+        except ImportError:
+            raise UserError(
+                f"notify.urls: sending to {url_label(url)} needs apprise, which is not installed — "
+                f"{INSTALL_HINT} (or remove notify.urls)"
+            ) from None
+        self.label = url_label(url)
+        self._apprise: Any = apprise  # partly typed: its log capture is not
+        # What apprise logs (payloads at debug level) goes to `send`'s capture only: a failure
+        # reaches the daemon's log as one line of ours.
+        logging.getLogger("apprise").propagate = False
+        self._sender = apprise.Apprise()
+        if not self._sender.add(url):
+            raise UserError(
+                f"notify.urls: {self.label}: apprise does not understand this URL — check the "
+                "service's URL syntax (https://github.com/caronc/apprise/wiki)"
+            )
+        for server in self._sender:
+            server.socket_connect_timeout = timeout
+            server.socket_read_timeout = timeout
+
+    def send(self, notice: Notice) -> None:
+        with self._apprise.LogCapture(level=logging.DEBUG, fmt="%(levelname)s %(message)s") as said:
+            sent = self._sender.notify(title=notice.title, body=notice.body)
+        if not sent:
+            raise SendFailed(apprise_reason(said.getvalue()))
+
+
+# What a socket error comes down to, inside the long text requests writes for it.
+_SOCKET_CAUSE = re.compile(r"(Read timed out[^)]*\)|\[Errno -?\d+\] [^\"')]+|timed out)")
+
+
+def apprise_reason(log: str) -> str:
+    """One line from what apprise logged while it failed: its warning, and the socket's cause."""
+    lines = log.splitlines()
+    warnings = [line.split(" ", 1)[1] for line in lines if line.startswith(("WARNING ", "ERROR "))]
+    reason = warnings[-1].rstrip(".") if warnings else "apprise could not send it"
+    causes = [m.group(1).strip() for line in lines if (m := _SOCKET_CAUSE.search(line))]
+    return f"{reason}: {causes[-1]}" if causes else reason
+
+
+class CommandTarget:
+    """The user's command: the message as JSON on stdin and as GPUWARDEN_* variables; killed
+    (its whole process group) when it outlives `timeout`."""
+
+    def __init__(self, argv: list[str], timeout: float) -> None:
+        self.argv = argv
+        self.timeout = timeout
+        self.label = f"on_event: {os.path.basename(argv[0])}"
+
+    def send(self, notice: Notice) -> None:
+        try:
+            proc = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                env={**os.environ, **notice.environment()},
+                start_new_session=True,  # its children die with it on a timeout
+            )
+        except OSError as exc:
+            raise SendFailed(f"cannot start {self.argv[0]}: {exc.strerror or exc}") from None
+        try:
+            _, err = proc.communicate(notice.json().encode(), timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            why = f"still running after {self.timeout:g} s (notify.on_event_timeout): killed"
+            raise SendFailed(why) from None
+        if proc.returncode != 0:
+            said = err.decode(errors="replace").strip().splitlines()
+            raise SendFailed(f"exit status {proc.returncode}" + (f": {said[-1][:200]}" if said else ""))
+
+
+def _kill_group(proc: subprocess.Popen[Any]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()
+
+
+def build_targets(settings: NotifySettings) -> list[Target]:
+    """Every configured target; a URL apprise cannot send to (or apprise missing) is a UserError."""
+    targets: list[Target] = [AppriseTarget(url, settings.send_timeout) for url in settings.urls]
+    if settings.on_event:
+        targets.append(CommandTarget(settings.on_event, settings.on_event_timeout))
+    return targets
