@@ -60,6 +60,7 @@ SECTIONS: dict[str, dict[str, Entry]] = {
         "status": Entry("gpuwarden.cli.daemon_cmds:status", "The daemon's health, GPUs, database, socket"),
         "daemon": Entry("gpuwarden.cli.daemon_cmds:daemon", "Run the daemon in the foreground"),
         "service": Entry("gpuwarden.cli.service:service", "Install or remove the systemd user unit"),
+        "notify": Entry("gpuwarden.cli.notify_cmds:notify", "Test the notifications the daemon sends"),
         "example-models": Entry(
             "gpuwarden.cli.examples:example_models", "Build the tiny local models the examples use"
         ),
