@@ -41,13 +41,21 @@ def test_a_full_section_loads(tmp_path: Path) -> None:
 
 
 def test_an_unknown_key_suggests_the_right_one(tmp_path: Path) -> None:
-    assert _problem(tmp_path, "notify:\n  url: [ntfy://x]\n") == ":2: notify.url: unknown key — did you mean 'urls'?"
+    assert (
+        _problem(tmp_path, "notify:\n  url: [ntfy://x]\n")
+        == ":2: notify.url: unknown key — did you mean 'urls'?"
+    )
 
 
 def test_urls_must_be_a_list_of_apprise_urls(tmp_path: Path) -> None:
-    assert _problem(tmp_path, "notify:\n  urls: ntfy://x\n") == ":2: notify.urls: must be a valid list (got 'ntfy://x')"
+    assert (
+        _problem(tmp_path, "notify:\n  urls: ntfy://x\n")
+        == ":2: notify.urls: must be a valid list (got 'ntfy://x')"
+    )
     line = _problem(tmp_path, "notify:\n  urls: [ntfy://x, my-topic]\n")
-    assert line.startswith(":2: notify.urls: 'my-topic' is not an apprise URL — write it as SERVICE://…"), line
+    assert line.startswith(":2: notify.urls: 'my-topic' is not an apprise URL — write it as SERVICE://…"), (
+        line
+    )
 
 
 def test_on_event_must_be_a_command_as_a_list(tmp_path: Path) -> None:

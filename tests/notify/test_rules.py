@@ -106,7 +106,10 @@ def test_which_events_make_a_message() -> None:
 def test_a_retune_without_its_record_says_the_changes_and_the_reason() -> None:
     event = {"type": "retuned", "attempt": 1, "changes": {"micro_batch": 8}, "reason": "peak 70 GiB"}
     notice = compose("retuned", event, RunFacts("r1", "bert"), "h")
-    assert notice.body == "Run bert (r1) on h ran out of memory in attempt 1 and was retuned: micro_batch → 8. peak 70 GiB"
+    assert (
+        notice.body
+        == "Run bert (r1) on h ran out of memory in attempt 1 and was retuned: micro_batch → 8. peak 70 GiB"
+    )
 
 
 def test_a_gpu_condition_names_the_gpu_and_the_run() -> None:
@@ -115,5 +118,7 @@ def test_a_gpu_condition_names_the_gpu_and_the_run() -> None:
     (cond,) = watch.observe(600, [_sample(600, 0)], {"GPU-a": ("r1",)})
     notice = gpu_notice(cond, "0 (GPU-a)", RunFacts("r1", "bert"), "h")
     assert notice.title == "bert: GPU 0 (GPU-a) idle"
-    assert notice.body == "GPU 0 (GPU-a), held by run bert (r1) on h, has been idle (under 5% busy) for 10 min."
+    assert (
+        notice.body == "GPU 0 (GPU-a), held by run bert (r1) on h, has been idle (under 5% busy) for 10 min."
+    )
     assert notice.gpu == "0 (GPU-a)" and notice.run_id == "r1"

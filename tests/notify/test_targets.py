@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
@@ -47,12 +48,15 @@ def test_a_closed_port_fails_with_its_reason(refused_url: str) -> None:
 
 
 def test_a_url_apprise_cannot_use_is_one_line() -> None:
-    with pytest.raises(UserError, match=r"^notify.urls: nosuch://host/…: apprise does not understand this URL — check"):
+    with pytest.raises(
+        UserError, match=r"^notify.urls: nosuch://host/…: apprise does not understand this URL — check"
+    ):
         AppriseTarget("nosuch://host/secret-token", timeout=1)
 
 
 def test_a_label_never_shows_a_token() -> None:
     assert url_label("ntfy://user:pass@ntfy.example.com/topic") == "ntfy://ntfy.example.com/…"
+    assert url_label("json://127.0.0.1:8080/hook") == "json://127.0.0.1:8080/…"
     assert url_label("slack://T1/B2/C3") == "slack://t1/…"
 
 
@@ -64,7 +68,9 @@ def test_the_command_gets_the_message_on_stdin_and_as_variables(tmp_path: Path) 
     )
     CommandTarget([sys.executable, "-c", code, str(out)], timeout=30).send(NOTICE)
     got = json.loads(out.read_text())
-    assert got["stdin"]["event"] == "failed" and got["stdin"]["run_id"] == "r1" and got["stdin"]["attempt"] == 2
+    assert (
+        got["stdin"]["event"] == "failed" and got["stdin"]["run_id"] == "r1" and got["stdin"]["attempt"] == 2
+    )
     assert got["env"]["GPUWARDEN_EVENT"] == "failed" and got["env"]["GPUWARDEN_RUN_NAME"] == "bert"
     assert got["env"]["GPUWARDEN_HOST"] == "h" and got["env"]["GPUWARDEN_TITLE"] == "bert failed"
 
@@ -77,8 +83,6 @@ def test_a_command_that_outlives_its_bound_is_killed(tmp_path: Path) -> None:
         target.send(NOTICE)
     pid = int(pid_file.read_text())
     with pytest.raises(ProcessLookupError):
-        import os
-
         os.kill(pid, 0)
 
 
@@ -108,10 +112,14 @@ class Flaky:
 def test_a_send_is_retried_then_reported_once() -> None:
     failures: list[tuple[str, str, int]] = []
     flaky = Flaky(failures=2)
-    delivery = Delivery(flaky, retries=2, on_failure=lambda n, t, r, k: failures.append((t, r, k)), backoff_s=0)
+    delivery = Delivery(
+        flaky, retries=2, on_failure=lambda n, t, r, k: failures.append((t, r, k)), backoff_s=0
+    )
     assert delivery.deliver(NOTICE) and flaky.tries == 3 and failures == []
     hopeless = Flaky(failures=100)
-    delivery = Delivery(hopeless, retries=2, on_failure=lambda n, t, r, k: failures.append((t, r, k)), backoff_s=0)
+    delivery = Delivery(
+        hopeless, retries=2, on_failure=lambda n, t, r, k: failures.append((t, r, k)), backoff_s=0
+    )
     assert not delivery.deliver(NOTICE)
     assert hopeless.tries == 3 and failures == [("flaky", "try 3 refused", 3)]
 
@@ -134,7 +142,9 @@ def test_a_hung_target_never_blocks_whoever_publishes() -> None:
     """The supervisor's and sampler's side costs a queue put, even with every queue full."""
     settings = NotifySettings(urls=["json://unused"], max_per_run=10_000)
     failures: list[str] = []
-    notes = Notifications(settings, lambda run_id: RunFacts(run_id, "bert"), lambda n, t, r, k: failures.append(r), "h")
+    notes = Notifications(
+        settings, lambda run_id: RunFacts(run_id, "bert"), lambda n, t, r, k: failures.append(r), "h"
+    )
     stuck = Stuck()
     notes.start([stuck])
     try:

@@ -37,9 +37,13 @@ class Target(Protocol):
 
 
 def url_label(url: str) -> str:
-    """`ntfy://ntfy.sh/…`: the service and host, never a token or password in the rest."""
+    """`ntfy://ntfy.sh/…`: the service, host and port, never a token or password in the rest."""
     parts = urlsplit(url)
-    host = parts.hostname or ""
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:  # not a number: apprise will say what is wrong with it
+        port = ""
+    host = f"{parts.hostname or ''}{port}"
     return f"{parts.scheme}://{host}{'/…' if url.rstrip('/') != f'{parts.scheme}://{host}' else ''}"
 
 
