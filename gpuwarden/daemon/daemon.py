@@ -1,8 +1,9 @@
 """The daemon: lock, store writer, sampler, supervisor and API server, started and stopped in order.
 
 Threads: `store-writer` (the only database writer), `sampler` (ticks at the configured cadence),
-`supervisor` (runs), `socket-watch` (stops a daemon whose socket's file was removed), and
-uvicorn's event loop on the main thread. Extra components (the Prometheus exporter) attach with
+`supervisor` (runs), `socket-watch` (stops a daemon whose socket's file was removed),
+`notifications` and one sender per target (only when `notify:` names one), and uvicorn's event
+loop on the main thread. Extra components (the Prometheus exporter) attach with
 `Daemon.add_component` and receive every tick through `on_tick`.
 """
 
