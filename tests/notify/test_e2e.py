@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from tests.daemon.conftest import DaemonHandle, command_spec, wait_for
+from tests.daemon.test_logs_follow import retuned_spec
 from tests.notify.conftest import Receiver, Silent
 
 HOOK = """
@@ -125,3 +126,31 @@ def test_a_hung_or_refusing_receiver_delays_no_run_and_is_recorded(
     assert refused["reason"].endswith("[Errno 111] Connection refused")
     shown = gw.cli("events", run["id"])
     assert "notify_failed" in shown.stdout, shown.stdout
+
+
+@pytest.mark.slow
+def test_a_hung_receiver_never_delays_a_retune(
+    daemon_factory: Any, silent: Silent, receiver: Receiver
+) -> None:
+    """A run that runs out of memory is retuned and succeeds while the silent receiver still
+    holds the first message: the retune does not wait for its 20 s send."""
+    timeout_s = 20.0
+    gw = start_with(
+        daemon_factory, {"urls": [silent.url, receiver.url], "send_timeout": timeout_s, "retries": 0}
+    )
+    gate = gw.root / "gate"
+    gate.touch()  # attempt 1 runs out of memory at once
+    submitted = gw.cli("run", str(retuned_spec(gw.root, gate)), "--json")
+    assert submitted.returncode == 0, submitted.stderr
+    run_id = json.loads(submitted.stdout)["id"]
+    assert gw.wait_state(run_id)["state"] == "succeeded"
+
+    with gw.client() as client:
+        oom_at = client.run(run_id).attempts[0].ended_at
+    (retuned,) = _events(gw, run_id, "retuned")
+    (done,) = [e for e in _events(gw, run_id, "state") if e["state"] == "succeeded"]
+    assert oom_at is not None and done["ts"] - oom_at < timeout_s, (oom_at, retuned["ts"], done["ts"])
+    post = _post(receiver, "retuned retuned")
+    assert "ran out of memory in attempt 1 and was retuned: " in post["message"], post["message"]
+    assert "→ micro-batch 32 → 16, accumulation 1 → 2, effective batch 32 kept" in post["message"]
+    _post(receiver, "retuned succeeded")

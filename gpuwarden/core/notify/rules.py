@@ -72,13 +72,14 @@ def _failed(event: Mapping[str, Any], run: RunFacts, who: str) -> tuple[str, str
 
 
 def _retuned(event: Mapping[str, Any], run: RunFacts, who: str) -> tuple[str, str]:
+    """The sentence `gpuwarden show` prints (where → what changed; what the memory model said),
+    or, without the retune's record, the event's changes and reason."""
+    body = f"Run {who} ran out of memory in attempt {event.get('attempt')} and was retuned: "
     if run.retune is not None and run.retune.attempt == event.get("attempt"):
-        what = retune_sentence(run.retune)
-    else:
-        what = ", ".join(f"{k} → {v}" for k, v in (event.get("changes") or {}).items()) or "no knob changed"
+        return f"{run.name} retuned", body + retune_sentence(run.retune)
+    what = ", ".join(f"{k} → {v}" for k, v in (event.get("changes") or {}).items()) or "no knob changed"
     reason = event.get("reason")
-    body = f"Run {who} ran out of memory in attempt {event.get('attempt')} and was retuned: {what}"
-    return f"{run.name} retuned", body + (f". {reason}" if reason else "")
+    return f"{run.name} retuned", body + what + (f". {reason}" if reason else "")
 
 
 def _restarted(event: Mapping[str, Any], run: RunFacts, who: str) -> tuple[str, str]:
