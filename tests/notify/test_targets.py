@@ -159,3 +159,25 @@ def test_a_hung_target_never_blocks_whoever_publishes() -> None:
     finally:
         stuck.release.set()
         notes.stop()
+
+
+def test_two_targets_failing_at_once_each_keep_their_own_reason(silent: Silent, refused_url: str) -> None:
+    """apprise logs every send to one logger: a reason is read from this target's lines only."""
+    reasons: dict[str, str] = {}
+
+    def send(name: str, target: AppriseTarget) -> None:
+        try:
+            target.send(NOTICE)
+        except SendFailed as exc:
+            reasons[name] = str(exc)
+
+    threads = [
+        threading.Thread(target=send, args=("hung", AppriseTarget(silent.url, timeout=2))),
+        threading.Thread(target=send, args=("refused", AppriseTarget(refused_url, timeout=2))),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert "Read timed out" in reasons["hung"], reasons
+    assert reasons["refused"].endswith("[Errno 111] Connection refused"), reasons

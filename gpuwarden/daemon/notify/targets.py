@@ -39,11 +39,8 @@ class Target(Protocol):
 def url_label(url: str) -> str:
     """`ntfy://ntfy.sh/…`: the service, host and port, never a token or password in the rest."""
     parts = urlsplit(url)
-    try:
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError:  # not a number: apprise will say what is wrong with it
-        port = ""
-    host = f"{parts.hostname or ''}{port}"
+    port = _port(url)  # None also when it is no number: apprise says what is wrong with it
+    host = f"{parts.hostname or ''}{f':{port}' if port else ''}"
     return f"{parts.scheme}://{host}{'/…' if url.rstrip('/') != f'{parts.scheme}://{host}' else ''}"
 
 
@@ -73,23 +70,37 @@ class AppriseTarget:
         for server in self._sender:
             server.socket_connect_timeout = timeout
             server.socket_read_timeout = timeout
+        parts = urlsplit(url)
+        # How requests names this service's connection in its errors: apprise logs every target's
+        # sends to one logger, and another sender thread's lines must not explain this one's.
+        self._where = f"host='{parts.hostname}'" + (f", port={parts.port}" if _port(url) else "")
 
     def send(self, notice: Notice) -> None:
-        with self._apprise.LogCapture(level=logging.DEBUG, fmt="%(levelname)s %(message)s") as said:
+        with self._apprise.LogCapture(level=logging.DEBUG, fmt="%(message)s") as said:
             sent = self._sender.notify(title=notice.title, body=notice.body)
         if not sent:
-            raise SendFailed(apprise_reason(said.getvalue()))
+            raise SendFailed(apprise_reason(sent, said.getvalue(), self._where))
+
+
+def _port(url: str) -> int | None:
+    try:
+        return urlsplit(url).port
+    except ValueError:
+        return None
 
 
 # What a socket error comes down to, inside the long text requests writes for it.
 _SOCKET_CAUSE = re.compile(r"(Read timed out[^)]*\)|\[Errno -?\d+\] [^\"')]+|timed out)")
 
 
-def apprise_reason(log: str) -> str:
-    """One line from what apprise logged while it failed: its warning, and the socket's cause."""
-    lines = log.splitlines()
-    warnings = [line.split(" ", 1)[1] for line in lines if line.startswith(("WARNING ", "ERROR "))]
-    reason = warnings[-1].rstrip(".") if warnings else "apprise could not send it"
+def apprise_reason(result: object, log: str, where: str) -> str:
+    """One line: apprise's warning for this send (its result keeps each service's own), and the
+    socket's cause from the lines logged about this service's connection (`where`)."""
+    said = [
+        e.message for r in getattr(result, "results", ()) for e in r.logs() if e.level in ("WARNING", "ERROR")
+    ]
+    reason = said[-1].rstrip(".") if said else "apprise could not send it"
+    lines = [line for line in log.splitlines() if where in line]
     causes = [m.group(1).strip() for line in lines if (m := _SOCKET_CAUSE.search(line))]
     return f"{reason}: {causes[-1]}" if causes else reason
 
