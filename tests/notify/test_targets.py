@@ -181,3 +181,13 @@ def test_two_targets_failing_at_once_each_keep_their_own_reason(silent: Silent, 
         thread.join(60)
     assert "Read timed out" in reasons["hung"], reasons
     assert reasons["refused"].endswith("[Errno 111] Connection refused"), reasons
+
+
+def test_what_was_heard_before_a_stop_is_still_sent(receiver: Receiver) -> None:
+    """A run that failed just before `gpuwarden down`: the daemon's stop sends its message first."""
+    settings = NotifySettings(urls=[receiver.url])
+    notes = Notifications(settings, lambda run_id: RunFacts(run_id, "bert"), lambda *failed: None, "h")
+    notes.start([AppriseTarget(receiver.url, timeout=10)])
+    notes.offer_event({"run_id": "r1", "type": "state", "state": "failed", "source": "daemon", "attempt": 1})
+    notes.stop(timeout=30)
+    assert [p["title"] for p in receiver.posts] == ["bert failed"]

@@ -47,8 +47,9 @@ class Delivery:
         self._thread.start()
 
     def stop(self, timeout: float = 2.0) -> None:
-        """Stop taking messages; one being sent has `timeout` s to finish (the thread is a daemon
-        thread: a hung receiver never holds the daemon's exit)."""
+        """Send what is queued, once each (no more retries), for up to `timeout` s: a run that
+        failed just before `gpuwarden down` is still told. The thread is a daemon thread: a hung
+        receiver never holds the daemon's exit."""
         self._stop.set()
         self._thread.join(timeout)
 
@@ -60,7 +61,7 @@ class Delivery:
             self.on_failure(notice, self.target.label, f"its queue is full ({self._queue.maxsize})", 0)
 
     def _loop(self) -> None:
-        while not self._stop.is_set():
+        while not (self._stop.is_set() and self._queue.empty()):
             try:
                 notice = self._queue.get(timeout=0.5)
             except queue.Empty:

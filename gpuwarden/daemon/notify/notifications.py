@@ -100,18 +100,20 @@ class Notifications:
             delivery.start()
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 3.0) -> None:
+        """Write what was heard and send it, within `timeout` s in all (see `Delivery.stop`)."""
+        deadline = time.monotonic() + timeout
         self._stop.set()
         if self._thread.is_alive():
-            self._thread.join(2.0)
+            self._thread.join(timeout)
         for delivery in self.deliveries:
-            delivery.stop()
+            delivery.stop(max(0.0, deadline - time.monotonic()))
 
     # -- the notifications thread ---------------------------------------------------------------------
 
     def _loop(self) -> None:
         next_flush = time.monotonic() + FLUSH_EVERY_S
-        while not self._stop.is_set():
+        while not (self._stop.is_set() and self._intake.empty()):
             try:
                 item = self._intake.get(timeout=max(0.0, next_flush - time.monotonic()))
             except queue.Empty:
