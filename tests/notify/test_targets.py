@@ -191,3 +191,38 @@ def test_what_was_heard_before_a_stop_is_still_sent(receiver: Receiver) -> None:
     notes.offer_event({"run_id": "r1", "type": "state", "state": "failed", "source": "daemon", "attempt": 1})
     notes.stop(timeout=30)
     assert [p["title"] for p in receiver.posts] == ["bert failed"]
+
+
+class Recorder:
+    label = "recorder"
+
+    def __init__(self) -> None:
+        self.got: list[Notice] = []
+
+    def send(self, notice: Notice) -> None:
+        self.got.append(notice)
+
+
+def test_what_the_limit_held_back_is_summed_up_when_the_window_reopens() -> None:
+    now = [1000.0]
+    settings = NotifySettings(urls=["json://unused"], max_per_run=1, per_minutes=1)
+    notes = Notifications(
+        settings, lambda run_id: RunFacts(run_id, "bert"), lambda *failed: None, "h", clock=lambda: now[0]
+    )
+    recorder = Recorder()
+    notes.start([recorder])
+    try:
+        for attempt in (1, 2, 3):
+            notes.offer_event({"run_id": "r1", "type": "restart", "source": "daemon", "attempt": attempt})
+        wait_for(lambda: recorder.got and notes.limit.held == 2, "the first restart, the others held")
+        now[0] += 61  # the window has room again
+        wait_for(lambda: len(recorder.got) == 2, "the summary")
+    finally:
+        notes.stop()
+    first, summary = recorder.got
+    assert first.title == "bert restarted"
+    assert (summary.event, summary.title, summary.run_id) == ("held", "bert: 2 more notifications", "r1")
+    assert (
+        summary.body
+        == "2 more notifications about run bert (r1) on h were held back by the rate limit: restarted ×2."
+    )

@@ -71,6 +71,11 @@ class RateLimit:
         return out
 
     @property
+    def held(self) -> int:
+        """Messages held back now, over every run."""
+        return sum(sum(window.held.values()) for window in list(self._runs.values()))
+
+    @property
     def tracked(self) -> int:
         """Runs the limiter remembers (tests check it forgets quiet ones)."""
         return len(self._runs)
