@@ -59,8 +59,12 @@ class AppriseTarget:
         self.label = url_label(url)
         self._apprise: Any = apprise  # partly typed: its log capture is not
         # What apprise logs (payloads at debug level) goes to `send`'s capture only: a failure
-        # reaches the daemon's log as one line of ours.
-        logging.getLogger("apprise").propagate = False
+        # reaches the daemon's log as one line of ours. The level stays at debug: a capture
+        # restores the level it found as it ends, which would silence another thread's capture
+        # still waiting for its socket's cause.
+        apprise_log = logging.getLogger("apprise")
+        apprise_log.propagate = False
+        apprise_log.setLevel(logging.DEBUG)
         self._sender = apprise.Apprise()
         if not self._sender.add(url):
             raise UserError(
