@@ -62,6 +62,7 @@ SECTIONS: dict[str, dict[str, Entry]] = {
         "hosts": Entry("gpuwarden.cli.hosts_cmds:hosts", "Check the hosts --host/--all-hosts reach over ssh"),
         "daemon": Entry("gpuwarden.cli.daemon_cmds:daemon", "Run the daemon in the foreground"),
         "service": Entry("gpuwarden.cli.service:service", "Install or remove the systemd user unit"),
+        "notify": Entry("gpuwarden.cli.notify_cmds:notify", "Test the notifications the daemon sends"),
         "example-models": Entry(
             "gpuwarden.cli.examples:example_models", "Build the tiny local models the examples use"
         ),

@@ -1,8 +1,9 @@
 """The daemon: lock, store writer, sampler, supervisor and API server, started and stopped in order.
 
 Threads: `store-writer` (the only database writer), `sampler` (ticks at the configured cadence),
-`supervisor` (runs), `socket-watch` (stops a daemon whose socket's file was removed), and
-uvicorn's event loop on the main thread. Extra components (the Prometheus exporter) attach with
+`supervisor` (runs), `socket-watch` (stops a daemon whose socket's file was removed),
+`notifications` and one sender per target (only when `notify:` names one), and uvicorn's event
+loop on the main thread. Extra components (the Prometheus exporter) attach with
 `Daemon.add_component` and receive every tick through `on_tick`.
 """
 
@@ -13,7 +14,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gpuwarden import __version__
 from gpuwarden.core.config.settings import MetricsSettings, Settings
@@ -35,6 +36,9 @@ from gpuwarden.daemon.stream import Broadcaster
 from gpuwarden.daemon.supervise import RetuneHook
 from gpuwarden.daemon.wiring import build_supervisor
 from gpuwarden.daemon.writer import StoreWriter
+
+if TYPE_CHECKING:
+    from gpuwarden.daemon.notify.component import NotifyComponent
 
 log = logging.getLogger("gpuwarden.daemon")
 
@@ -78,6 +82,7 @@ class Daemon:
         self.sampling = Sampling(settings, self.writer, self.storage, gpu_reader)
         self.sampling.listeners.append(self._publish_sample)
         self.components: list[Component] = []
+        self.notify = self._notifications(settings)
         # A user's own program writes its files (its outputs, in the user's folders) as it would
         # run directly: with the umask the user started the daemon with, not the daemon's
         # owner-only one. gpuwarden's runners write into run folders and keep owner-only.
@@ -85,11 +90,13 @@ class Daemon:
             settings,
             self.paths,
             self.writer,
-            self.broadcaster,
+            self.broadcaster if self.notify is None else self.notify.publisher(self.broadcaster),
             self.sampling,
             retune_hook,
             user_umask=current_umask(),
         )
+        if self.notify is not None:
+            self.notify.holders = self._gpu_holders
         if settings.metrics.enabled:
             self.add_component(MetricsComponent(self, settings.metrics))
         self.server: Any = None
@@ -97,6 +104,28 @@ class Daemon:
         self._readers = threading.local()
         self._shutdown_hooks: list[Callable[[], None]] = []
         self.socket_watch: SocketWatch | None = None
+
+    def _notifications(self, settings: Settings) -> NotifyComponent | None:
+        """Notifications, when `notify:` names a target; else none of it is even imported."""
+        if not settings.notify.configured:
+            return None
+        from gpuwarden.daemon.notify.component import NotifyComponent
+
+        notify = NotifyComponent(
+            settings.notify, self.paths.db, self.writer, self.broadcaster, self.sampling.gpu_statics
+        )
+        self.add_component(notify)
+        self.on_tick(notify.on_tick)
+        return notify
+
+    def _gpu_holders(self) -> dict[str, tuple[str, ...]]:
+        """GPU UUID → the runs whose watched attempts hold it (read from the sampler's thread:
+        the copy is taken in one step, so the supervisor changing it meanwhile does no harm)."""
+        holders: dict[str, tuple[str, ...]] = {}
+        for run_id, active in dict(self.supervisor.active).items():
+            for uuid in active.gpus:
+                holders[uuid] = (*holders.get(uuid, ()), run_id)
+        return holders
 
     # -- hooks for the lead's components ------------------------------------------------------------
 

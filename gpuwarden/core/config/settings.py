@@ -7,12 +7,15 @@ value: `config.yaml:4: sample_interval: …`, `GPUWARDEN_SAMPLE_INTERVAL: …`, 
 from __future__ import annotations
 
 import difflib
+import json
 import os
+import re
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from gpuwarden.core.config.hosts import HostName, SshSettings
 from gpuwarden.core.config.validation import StrictModel, refuse_foreign, validate
@@ -32,6 +35,8 @@ ENV_RESERVED = {
     "GPUWARDEN_RUN_ID",
     "GPUWARDEN_ATTEMPT",
     "GPUWARDEN_RESUME_FROM",
+    # what `notify.on_event` commands get (so `gpuwarden` works inside such a hook too)
+    *(f"GPUWARDEN_{name}" for name in ("EVENT", "RUN", "RUN_NAME", "HOST", "GPU", "TITLE", "BODY")),
 }
 
 
@@ -64,6 +69,55 @@ class MetricsSettings(StrictModel):
     )
 
 
+# -- notifications (`notify:`) -----------------------------------------------------------------------
+
+NotifyEvent = Literal["succeeded", "failed", "retuned", "restarted", "hung", "idle", "throttled"]
+NOTIFY_EVENTS: tuple[NotifyEvent, ...] = typing.get_args(NotifyEvent)
+# An apprise URL starts with its service's scheme: ntfy://, slack://, mailto://, json://, …
+_URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://\S+$")
+
+
+class NotifySettings(StrictModel):
+    """Where the daemon tells what happens to runs and GPUs: apprise URLs and a command."""
+
+    urls: list[str] = Field(default_factory=list, description="apprise URLs: ntfy://topic, slack://…")
+    on_event: list[str] | None = Field(
+        None, min_length=1, description="a command (argv, no shell) given each event as JSON on stdin"
+    )
+    on_event_timeout: float = Field(10.0, gt=0, le=600, description="seconds before the command is killed")
+    events: list[NotifyEvent] = Field(default_factory=lambda: list(NOTIFY_EVENTS))
+    idle_minutes: float = Field(15.0, ge=0, le=10_080, description="a run's GPU idle this long (0: off)")
+    throttle_minutes: float = Field(5.0, ge=0, le=10_080, description="throttled this long (0: off)")
+    max_per_run: int = Field(5, ge=1, le=10_000, description="messages per run per `per_minutes`")
+    per_minutes: float = Field(10.0, gt=0, le=10_080, description="the rate limit's window")
+    send_timeout: float = Field(10.0, gt=0, le=600, description="seconds one try of one send may take")
+    retries: int = Field(3, ge=0, le=20, description="tries after the first, backing off 1, 2, 4… s")
+
+    @field_validator("urls")
+    @classmethod
+    def _apprise_urls(cls, urls: list[str]) -> list[str]:
+        for url in urls:
+            if not _URL_SCHEME.match(url):
+                shown = url if len(url) <= 24 else f"{url[:8]}… ({len(url)} characters)"
+                raise ValueError(
+                    f"{shown!r} is not an apprise URL — write it as SERVICE://…, e.g. "
+                    "'ntfy://my-topic' or 'json://localhost:8080/hook'"
+                )
+        return urls
+
+    @field_validator("on_event")
+    @classmethod
+    def _argv(cls, argv: list[str] | None) -> list[str] | None:
+        if argv is not None and not argv[0].strip():
+            raise ValueError("the command's first item must name a program")
+        return argv
+
+    @property
+    def configured(self) -> bool:
+        """Whether anything is to be sent (else the daemon loads none of it)."""
+        return bool(self.urls or self.on_event)
+
+
 class Settings(StrictModel):
     """Everything the daemon and `gpuwarden monitor` need to know."""
 
@@ -72,6 +126,7 @@ class Settings(StrictModel):
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
     paths: PathSettings = Field(default_factory=PathSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    notify: NotifySettings = Field(default_factory=NotifySettings)
     stop_grace_seconds: float = Field(30.0, ge=0, le=3600, description="SIGTERM → SIGKILL grace")
     max_runs_per_gpu: int = Field(1, ge=1, le=64)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
@@ -132,6 +187,22 @@ def env_layer(environ: Mapping[str, str]) -> dict[KeyPath, tuple[str, str]]:
     return out
 
 
+def _env_value(path: KeyPath, var: str, value: str) -> Any:
+    """A variable's text, or for a list setting (`notify.urls`) the JSON list it holds."""
+    model: Any = Settings
+    for part in path[:-1]:
+        model = model.model_fields[str(part)].annotation
+    annotation = model.model_fields[str(path[-1])].annotation
+    if list not in (typing.get_origin(annotation), *map(typing.get_origin, typing.get_args(annotation))):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        raise UserError(
+            f"environment variable {var}: must be a JSON list, e.g. {var}='[\"ntfy://my-topic\"]'"
+        ) from None
+
+
 def _anchor_relative_paths(data: dict[str, Any], origin: Mapping[KeyPath, str], config_dir: Path) -> None:
     """Relative `paths.*` values start from the config file's folder when the file gave them, and
     from the current folder when a variable or flag did: never from wherever the daemon happens
@@ -169,7 +240,7 @@ def load_settings(
     data: dict[str, Any] = dict(doc.data)
     origin: dict[KeyPath, str] = {}
     for key_path, (var, value) in env_layer(environ).items():
-        _set_path(data, key_path, value)
+        _set_path(data, key_path, _env_value(key_path, var, value))
         origin[key_path] = f"environment variable {var}"
     for dotted, value in (flags or {}).items():
         if value is None:

@@ -33,7 +33,7 @@ wall clock. Every series is a function of whole seconds since the fake started, 
   (power held constant over each second) plus `10**9 * (index + 1)`
 - temperature = 30 + util_gpu // 2; fan = 30 + util_gpu // 4; clocks at max when busy, idle
   clocks when util is 0; pstate 0 when busy else 8; throttle 0x1 (idle) at 0 %, 0x4 (power
-  cap) at 100 %, else 0
+  cap) at 100 %, else 0 (`set_throttle(gpu_index, reasons)` sets them until set to None)
 - memory used (v2) = 4 MiB + the processes' memory, reserved 512 MiB; v1 used adds reserved
 - GetSamples: `SAMPLES_PER_SECOND` samples a second at `start_us + s * 10**6 + k * 166_666` µs,
   value util_gpu of that second, none while idle (NVML records nothing then)
@@ -179,6 +179,7 @@ class _FakeGpu:
     # loads added beyond the pattern's integral before `since`.
     load: tuple[float, int, int] | None = None
     extra_energy_mj: float = 0.0
+    throttle: int | None = None  # clock-event reasons set by `set_throttle`
 
 
 def _nvml_error(code: int) -> Exception:
@@ -341,6 +342,10 @@ class FakeNvml:
         model = gpu.model
         mw = self._power_for(model, util) if power_w is None else round(power_w * 1000)
         gpu.load = (self.time, util, mw)
+
+    def set_throttle(self, gpu_index: int, reasons: int | None) -> None:
+        """From now on the GPU's clock-event reasons are `reasons` (None: the pattern's again)."""
+        self._gpus[gpu_index].throttle = reasons
 
     def clear_load(self, gpu_index: int) -> None:
         """Back to the deterministic pattern."""
@@ -560,7 +565,10 @@ class FakeNvml:
         raise _nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
 
     def _throttle(self, fn: str, handle: _Handle) -> int:
-        util = self.util_gpu(self._device(fn, handle).index)
+        gpu = self._device(fn, handle)
+        if gpu.throttle is not None:
+            return gpu.throttle
+        util = self.util_gpu(gpu.index)
         return 0x1 if util == 0 else 0x4 if util == 100 else 0
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle: _Handle) -> int:

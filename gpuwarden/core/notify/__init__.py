@@ -1,0 +1,1 @@
+"""Notifications: which events make a message, the message, the rate limit (headless, pure)."""

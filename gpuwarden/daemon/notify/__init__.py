@@ -1,0 +1,1 @@
+"""Notifications sent from the daemon: targets (apprise URLs, a command) and their threads."""
