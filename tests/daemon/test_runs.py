@@ -237,11 +237,14 @@ def _alive(pid: int) -> bool:
 
 
 def _wait_for_output(gw: DaemonHandle, run_id: str, text: str, timeout: float = 15.0) -> str:
+    """The run's stdout once `text` is in it and the line that holds it is whole (a print's
+    parts may reach the file in several writes, and the log be read between them)."""
     deadline = time.monotonic() + timeout
     with gw.client() as client:
         while time.monotonic() < deadline:
             chunk = client.logs(run_id, offset=0)
-            if text in chunk.data:
+            at = chunk.data.find(text)
+            if at >= 0 and chunk.data.find("\n", at) >= 0:
                 return chunk.data
             time.sleep(0.05)
     raise AssertionError(f"{text!r} never appeared in {run_id}'s stdout")
