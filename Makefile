@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint unit bench gpu-check gpu-wheels clean
+.PHONY: install run test test-fast lint unit bench gpu-check gpu-wheels clean
 
 install: $(STAMP)
 
@@ -43,6 +43,13 @@ unit: $(STAMP)
 	$(BIN)/pytest -q -n $(JOBS) --dist loadfile -m "not serial"
 
 test: lint unit
+
+# The inner loop while changing code: every test not marked `slow` (those run real training and
+# inference, a Slurm, an sshd, several machines), no lint. CI runs the whole `make test`.
+test-fast: export PYTHONDONTWRITEBYTECODE :=
+test-fast: $(STAMP)
+	$(if $(SERIAL_MODULES),$(BIN)/pytest -q -p no:xdist -m "serial and not slow" $(SERIAL_MODULES))
+	$(BIN)/pytest -q -n $(JOBS) --dist loadfile -m "not serial and not slow"
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

@@ -48,6 +48,8 @@ def history_hosts_option(fn: F) -> F:
 
 def chosen_hosts(hosts: tuple[str, ...], all_hosts: bool) -> list[str]:
     """The hosts named (`--host`), then the config's (`--all-hosts`); [] for the local daemon alone."""
+    if not hosts and not all_hosts:
+        return []  # the common case answers without loading the settings' models
     from gpuwarden.core.config.hosts import host_list
 
     names = host_list(hosts)
