@@ -203,3 +203,40 @@ def test_a_probe_that_runs_out_of_memory_bounds_the_next() -> None:
     # 16 runs with 3 % to spare, less than 8 % of the 4.8 GB its samples add: 8 × 8.
     assert plan.to == {"train.batch_size": 8, "train.grad_accum_steps": 8}
     assert plan.decision.prediction is not None and plan.decision.prediction["batch"] == 15
+
+
+def test_the_evidence_says_which_way_it_was_decided() -> None:
+    spec = train_spec(32, 2)
+    steps = [
+        {"type": "progress", "attempt": 1, "batch_size": b, "mem_peak": int(GB + 0.25 * GB * b), "step": s}
+        for s, b in ((1, 4), (2, 8))
+    ]
+    oom = oom_event(2, verdict="gpu_capacity", message="CUDA out of memory. Tried to allocate 2.00 GiB.")
+    facts = AttemptFacts(number=2, events=[*steps, oom], exit_code=3, gpu_capacity=12 * GB)
+    m = Machine()
+    plan = plan_recovery(spec, facts, history=[], retunes_so_far=1, elapsed_s=10, probe=m)
+    assert m.calls == [] and plan.evidence()["decided"] == "decided from 2 measured steps, no probe"
+
+    probed = plan_recovery(
+        train_spec(64, 1),
+        AttemptFacts(number=1, events=[oom_event(1)], exit_code=3, host_capacity=6 * GB),
+        history=[],
+        retunes_so_far=0,
+        elapsed_s=0,
+        probe=Machine(),
+    )
+    assert probed.evidence()["decided"] == "3 probe processes, 3 sizes"
+
+
+def test_sizes_remembered_from_a_run_of_the_same_shape_make_probes_unnecessary() -> None:
+    m = Machine()
+    facts = AttemptFacts(number=1, events=[oom_event(1)], exit_code=3, host_capacity=6 * GB)
+    remembered = [(8, int(3.4 * GB)), (16, int(5.8 * GB))]
+    plan = plan_recovery(
+        train_spec(64, 1), facts, history=[], retunes_so_far=0, elapsed_s=0, probe=m, remembered=remembered
+    )
+    assert m.calls == []
+    assert plan.to == {"train.batch_size": 8, "train.grad_accum_steps": 8}
+    assert (
+        plan.evidence()["decided"] == "decided from 2 sizes remembered from a run of the same shape, no probe"
+    )

@@ -75,6 +75,7 @@ class RecoveryPlan:
     from_: dict[str, Any] = field(default_factory=dict)
     to: dict[str, Any] = field(default_factory=dict)
     probes: list[dict[str, Any]] = field(default_factory=list)
+    decided: str = ""
 
     @property
     def give_up(self) -> str | None:
@@ -87,6 +88,7 @@ class RecoveryPlan:
             "fields": self.classification.fields,
             "decision": self.decision.to_dict(),
             "probes": self.probes,
+            "decided": self.decided,
         }
 
 
@@ -239,31 +241,21 @@ def plan_recovery(
     probe: Probe | None = None,
     hints: Mapping[str, Any] | None = None,
     on_turn: OnTurn | None = None,
+    remembered: Sequence[tuple[int, int]] = (),
 ) -> RecoveryPlan:
     """Everything between "this attempt ran out of memory" and the next attempt's spec.
 
     `hints` are facts of the machine now that rungs read (`other_gpus`, `usable_gpus`);
-    `on_turn` hears of each probe before it runs."""
+    `on_turn` hears of each probe before it runs; `remembered` are (micro-batch, peak) points an
+    earlier run of the same shape measured under the same memory."""
     classification = classification_of(facts)
     policy = resolve_policy(spec.policy, kind=spec.kind)
     knobs = {**current_knobs(spec), **_spec_hints(spec), **(hints or {})}
     host = classification.verdict == "host_oom"
     capacity = facts.host_capacity if host else facts.gpu_capacity
-    points = memory_points(facts.events, host)
+    measured = _measure(spec, facts, classification, knobs, capacity, probe, on_turn, remembered)
+    points, ooms = measured.points, measured.ooms
     batch = knobs.get("batch_size")
-    probes: list[dict[str, Any]] = []
-    ooms: tuple[int, ...] = ()
-    if probe is not None and isinstance(batch, int) and _worth_probing(classification, batch, points):
-        limit = memory_capacity(classification, capacity)
-        on = headroom_on(classification.verdict)
-
-        def fits(measured: list[tuple[int, int]], failed: list[int]) -> int | None:
-            return predict_max_batch(points + measured, limit, policy.headroom, failed, on).batch
-
-        per_device = _per_device_batch(spec, knobs, batch)
-        found = _probe_points(probe, batch, per_device, policy.min_micro_batch, fits, on_turn)
-        points += found.points
-        probes, ooms = found.log, tuple(found.ooms[1:])
     decision = decide(
         classification,
         policy,
@@ -277,7 +269,7 @@ def plan_recovery(
         env={**(spec.command.env if spec.command is not None else {}), **spec.env},
         ooms=ooms,
     )
-    plan = RecoveryPlan(classification, decision, probes=probes)
+    plan = RecoveryPlan(classification, decision, probes=measured.probes, decided=measured.decided)
     if decision.is_give_up:
         return plan
     if decision.prediction is None and points and capacity and isinstance(batch, int):
@@ -287,6 +279,66 @@ def plan_recovery(
         plan.decision = replace(decision, prediction=decision_prediction)
     plan.spec, plan.from_, plan.to = apply_decision(spec, plan.decision)
     return plan
+
+
+@dataclass(frozen=True)
+class _Measured:
+    """The memory points a decision stands on, the probes that gave some of them, the micro-batches
+    that ran out in a probe, and which way it was decided, as the evidence says it."""
+
+    points: list[tuple[int, int]]
+    probes: list[dict[str, Any]]
+    ooms: tuple[int, ...]
+    decided: str
+
+
+def _measure(
+    spec: RunSpec,
+    facts: AttemptFacts,
+    classification: Classification,
+    knobs: dict[str, Any],
+    capacity: int | None,
+    probe: Probe | None,
+    on_turn: OnTurn | None,
+    remembered: Sequence[tuple[int, int]],
+) -> _Measured:
+    """What is already known (the run's own steps, every attempt's; an earlier run of the same
+    shape), and probes only where that leaves the fit open."""
+    host = classification.verdict == "host_oom"
+    steps = memory_points(facts.events, host)
+    points = steps + [p for p in remembered if p[0] > 0 and p[1] > 0]
+    batch = knobs.get("batch_size")
+    if probe is None or not isinstance(batch, int) or not _worth_probing(classification, batch, points):
+        return _Measured(points, [], (), decided_text(len(steps), len(points) - len(steps), 0))
+    policy = resolve_policy(spec.policy, kind=spec.kind)
+    limit = memory_capacity(classification, capacity)
+    on = headroom_on(classification.verdict)
+
+    def fits(measured: list[tuple[int, int]], failed: list[int]) -> int | None:
+        return predict_max_batch(points + measured, limit, policy.headroom, failed, on).batch
+
+    per_device = _per_device_batch(spec, knobs, batch)
+    found = _probe_points(probe, batch, per_device, policy.min_micro_batch, fits, on_turn)
+    decided = decided_text(len(steps), len(points) - len(steps), len(found.log))
+    return _Measured(points + found.points, found.log, tuple(found.ooms[1:]), decided)
+
+
+def decided_text(steps: int, remembered: int, probes: int) -> str:
+    """`decided from 2 measured steps, no probe` / `2 probe processes, 2 sizes`."""
+    if probes:
+        # One process per size: each resumes the run as its restart will.
+        return f"{_count(probes, 'probe process', 'es')}, {_count(probes, 'size')}"
+    known = [
+        *([_count(steps, "measured step")] if steps else []),
+        *([_count(remembered, "size") + " remembered from a run of the same shape"] if remembered else []),
+    ]
+    if not known:
+        return "decided without memory figures, no probe"
+    return f"decided from {' and '.join(known)}, no probe"
+
+
+def _count(n: int, noun: str, plural: str = "s") -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}{plural}"
 
 
 def _gpus_follow_world(
