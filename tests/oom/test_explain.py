@@ -104,3 +104,10 @@ def test_the_model_names_the_largest_that_fits_against_the_one_chosen() -> None:
     assert retune_sentence(Retune.model_validate(exact)).endswith(
         "memory model: 16 fits with 6 % to spare; 16 chosen"
     )
+
+
+def test_the_sentence_says_which_way_it_was_decided() -> None:
+    record = {**HOST_OOM, "evidence": {**HOST_OOM["evidence"], "decided": "2 probe processes, 2 sizes"}}
+    assert retune_sentence(Retune.model_validate(record)).endswith(
+        "16 chosen, the largest that divides 64 (2 probe processes, 2 sizes)"
+    )

@@ -193,6 +193,9 @@ def retune_sentence(retune: Retune, phase: str | None = None, world_size: int = 
     run's processes, for the effective batch)."""
     sentence = f"{where_text(retune, phase)} → {change_text(retune, world_size)}"
     model = model_text(retune)
+    decided = (retune.evidence or {}).get("decided")
+    if model and isinstance(decided, str) and decided:
+        model += f" ({decided})"  # from what was known, or how many probes it took
     return f"{sentence}; {model}" if model else sentence
 
 
