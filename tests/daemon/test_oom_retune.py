@@ -268,7 +268,7 @@ def test_a_shape_measured_before_is_retuned_from_what_was_remembered_without_a_p
     decision = hook({"id": "r2", "run_dir": str(tmp_path), "spec": spec}, end, [oom])
     assert decision is not None
     assert decision.to == {"train.batch_size": 16, "train.grad_accum_steps": 2}
-    assert decision.evidence["probes"] == []
+    assert decision.evidence is not None and decision.evidence["probes"] == []
     assert decision.evidence["decided"] == (
         "decided from 2 sizes remembered from a run of the same shape, no probe"
     )
