@@ -12,7 +12,7 @@ SPEC = "name: t\nkind: train\ntrain: {task: image, batch_size: 32, grad_accum_st
 
 
 def test_points_merge_by_the_worst_peak_per_size(tmp_path: Path) -> None:
-    cache = MemoryPoints(tmp_path / "memory")
+    cache = MemoryPoints(tmp_path / "tune" / "memory")  # made, with its parent, on the first write
     assert cache.get("k") == []
     cache.add("k", [(4, 100), (8, 200)])
     cache.add("k", [(8, 250), (8, 150), (16, 400), (0, 5), (2, -1)])
