@@ -17,7 +17,7 @@ from tests.daemon.conftest import REPO, DaemonHandle, wait_for
 
 EXAMPLE = (REPO / "configs" / "examples" / "oom-recovery-cpu.yaml").read_text()
 SILENCE_S = 5.0  # the longest a retuning run may go without an event
-# `probe 2 of 2: micro-batch 8 → peak 1.1 GiB, fits (9.8 s)`
+# `probe 2 of 2: micro-batch 16 → peak 1.3 GiB, fits (9.8 s)`
 ENDED = re.compile(r"probe (\d) of 2: micro-batch (\d+) → peak [\d.]+ [KMG]iB, fits \([\d.]+ s\)$")
 
 
