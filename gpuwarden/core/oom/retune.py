@@ -513,10 +513,8 @@ def decide(
     max_memory, device_map, load_in_8bit; command: the spec's knobs). Optional hints in knobs:
     `resolved_precision`, `bf16_supported`, `device`, `other_gpus`, `usable_gpus` (GPUs a
     gang could run on now), `fixed_world_size` (a command run's world size that is no knob).
-    `history` holds the earlier decisions' `to_dict()` (their `action` counts waits and moves).
-    `memory_points` are (micro_batch, peak_bytes) measured under the current knobs and `capacity`
-    the bytes of the memory that ran out; `ooms` micro-batches that ran out of memory in probes
-    beside the current one. `elapsed_s` counts from the run's first out-of-memory.
+    `history`: the earlier decisions' `to_dict()`. `memory_points`: (micro_batch, peak_bytes);
+    `capacity`: the memory that ran out; `ooms`: sizes that ran out in probes.
     """
     if kind not in RUN_KINDS:
         raise ValueError(f"unknown run kind {kind!r}; expected one of {', '.join(RUN_KINDS)}")
