@@ -26,6 +26,7 @@ from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
 from gpuwarden.core.oom.recovery import AttemptFacts, RecoveryPlan, plan_recovery
 from gpuwarden.core.telemetry.types import GpuProcess
 from gpuwarden.core.tune.command_probe import recovery_probe
+from gpuwarden.core.tune.memory_points import MemoryPoints, memory_key
 from gpuwarden.core.tune.probe import SubprocessProber
 from gpuwarden.core.tune.search import Candidate
 from gpuwarden.daemon import run_environment
@@ -56,6 +57,7 @@ class OomRetune:
         clock: Callable[[], float] = time.time,
         release_timeout: float = RELEASE_TIMEOUT_S,
         heartbeat_s: float = HEARTBEAT_S,
+        memory_points: MemoryPoints | None = None,
     ) -> None:
         self._gpu_states = gpu_states
         self._gpu_processes = gpu_processes
@@ -66,6 +68,7 @@ class OomRetune:
         self._clock = clock
         self._release_timeout = release_timeout
         self._heartbeat_s = heartbeat_s
+        self._memory_points = memory_points
 
     def __call__(
         self,
@@ -91,6 +94,7 @@ class OomRetune:
         # (its stop ends the probe running: the probes carry the run's tag).
         probes = WatchedProbes(notes, stopped=lambda: self._stopped(run_id), heartbeat_s=self._heartbeat_s)
         probe = self._probe(spec, run, end, probe_dir)
+        key = memory_key(spec, bool(end.gpus), end.gpu_capacity if end.gpus else end.host_capacity)
         try:
             plan = plan_recovery(
                 spec,
@@ -101,9 +105,11 @@ class OomRetune:
                 probe=probes.watch(probe) if probe is not None else None,
                 hints=self._gpu_hints(end, events),
                 on_turn=probes.turn,
+                remembered=self._remembered(key),
             )
         finally:
             shutil.rmtree(probe_dir, ignore_errors=True)
+        self._remember(key, plan)
         if plan.give_up is not None:
             raise RetuneGiveUp(plan.give_up)
         assert plan.spec is not None
@@ -121,6 +127,22 @@ class OomRetune:
             evidence=plan.evidence(),
             prediction=decision.prediction,
         )
+
+    def _remembered(self, key: str | None) -> list[tuple[int, int]]:
+        """What earlier runs of the same shape measured under the same memory."""
+        if self._memory_points is None or key is None:
+            return []
+        return self._memory_points.get(key)
+
+    def _remember(self, key: str | None, plan: RecoveryPlan) -> None:
+        """The probes' points, for the next run of this shape; a disk that refuses costs only that."""
+        if self._memory_points is None or key is None:
+            return
+        measured = [(int(p["batch_size"]), int(p["peak"])) for p in plan.probes if not p["oom"] and p["peak"]]
+        try:
+            self._memory_points.add(key, measured)
+        except OSError as exc:
+            log.warning("could not remember the probes' memory points: %s", exc)
 
     def _probe(self, spec: RunSpec, run: Mapping[str, Any], end: AttemptEnd, probe_dir: Path) -> Probe | None:
         """Short processes that measure the restart's memory (None: the ladder decides unmeasured)."""

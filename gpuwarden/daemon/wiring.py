@@ -66,6 +66,7 @@ def _hooks(
         return run is None or run["state"] != RunState.RETUNING
 
     if retune_hook is None:
+        from gpuwarden.core.tune.memory_points import MemoryPoints
         from gpuwarden.daemon.oom_retune import OomRetune
 
         retune_hook = OomRetune(
@@ -74,6 +75,7 @@ def _hooks(
             retunes_of=lambda run_id: store.call(lambda db: RunStore(db).retunes(run_id)),
             environment_of=environment_of,
             stopped=no_longer_retuning,
+            memory_points=MemoryPoints(paths.tune_cache / "memory"),
         )
     autotune = Autotuner(
         sampling.gpu_statics,

@@ -50,8 +50,8 @@ def test_show_reads_in_units_with_the_retune_as_a_sentence() -> None:
     text = "\n".join(detail_lines(DETAIL, [oom, edited]))
     assert (
         "    out of memory in forward (host: tried 128 MiB, limit 1.6 GiB) → micro-batch 64 → 16, "
-        "accumulation 1 → 4, effective batch 64 kept; memory model: 24 would fit, 16 chosen because it "
-        "divides 64"
+        "accumulation 1 → 4, effective batch 64 kept; memory model: 24 fits with 9 % to spare; 16 "
+        "chosen, the largest that divides 64"
     ) in text
     assert "retune after attempt 1 (host_oom, then succeeded):" in text
     assert "(18s)  out of memory (exit code 3)" in text

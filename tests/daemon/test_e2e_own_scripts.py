@@ -114,9 +114,10 @@ def test_plain_script_with_the_sdk_is_recovered_from_its_own_checkpoint(
     result = gw.cli("run", str(EXAMPLES / "own-script-plain-cpu.yaml"), "--follow", timeout=500)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     detail = _check_recovered_plain(gw, "own-script-plain-cpu", resumed_step=3)
-    # The restart probed the script itself (resumed from checkpoint-3) at 1/8 and 1/4 of 16.
+    # The restart probed the script itself (resumed from checkpoint-3) at 1/8 of 16, then at the
+    # largest size the model then said fits: the size it chose was measured.
     probes = detail["retunes"][0]["evidence"]["probes"]
-    assert [(p["batch_size"], p["oom"]) for p in probes] == [(2, False), (4, False)]
+    assert [(p["batch_size"], p["oom"]) for p in probes] == [(2, False), (8, False)]
     # The guard saved step 3 at the OOM (the script itself checkpoints every 2 steps).
     assert "attempt 2 resumes from" in result.stderr and "checkpoint-3 (step 3)" in result.stderr
     # No optimizer step redone: attempt 2 starts after the checkpoint and ends at max_steps.

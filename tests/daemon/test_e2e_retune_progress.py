@@ -17,7 +17,7 @@ from tests.daemon.conftest import REPO, DaemonHandle, wait_for
 
 EXAMPLE = (REPO / "configs" / "examples" / "oom-recovery-cpu.yaml").read_text()
 SILENCE_S = 5.0  # the longest a retuning run may go without an event
-# `probe 2 of 2: micro-batch 8 → peak 1.1 GiB, fits (9.8 s)`
+# `probe 2 of 2: micro-batch 16 → peak 1.3 GiB, fits (9.8 s)`
 ENDED = re.compile(r"probe (\d) of 2: micro-batch (\d+) → peak [\d.]+ [KMG]iB, fits \([\d.]+ s\)$")
 
 
@@ -85,10 +85,10 @@ def test_each_probe_of_a_real_retune_is_told_as_it_runs(gw: DaemonHandle, tmp_pa
     gaps = [round(b.ts - a.ts, 2) for a, b in itertools.pairwise(retune)]
     assert max(gaps) <= SILENCE_S, list(zip([e.type for e in retune[1:]], gaps, strict=True))
     ended = _probe_messages(retune, "ended")
-    assert [ENDED.match(m).groups() for m in ended] == [("1", "4"), ("2", "8")], ended  # type: ignore[union-attr]
+    assert [ENDED.match(m).groups() for m in ended] == [("1", "4"), ("2", "16")], ended  # type: ignore[union-attr]
     assert _probe_messages(retune, "started") == [
         "probe 1 of 2: micro-batch 4 × 8 starting",
-        "probe 2 of 2: micro-batch 8 × 4 starting",
+        "probe 2 of 2: micro-batch 16 × 2 starting",
     ]
     assert all(e.attempt == 1 and e.source == "daemon" for e in retune if e.type == "probe")
 

@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 import yaml
 
+from gpuwarden.core.config.spec import spec_from_mapping
 from gpuwarden.core.telemetry.types import GpuProcess
+from gpuwarden.core.tune.memory_points import MemoryPoints, memory_key
 from gpuwarden.daemon.oom_retune import OomRetune, rank_events
 from gpuwarden.daemon.placement import GpuState
 from gpuwarden.daemon.supervise import AttemptEnd, RetuneGiveUp
@@ -232,3 +234,43 @@ def test_a_run_stopped_before_a_probe_gives_up_instead_of_probing(tmp_path: Path
     with pytest.raises(RetuneGiveUp, match="stopped while probing"):
         hook(run, end, [oom])
     assert asked == ["r1"]  # asked once, before the first probe: none started
+
+
+def test_a_shape_measured_before_is_retuned_from_what_was_remembered_without_a_probe(tmp_path: Path) -> None:
+    # The shipped example under its 1.4 GiB limit, whose sizes an earlier run's probes measured
+    # (the runner's peaks at 4 × 8 and 16 × 2): no probe starts (one would find the run stopped).
+    spec = yaml.safe_load((REPO / "configs" / "examples" / "oom-recovery-cpu.yaml").read_text())
+    limit = int(1.4 * GIB)
+    remembered = MemoryPoints(tmp_path / "memory")
+    key = memory_key(spec_from_mapping(spec), on_gpu=False, capacity=limit)
+    assert key is not None
+    remembered.add(key, [(4, 960_258_048), (16, 1_409_343_488)])
+    end = AttemptEnd(
+        number=1, outcome="oom", reason="oom", exit_code=3, signal=None, oom_kill=None,
+        stderr_tail="RuntimeError: DefaultCPUAllocator: can't allocate memory: you tried to allocate 75497472 bytes.",
+        gpus=[], gpu_capacity=None, host_capacity=limit, adopted=False, pid=None,
+    )  # fmt: skip
+    oom = {
+        "type": "oom",
+        "attempt": 1,
+        "source": "runner",
+        "verdict": "host_oom",
+        "batch_size": 32,
+        "step": 0,
+    }
+    hook = OomRetune(
+        gpu_states=lambda: [],
+        gpu_processes=lambda: [],
+        retunes_of=lambda run_id: [],
+        stopped=lambda run_id: True,
+        memory_points=remembered,
+    )
+    decision = hook({"id": "r2", "run_dir": str(tmp_path), "spec": spec}, end, [oom])
+    assert decision is not None
+    assert decision.to == {"train.batch_size": 16, "train.grad_accum_steps": 2}
+    assert decision.evidence is not None and decision.evidence["probes"] == []
+    assert decision.evidence["decided"] == (
+        "decided from 2 sizes remembered from a run of the same shape, no probe"
+    )
+    # Another limit is another shape's memory: nothing remembered there.
+    assert memory_key(spec_from_mapping(spec), on_gpu=False, capacity=2 * GIB) != key

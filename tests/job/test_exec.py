@@ -144,13 +144,13 @@ def test_a_real_out_of_memory_is_retuned_inside_the_job(job: Job) -> None:
     assert done.returncode == exit_codes.SUCCEEDED, done.stderr[-3000:]
     assert "host_oom" in done.stderr and "retuned" in done.stderr
     # The retune's probes are said as they run, as `run --follow` says them.
-    assert "probe: probe 2 of 2: micro-batch 8 × 4 starting" in done.stderr
-    assert "probe: probe 2 of 2: micro-batch 8 → peak " in done.stderr
+    assert "probe: probe 2 of 2: micro-batch 16 × 2 starting" in done.stderr
+    assert "probe: probe 2 of 2: micro-batch 16 → peak " in done.stderr
     (folder,) = job.folders()
     detail = job.show(folder.name)
     assert detail["state"] == "succeeded" and detail["effective_batch"] == 32
     (retune,) = detail["retunes"]
-    assert retune["to"] == {"train.batch_size": 8, "train.grad_accum_steps": 4}
+    assert retune["to"] == {"train.batch_size": 16, "train.grad_accum_steps": 2}
     assert [a["classification"] for a in detail["attempts"]] == ["oom", "succeeded"]
     # The record is the run folder's own, written with a journal that is safe on NFS.
     with sqlite3.connect(folder / "run.db") as conn:

@@ -37,8 +37,8 @@ HOST_OOM: dict[str, Any] = {
 def test_a_host_oom_retune_reads_as_one_sentence() -> None:
     assert retune_sentence(Retune.model_validate(HOST_OOM), "forward") == (
         "out of memory in forward (host: tried 128 MiB, limit 1.6 GiB) → micro-batch 64 → 16, "
-        "accumulation 1 → 4, effective batch 64 kept; memory model: 24 would fit, 16 chosen because "
-        "it divides 64"
+        "accumulation 1 → 4, effective batch 64 kept; memory model: 24 fits with 9 % to spare; 16 "
+        "chosen, the largest that divides 64"
     )
 
 
@@ -76,3 +76,38 @@ def test_a_limit_reads_as_it_was_written(limit: float, shown: str) -> None:
         {**HOST_OOM, "prediction": {**HOST_OOM["prediction"], "capacity": round(limit * 1024**3)}}
     )
     assert shown in where_text(retune)
+
+
+def test_the_model_names_the_largest_that_fits_against_the_one_chosen() -> None:
+    # The residual CNN under 1.4 GiB: probes at 4 and 16 (measured peaks), 32 ran out.
+    prediction = {
+        "batch": 17,
+        "fixed": 810_619_563.0,
+        "per_sample": 37_420_245.0,
+        "capacity": 1503238553,
+        "headroom": 0.08,
+        "basis": "least-squares fit over 2 batch sizes",
+    }
+    record = {**HOST_OOM, "prediction": prediction,
+              "from": {"train.batch_size": 32, "train.grad_accum_steps": 1},
+              "to": {"train.batch_size": 16, "train.grad_accum_steps": 2},
+              "evidence": {**HOST_OOM["evidence"], "decision": {
+                  **HOST_OOM["evidence"]["decision"], "prediction": prediction,
+                  "changes": {"batch_size": [32, 16], "grad_accum_steps": [1, 2]}}}}  # fmt: skip
+    text = retune_sentence(Retune.model_validate(record))
+    assert text.endswith("memory model: 17 fits with 4 % to spare; 16 chosen, the largest that divides 32")
+    exact = {**record, "prediction": {**prediction, "batch": 16}}
+    exact["evidence"] = {
+        **record["evidence"],
+        "decision": {**record["evidence"]["decision"], "prediction": exact["prediction"]},
+    }
+    assert retune_sentence(Retune.model_validate(exact)).endswith(
+        "memory model: 16 fits with 6 % to spare; 16 chosen"
+    )
+
+
+def test_the_sentence_says_which_way_it_was_decided() -> None:
+    record = {**HOST_OOM, "evidence": {**HOST_OOM["evidence"], "decided": "2 probe processes, 2 sizes"}}
+    assert retune_sentence(Retune.model_validate(record)).endswith(
+        "16 chosen, the largest that divides 64 (2 probe processes, 2 sizes)"
+    )

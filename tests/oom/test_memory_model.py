@@ -6,7 +6,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuwarden.core.oom.memory_model import Prediction, fit_line, predict_max_batch, worst_peaks
+from gpuwarden.core.oom.memory_model import (
+    HEADROOM_ON_PEAK,
+    HEADROOM_ON_SAMPLES,
+    Prediction,
+    fit_line,
+    headroom_on,
+    predict_max_batch,
+    worst_peaks,
+)
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -40,17 +48,51 @@ def test_worst_peaks_drops_nonsense() -> None:
     assert worst_peaks([(0, GiB), (-1, GiB), (2, -5), (3, GiB)]) == {3: GiB}
 
 
-def test_prediction_from_fit_with_headroom() -> None:
+def test_prediction_from_fit_with_headroom_on_what_grows_with_the_batch() -> None:
     points = line(10 * GiB, GiB, [2, 4])
     p = predict_max_batch(points, 21 * GiB, headroom=0.08)
-    # budget 21 × 0.92 = 19.32 GiB → (19.32 − 10) / 1 = 9.32 → 9
-    assert p.batch == 9
+    # 10 + 1.08 × b ≤ 21 → b ≤ 10.19 → 10 (8 % of the whole 21 GiB would have left 9)
+    assert p.batch == 10
     assert p.fixed == pytest.approx(10 * GiB)
     assert p.per_sample == pytest.approx(GiB)
-    assert p.budget == pytest.approx(21 * GiB * 0.92)
-    assert p.peak_at(9) == pytest.approx(19 * GiB)
+    assert p.padded_peak(10) == pytest.approx(20.8 * GiB)
+    assert p.peak_at(10) == pytest.approx(20 * GiB)
+    assert p.spare_at(10) == pytest.approx(1 / 21)
     assert "least-squares" in p.basis
     assert predict_max_batch(points, 21 * GiB, headroom=0.0).batch == 11
+
+
+def test_fragmentation_pads_the_whole_peak() -> None:
+    points = line(10 * GiB, GiB, [2, 4])
+    p = predict_max_batch(points, 21 * GiB, headroom=0.08, headroom_on=HEADROOM_ON_PEAK)
+    # budget 21 × 0.92 = 19.32 GiB → (19.32 − 10) / 1 = 9.32 → 9
+    assert p.batch == 9 and p.headroom_on == "peak"
+    assert p.padded_peak(9) == pytest.approx(19 * GiB / 0.92)
+    assert headroom_on("gpu_fragmentation") == HEADROOM_ON_PEAK
+    assert headroom_on("host_oom") == headroom_on("gpu_capacity") == HEADROOM_ON_SAMPLES
+    with pytest.raises(ValueError, match="headroom_on must be"):
+        predict_max_batch(points, 21 * GiB, headroom_on="everything")
+
+
+# Measured: the residual CNN of configs/examples/oom-recovery-cpu.yaml (192 px, effective batch
+# 32) under a 1.4 GiB address-space limit, each micro-batch b run as b × 32/b for two steps; the
+# runner's worst vm_peak. 32 × 1 ran out of memory; 16 × 2 ran both steps with 6 % to spare.
+LIMIT_1_4 = int(1.4 * GiB)
+MEASURED = {4: 960_258_048, 8: 1_182_031_872, 16: 1_409_343_488}
+
+
+def test_the_measured_cnn_fits_sixteen_under_its_limit() -> None:
+    # The points the retune now probes (one well under the OOM, then the largest the model says
+    # fits): 16 is predicted, and it is the largest divisor of 32 that ran.
+    p = predict_max_batch([(4, MEASURED[4]), (16, MEASURED[16])], LIMIT_1_4, 0.08, oom_at=[32])
+    assert p.batch is not None and p.batch >= 16
+    assert p.spare_at(16) == pytest.approx(0.0625, abs=0.001)
+    # 8 % of the whole limit, from the same points, left 15: 8 × 4 where 16 × 2 runs.
+    old = predict_max_batch([(4, MEASURED[4]), (16, MEASURED[16])], LIMIT_1_4, 0.08, [32], HEADROOM_ON_PEAK)
+    assert old.batch == 15
+    # The line through 4 and 8 alone (the old probes at 1/8 and 1/4 of 32) bends the wrong way:
+    # address space grows less than linearly here, so it extrapolates too steep to reach 16.
+    assert (predict_max_batch([(4, MEASURED[4]), (8, MEASURED[8])], LIMIT_1_4, 0.08, [32]).batch or 0) < 16
 
 
 def test_prediction_nothing_fits() -> None:
@@ -105,7 +147,7 @@ def test_no_evidence() -> None:
 
 def test_to_dict_is_plain() -> None:
     d = predict_max_batch(line(GiB, GiB, [1, 2]), 8 * GiB).to_dict()
-    assert set(d) == {"batch", "fixed", "per_sample", "capacity", "headroom", "basis"}
+    assert set(d) == {"batch", "fixed", "per_sample", "capacity", "headroom", "basis", "headroom_on"}
     assert Prediction(**d).batch == d["batch"]
 
 
@@ -118,7 +160,8 @@ def test_to_dict_is_plain() -> None:
 def test_predicted_batch_fits_the_budget(fixed: int, per_sample: int, capacity: int, headroom: float) -> None:
     p = predict_max_batch(line(fixed, per_sample, [1, 3, 7]), capacity, headroom=headroom)
     assert p.batch is not None
-    budget = capacity * (1 - headroom)
-    # Largest: b fits, b + 1 does not (small tolerance for the float fit).
-    assert p.batch == 0 or fixed + per_sample * p.batch <= budget + 1024
-    assert fixed + per_sample * (p.batch + 1) > budget - 1024
+    # Largest: b fits with the headroom on what the samples add, b + 1 does not (small
+    # tolerance for the float fit).
+    padded = [fixed + per_sample * b * (1 + headroom) for b in (p.batch, p.batch + 1)]
+    assert p.batch == 0 or padded[0] <= capacity + 1024
+    assert padded[1] > capacity - 1024

@@ -154,8 +154,10 @@ def test_a_command_run_with_accumulation_probes_the_divisors_that_keep_its_effec
         m = Machine()
         plan_recovery(command_spec(knobs), facts, history=[], retunes_so_far=0, elapsed_s=0, probe=m)
         probes[knobs] = m.calls
-    # 14 // 8 = 1 and 14 // 4 = 3; 3 does not divide 14, so with accumulation the probe takes 2
-    assert probes == {"{batch_size: 14, grad_accum_steps: 1}": [1, 2], "{batch_size: 14}": [1, 3]}
+    # First 14 // 8 = 1, then the largest the model says fits: with accumulation only a divisor of
+    # 14 keeps the effective batch (7); without, any size below the OOM (12: 4.6 GB, 13 would not
+    # keep 8 % of what the samples add).
+    assert probes == {"{batch_size: 14, grad_accum_steps: 1}": [1, 7], "{batch_size: 14}": [1, 12]}
 
 
 def test_a_command_runs_own_environment_counts_as_already_set() -> None:
@@ -170,3 +172,71 @@ def test_a_command_runs_own_environment_counts_as_already_set() -> None:
     spec = command_spec("{batch_size: 8}", env="{PYTORCH_ALLOC_CONF: 'expandable_segments:True'}")
     already = plan_recovery(spec, facts, history=[], retunes_so_far=0, elapsed_s=0)
     assert already.decision.action != "allocator_expandable_segments"
+
+
+def test_the_largest_divisor_that_fits_is_probed_and_chosen() -> None:
+    # The residual CNN of configs/examples/oom-recovery-cpu.yaml under 1.4 GiB, as measured (the
+    # runner's worst vm_peak at b × 32/b): 16 × 2 ran with 6 % to spare, 32 × 1 ran out.
+    measured = {1: 850_000_000, 2: 900_000_000, 4: 960_258_048, 8: 1_182_031_872, 16: 1_409_343_488}
+    calls: list[int] = []
+
+    def cnn(b: int) -> tuple[int | None, bool]:
+        calls.append(b)
+        return (measured[b], False) if b in measured else (None, True)
+
+    limit = int(1.4 * (1 << 30))
+    facts = AttemptFacts(number=1, events=[oom_event(1)], exit_code=3, host_capacity=limit)
+    plan = plan_recovery(train_spec(32, 1), facts, history=[], retunes_so_far=0, elapsed_s=0, probe=cnn)
+    # One point well under the OOM, then the largest the model says fits, measured: two probes.
+    assert calls == [4, 16]
+    assert plan.to == {"train.batch_size": 16, "train.grad_accum_steps": 2}
+    assert plan.decision.prediction is not None and plan.decision.prediction["batch"] >= 16
+
+
+def test_a_probe_that_runs_out_of_memory_bounds_the_next() -> None:
+    m = Machine()  # 1 GB + 0.3 GB·b under 6 GB: 16 is the largest that runs
+    facts = AttemptFacts(number=1, events=[oom_event(1)], exit_code=3, host_capacity=6 * GB)
+    plan = plan_recovery(train_spec(64, 1), facts, history=[], retunes_so_far=0, elapsed_s=0, probe=m)
+    # 8, then 32 (the line through 8 and the OOM at 64 over-estimates), which runs out; then 16.
+    assert m.calls == [8, 32, 16]
+    assert [p["oom"] for p in plan.probes] == [False, True, False]
+    # 16 runs with 3 % to spare, less than 8 % of the 4.8 GB its samples add: 8 × 8.
+    assert plan.to == {"train.batch_size": 8, "train.grad_accum_steps": 8}
+    assert plan.decision.prediction is not None and plan.decision.prediction["batch"] == 15
+
+
+def test_the_evidence_says_which_way_it_was_decided() -> None:
+    spec = train_spec(32, 2)
+    steps = [
+        {"type": "progress", "attempt": 1, "batch_size": b, "mem_peak": int(GB + 0.25 * GB * b), "step": s}
+        for s, b in ((1, 4), (2, 8))
+    ]
+    oom = oom_event(2, verdict="gpu_capacity", message="CUDA out of memory. Tried to allocate 2.00 GiB.")
+    facts = AttemptFacts(number=2, events=[*steps, oom], exit_code=3, gpu_capacity=12 * GB)
+    m = Machine()
+    plan = plan_recovery(spec, facts, history=[], retunes_so_far=1, elapsed_s=10, probe=m)
+    assert m.calls == [] and plan.evidence()["decided"] == "decided from 2 measured steps, no probe"
+
+    probed = plan_recovery(
+        train_spec(64, 1),
+        AttemptFacts(number=1, events=[oom_event(1)], exit_code=3, host_capacity=6 * GB),
+        history=[],
+        retunes_so_far=0,
+        elapsed_s=0,
+        probe=Machine(),
+    )
+    assert probed.evidence()["decided"] == "3 probe processes, 3 sizes"
+
+
+def test_sizes_remembered_from_a_run_of_the_same_shape_make_probes_unnecessary() -> None:
+    m = Machine()
+    facts = AttemptFacts(number=1, events=[oom_event(1)], exit_code=3, host_capacity=6 * GB)
+    remembered = [(8, int(3.4 * GB)), (16, int(5.8 * GB))]
+    plan = plan_recovery(
+        train_spec(64, 1), facts, history=[], retunes_so_far=0, elapsed_s=0, probe=m, remembered=remembered
+    )
+    assert m.calls == []
+    assert plan.to == {"train.batch_size": 8, "train.grad_accum_steps": 8}
+    assert (
+        plan.evidence()["decided"] == "decided from 2 sizes remembered from a run of the same shape, no probe"
+    )

@@ -120,7 +120,7 @@ def test_an_out_of_memory_is_retuned_inside_the_job_and_matches_an_uninterrupted
     assert detail["state"] == "succeeded" and detail["effective_batch"] == 32
     (retune,) = detail["retunes"]
     assert retune["from"] == {"train.batch_size": 32, "train.grad_accum_steps": 1}
-    assert retune["to"] == {"train.batch_size": 8, "train.grad_accum_steps": 4}
+    assert retune["to"] == {"train.batch_size": 16, "train.grad_accum_steps": 2}
     # Inside the allocation: one job start, no requeue.
     (job,) = gw.events(run_id, "job")
     assert job["slurm_job_id"] == str(job_id) and "slurm_restart_count" not in job
@@ -128,8 +128,8 @@ def test_an_out_of_memory_is_retuned_inside_the_job_and_matches_an_uninterrupted
     reference = tmp_path / "reference.yaml"
     reference.write_text(
         spec.read_text()
-        .replace("batch_size: 32", "batch_size: 8")
-        .replace("grad_accum_steps: 1 ", "grad_accum_steps: 4 ")
+        .replace("batch_size: 32", "batch_size: 16")
+        .replace("grad_accum_steps: 1 ", "grad_accum_steps: 2 ")
         .replace("memory_limit: 1.4GiB", "memory_limit: 4GiB")
     )
     ref_dir = tmp_path / "reference-run"

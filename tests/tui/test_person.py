@@ -440,7 +440,7 @@ def test_the_run_screen_scrolls_explains_and_charts_with_axes() -> None:
             assert scroller.scroll_y == 2
             text = timeline_text(screen)
             assert "out of memory in backward (GPU: tried 2.0 GiB, limit 24 GiB, 512 MiB free)" in text
-            assert "memory model: 5 would fit, 4 chosen because it divides 32" in text
+            assert "memory model: 5 fits; 4 chosen, the largest that divides 32" in text
             assert '"requested"' not in text
             await pilot.press("v")  # the raw evidence, one key away
             shown = timeline_text(screen)

@@ -2,8 +2,8 @@
 memory model said — built from the record the daemon stores (its `evidence` and `prediction`).
 
   out of memory in forward (host: tried 128 MiB, limit 1.6 GiB) → micro-batch 64 → 16,
-  accumulation 1 → 4, effective batch 64 kept; memory model: 24 would fit, 16 chosen because it
-  divides 64
+  accumulation 1 → 4, effective batch 64 kept; memory model: 24 fits with 5 % to spare; 16 chosen,
+  the largest that divides 64
 
 `gpuwarden show` and the dashboard's run screen both print it; the raw evidence stays in
 `gpuwarden show --json` and one key away on the run screen.
@@ -155,7 +155,8 @@ def _world_size(retune: Retune, unchanged: int) -> float:
 
 
 def model_text(retune: Retune) -> str:
-    """`memory model: 24 would fit, 16 chosen because it divides 64` ("" without a model)."""
+    """`memory model: 18 fits with 3 % to spare; 16 chosen, the largest that divides 64` ("" without
+    a model): the largest micro-batch the model says fits, against the one the retune took."""
     prediction = retune.prediction or _decision(retune).get("prediction")
     if not isinstance(prediction, Mapping):
         return ""
@@ -165,13 +166,26 @@ def model_text(retune: Retune) -> str:
         return f"memory model: no fit yet ({basis})" if basis else ""
     if fits == 0:
         return "memory model: not even one sample fits under the limit"
-    text = f"memory model: {fits:g} would fit"
+    text = f"memory model: {fits:g} fits{_spare_text(prediction, fits)}"
+    chosen = _number(changes_of(retune).get("batch_size", (None, None))[1])
+    if chosen is None:
+        return text
+    text += f"; {chosen:g} chosen"
     pairs = _batch_pairs(retune)
-    if pairs is not None:
-        (m0, m1), (a0, _) = pairs
-        if m1 < fits:
-            text += f", {m1:g} chosen because it divides {m0 * a0:g}"
+    if pairs is not None and chosen < fits:
+        (m0, _), (a0, _) = pairs
+        text += f", the largest that divides {m0 * a0:g}"
     return text
+
+
+def _spare_text(prediction: Mapping[str, Any], batch: float) -> str:
+    """` with 6 % to spare`: what the modelled peak at `batch` leaves of the capacity."""
+    fixed, per_sample = _number(prediction.get("fixed")), _number(prediction.get("per_sample"))
+    capacity = _number(prediction.get("capacity"))
+    if fixed is None or per_sample is None or not capacity:
+        return ""
+    spare = (capacity - fixed - per_sample * batch) / capacity
+    return f" with {spare * 100:.0f} % to spare"
 
 
 def retune_sentence(retune: Retune, phase: str | None = None, world_size: int = 1) -> str:
@@ -179,6 +193,9 @@ def retune_sentence(retune: Retune, phase: str | None = None, world_size: int = 
     run's processes, for the effective batch)."""
     sentence = f"{where_text(retune, phase)} → {change_text(retune, world_size)}"
     model = model_text(retune)
+    decided = (retune.evidence or {}).get("decided")
+    if model and isinstance(decided, str) and decided:
+        model += f" ({decided})"  # from what was known, or how many probes it took
     return f"{sentence}; {model}" if model else sentence
 
 

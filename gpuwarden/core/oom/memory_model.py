@@ -2,8 +2,15 @@
 
 Weights, gradients and optimizer state are the fixed part; activations grow with the
 micro-batch. Fitting the line from the run's own measured peaks lets a retune jump straight to
-the largest micro-batch that fits (minus headroom) instead of halving blindly, and an OOM at a
-batch size is evidence too: the peak there exceeded the capacity.
+the largest micro-batch that fits instead of halving blindly, and an OOM at a batch size is
+evidence too: the peak there exceeded the capacity.
+
+The headroom pads what grows with the micro-batch (activations: where a longer sequence or an
+evaluation step peaks higher), not the fixed part, which the line measured at every point: 8 % of
+a 2.8 GiB limit is 230 MiB, more than several samples' activations, and taken from the whole
+limit it turned a micro-batch of 16 that ran into a prediction of 9. Where the failure was the
+allocator's fragmentation the waste grows with everything held, so there the headroom pads the
+whole peak (`HEADROOM_ON_PEAK`).
 """
 
 from __future__ import annotations
@@ -14,6 +21,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 DEFAULT_HEADROOM = 0.08
+HEADROOM_ON_SAMPLES = "per_sample"  # the part that grows with the micro-batch
+HEADROOM_ON_PEAK = "peak"  # the whole peak: fragmentation grows with everything held
 
 
 @dataclass(frozen=True)
@@ -30,11 +39,22 @@ class Prediction:
     capacity: int | None
     headroom: float
     basis: str
+    headroom_on: str = HEADROOM_ON_SAMPLES
 
-    @property
-    def budget(self) -> float | None:
-        """Bytes the peak may reach: capacity less the headroom."""
-        return None if self.capacity is None else self.capacity * (1.0 - self.headroom)
+    def padded_peak(self, batch: int) -> float | None:
+        """The modelled peak at `batch` with the headroom added where it applies."""
+        if self.fixed is None or self.per_sample is None:
+            return None
+        if self.headroom_on == HEADROOM_ON_PEAK:
+            return (self.fixed + self.per_sample * batch) / (1.0 - self.headroom)
+        return self.fixed + self.per_sample * batch * (1.0 + self.headroom)
+
+    def spare_at(self, batch: int) -> float | None:
+        """The share of the capacity the modelled peak at `batch` leaves free (0.06: 6 %)."""
+        peak = self.peak_at(batch)
+        if peak is None or not self.capacity:
+            return None
+        return (self.capacity - peak) / self.capacity
 
     def peak_at(self, batch: int) -> float | None:
         """The modelled peak at `batch`, where the line is known."""
@@ -45,6 +65,12 @@ class Prediction:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready, recorded by the daemon next to the outcome of the attempt."""
         return asdict(self)
+
+
+def headroom_on(verdict: str) -> str:
+    """Where the headroom goes for a failure: the whole peak where the allocator's fragmentation
+    ran out, else the part that grows with the micro-batch."""
+    return HEADROOM_ON_PEAK if verdict == "gpu_fragmentation" else HEADROOM_ON_SAMPLES
 
 
 def worst_peaks(points: Iterable[tuple[int, int]]) -> dict[int, int]:
@@ -77,10 +103,17 @@ def fit_line(points: Iterable[tuple[int, int]]) -> tuple[float, float] | None:
     return mean_y - slope * mean_x, slope
 
 
-def _largest_fitting(budget: float, fixed: float, per_sample: float) -> int:
-    if budget <= fixed:
+def _largest_fitting(capacity: int, fixed: float, per_sample: float, headroom: float, on: str) -> int:
+    """Largest b with fixed + per_sample × b × (1 + headroom) ≤ capacity (on the samples), or
+    fixed + per_sample × b ≤ capacity × (1 − headroom) (on the whole peak)."""
+    if on == HEADROOM_ON_PEAK:
+        room, cost = capacity * (1.0 - headroom) - fixed, per_sample
+    else:
+        room, cost = capacity - fixed, per_sample * (1.0 + headroom)
+    if room <= 0:
         return 0
-    return max(0, math.floor((budget - fixed) / per_sample))
+    # A ratio that is a whole number in exact arithmetic may land a hair below it in floats.
+    return max(0, math.floor(room / cost + 1e-9))
 
 
 def predict_max_batch(
@@ -88,8 +121,10 @@ def predict_max_batch(
     capacity: int | None,
     headroom: float = DEFAULT_HEADROOM,
     oom_at: Sequence[int] = (),
+    headroom_on: str = HEADROOM_ON_SAMPLES,
 ) -> Prediction:
-    """The largest micro-batch whose modelled peak stays under capacity × (1 − headroom).
+    """The largest micro-batch whose modelled peak, with the headroom added to the part that
+    grows with the batch (`headroom_on` "peak": to the whole peak), stays under capacity.
 
     `points` are (micro_batch, peak_bytes) measured by the run; `oom_at` are micro-batches that
     ran out of memory. An OOM at b means fixed + per_sample × b > capacity, which bounds the
@@ -97,8 +132,12 @@ def predict_max_batch(
     """
     if not 0.0 <= headroom < 1.0:
         raise ValueError(f"headroom must be in [0, 1), got {headroom}")
+    if headroom_on not in (HEADROOM_ON_SAMPLES, HEADROOM_ON_PEAK):
+        raise ValueError(
+            f"headroom_on must be {HEADROOM_ON_SAMPLES!r} or {HEADROOM_ON_PEAK!r}, got {headroom_on!r}"
+        )
     if capacity is None or capacity <= 0:
-        return Prediction(None, None, None, capacity, headroom, "capacity unknown")
+        return Prediction(None, None, None, capacity, headroom, "capacity unknown", headroom_on)
     smallest_oom = min((b for b in oom_at if b > 0), default=None)
     peaks = worst_peaks(points)
     fit = fit_line(points)
@@ -111,18 +150,19 @@ def predict_max_batch(
             capacity,
             headroom,
             "measured peaks do not grow with the batch size; no extrapolation",
+            headroom_on,
         )
     if fit is not None:
         fixed, per_sample, basis = _fitted(fit, len(peaks), capacity, smallest_oom)
     elif len(peaks) == 1:
         fixed, per_sample, basis = _through_one_point(*next(iter(peaks.items())), capacity, smallest_oom)
     else:
-        return Prediction(None, None, None, capacity, headroom, "no measured peaks")
-    batch = _largest_fitting(capacity * (1.0 - headroom), fixed, per_sample)
+        return Prediction(None, None, None, capacity, headroom, "no measured peaks", headroom_on)
+    batch = _largest_fitting(capacity, fixed, per_sample, headroom, headroom_on)
     if smallest_oom is not None and batch >= smallest_oom:
         batch = smallest_oom - 1
         basis += f", capped below the OOM at {smallest_oom}"
-    return Prediction(batch, fixed, per_sample, capacity, headroom, basis)
+    return Prediction(batch, fixed, per_sample, capacity, headroom, basis, headroom_on)
 
 
 def _fitted(
@@ -157,4 +197,13 @@ def _through_one_point(
     return 0.0, peak / batch, f"one measured point ({batch}), assumed proportional"
 
 
-__all__ = ["DEFAULT_HEADROOM", "Prediction", "fit_line", "predict_max_batch", "worst_peaks"]
+__all__ = [
+    "DEFAULT_HEADROOM",
+    "HEADROOM_ON_PEAK",
+    "HEADROOM_ON_SAMPLES",
+    "Prediction",
+    "fit_line",
+    "headroom_on",
+    "predict_max_batch",
+    "worst_peaks",
+]

@@ -7,8 +7,8 @@ the next attempt", kept free of the daemon so it can be tested on its own. Steps
    else from the tail of stderr and the exit status (a `command` run: any program).
 2. Measure — memory points (micro-batch, peak) from the run's progress events. When the run
    died before reporting any (the usual case: the first step did not fit), short probe processes
-   at smaller micro-batches give the points, so the memory model can jump straight to the
-   largest micro-batch that fits instead of halving blindly.
+   give the points: one well under the OOM, then the largest micro-batch the model then says
+   fits, so the answer is measured rather than extrapolated to.
 3. Decide — `retune.decide` walks the run's policy ladder.
 4. Apply — the knobs go back into the spec (train/infer sections, or `knobs` for command runs),
    allocator settings into `env`, and the learning rate is rescaled if the policy allowed the
@@ -23,9 +23,9 @@ from typing import Any
 
 from gpuwarden.core.config.spec import RunSpec
 from gpuwarden.core.oom.classify import Classification, classify_text
-from gpuwarden.core.oom.memory_model import predict_max_batch
+from gpuwarden.core.oom.memory_model import headroom_on, predict_max_batch
 from gpuwarden.core.oom.policy import resolve_policy
-from gpuwarden.core.oom.retune import KIND_KNOBS, RetuneDecision, decide
+from gpuwarden.core.oom.retune import KIND_KNOBS, RetuneDecision, decide, memory_capacity
 from gpuwarden.core.oom.roles import knob_for, role_knobs
 
 # A probe: run the job briefly at this micro-batch; the measured peak (bytes) or None, and
@@ -75,6 +75,7 @@ class RecoveryPlan:
     from_: dict[str, Any] = field(default_factory=dict)
     to: dict[str, Any] = field(default_factory=dict)
     probes: list[dict[str, Any]] = field(default_factory=list)
+    decided: str = ""
 
     @property
     def give_up(self) -> str | None:
@@ -87,6 +88,7 @@ class RecoveryPlan:
             "fields": self.classification.fields,
             "decision": self.decision.to_dict(),
             "probes": self.probes,
+            "decided": self.decided,
         }
 
 
@@ -141,40 +143,84 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+# The largest micro-batch the memory model says fits, given (batch, peak) points and the
+# micro-batches that ran out of memory; None where it cannot say.
+Fits = Callable[[list[tuple[int, int]], list[int]], "int | None"]
+
+
+@dataclass
+class _Probing:
+    """What the probes of one retune have found so far."""
+
+    options: list[int]  # micro-batches a probe may take, ascending
+    ooms: list[int]
+    points: list[tuple[int, int]] = field(default_factory=list)
+    tried: set[int] = field(default_factory=set)
+    log: list[dict[str, Any]] = field(default_factory=list)
+
+    def untried(self) -> list[int]:
+        return [d for d in self.options if d not in self.tried and d < min(self.ooms)]
+
+    def low(self) -> int | None:
+        """Well under the smallest OOM (1/8 of it, 1/4 after a probe's own OOM): a first point
+        that is sure to run."""
+        untried = self.untried()
+        if not untried:
+            return None
+        below = [d for d in untried if d <= max(1, min(self.ooms) // (8 if len(self.ooms) == 1 else 4))]
+        return max(below) if below else min(untried)
+
+
+def _next_probe(state: _Probing, fits: Fits) -> int | None:
+    """The micro-batch to probe next, or None when the model's answer is measured.
+
+    After a first point well under the OOM, the next probe goes to the largest micro-batch the
+    model says fits (the line through that point and the OOM over-estimates it): the answer is
+    then measured, not extrapolated to, and one that runs out of memory moves the bound down."""
+    if not state.points:
+        return state.low()
+    predicted = fits(state.points, state.ooms)
+    if predicted is None:
+        return state.low() if len(state.points) < WANTED_POINTS else None
+    best = max((d for d in state.options if d <= predicted and d < min(state.ooms)), default=None)
+    if best is None:
+        return None
+    if best not in state.tried:
+        return best
+    if len({b for b, _ in state.points}) >= WANTED_POINTS:
+        return None
+    below = [d for d in state.untried() if d < best]
+    return max(below) if below else None
+
+
 def _probe_points(
-    probe: Probe, batch: int, per_device: int | None, min_batch: int, on_turn: OnTurn | None = None
-) -> tuple[list[tuple[int, int]], list[dict[str, Any]]]:
-    """Probe two micro-batches well under the one that failed (1/8 and 1/4 of it, over the
-    divisors that keep the effective batch), going lower while they run out of memory."""
+    probe: Probe,
+    batch: int,
+    per_device: int | None,
+    min_batch: int,
+    fits: Fits,
+    on_turn: OnTurn | None = None,
+) -> _Probing:
+    """Probe the micro-batches that keep the effective batch (its divisors) until the largest
+    that fits is measured, with two batch sizes for the memory model's line."""
     options = [
         d for d in (_divisors(per_device) if per_device else range(1, batch)) if min_batch <= d < batch
     ]
-    points: list[tuple[int, int]] = []
-    ooms: list[int] = [batch]
-    log: list[dict[str, Any]] = []
-    targets = [max(1, batch // 8), max(1, batch // 4)]
-    tried: set[int] = set()
+    state = _Probing(options, [batch])
     for _ in range(MAX_PROBES):
-        if len(points) >= WANTED_POINTS or not options:
+        b = _next_probe(state, fits)
+        if b is None:
             break
-        target = targets[len(points)] if len(points) < len(targets) else max(1, batch // 8)
-        below = [d for d in options if d <= target and d not in tried and d < min(ooms)]
-        if not below:
-            below = [d for d in options if d not in tried and d < min(ooms)]
-            if not below:
-                break
-        b = max(below)
         if on_turn is not None:
-            on_turn(_turn(len(tried) + 1, len(points), len(below), b, per_device))
-        tried.add(b)
+            on_turn(_turn(len(state.tried) + 1, len(state.points), len(state.untried()), b, per_device))
+        state.tried.add(b)
         peak, oom = probe(b)
-        log.append({"batch_size": b, "peak": peak, "oom": oom})
+        state.log.append({"batch_size": b, "peak": peak, "oom": oom})
         if oom:
-            ooms.append(b)
-            targets = [max(1, b // 4), max(1, b // 2)]
+            state.ooms.append(b)
         elif peak is not None:
-            points.append((b, peak))
-    return points, log
+            state.points.append((b, peak))
+    return state
 
 
 def _turn(number: int, measured: int, untried: int, batch: int, per_device: int | None) -> ProbeTurn:
@@ -195,23 +241,21 @@ def plan_recovery(
     probe: Probe | None = None,
     hints: Mapping[str, Any] | None = None,
     on_turn: OnTurn | None = None,
+    remembered: Sequence[tuple[int, int]] = (),
 ) -> RecoveryPlan:
     """Everything between "this attempt ran out of memory" and the next attempt's spec.
 
     `hints` are facts of the machine now that rungs read (`other_gpus`, `usable_gpus`);
-    `on_turn` hears of each probe before it runs."""
+    `on_turn` hears of each probe before it runs; `remembered` are (micro-batch, peak) points an
+    earlier run of the same shape measured under the same memory."""
     classification = classification_of(facts)
     policy = resolve_policy(spec.policy, kind=spec.kind)
     knobs = {**current_knobs(spec), **_spec_hints(spec), **(hints or {})}
     host = classification.verdict == "host_oom"
     capacity = facts.host_capacity if host else facts.gpu_capacity
-    points = memory_points(facts.events, host)
+    measured = _measure(spec, facts, classification, knobs, capacity, probe, on_turn, remembered)
+    points, ooms = measured.points, measured.ooms
     batch = knobs.get("batch_size")
-    probes: list[dict[str, Any]] = []
-    if probe is not None and isinstance(batch, int) and _worth_probing(classification, batch, points):
-        per_device = _per_device_batch(spec, knobs, batch)
-        more, probes = _probe_points(probe, batch, per_device, policy.min_micro_batch, on_turn)
-        points += more
     decision = decide(
         classification,
         policy,
@@ -223,15 +267,78 @@ def plan_recovery(
         attempts_so_far=retunes_so_far,
         elapsed_s=elapsed_s,
         env={**(spec.command.env if spec.command is not None else {}), **spec.env},
+        ooms=ooms,
     )
-    plan = RecoveryPlan(classification, decision, probes=probes)
+    plan = RecoveryPlan(classification, decision, probes=measured.probes, decided=measured.decided)
     if decision.is_give_up:
         return plan
     if decision.prediction is None and points and capacity and isinstance(batch, int):
-        decision_prediction = predict_max_batch(points, capacity, policy.headroom, oom_at=[batch]).to_dict()
+        decision_prediction = predict_max_batch(
+            points, capacity, policy.headroom, oom_at=[batch], headroom_on=headroom_on(classification.verdict)
+        ).to_dict()
         plan.decision = replace(decision, prediction=decision_prediction)
     plan.spec, plan.from_, plan.to = apply_decision(spec, plan.decision)
     return plan
+
+
+@dataclass(frozen=True)
+class _Measured:
+    """The memory points a decision stands on, the probes that gave some of them, the micro-batches
+    that ran out in a probe, and which way it was decided, as the evidence says it."""
+
+    points: list[tuple[int, int]]
+    probes: list[dict[str, Any]]
+    ooms: tuple[int, ...]
+    decided: str
+
+
+def _measure(
+    spec: RunSpec,
+    facts: AttemptFacts,
+    classification: Classification,
+    knobs: dict[str, Any],
+    capacity: int | None,
+    probe: Probe | None,
+    on_turn: OnTurn | None,
+    remembered: Sequence[tuple[int, int]],
+) -> _Measured:
+    """What is already known (the run's own steps, every attempt's; an earlier run of the same
+    shape), and probes only where that leaves the fit open."""
+    host = classification.verdict == "host_oom"
+    steps = memory_points(facts.events, host)
+    points = steps + [p for p in remembered if p[0] > 0 and p[1] > 0]
+    batch = knobs.get("batch_size")
+    if probe is None or not isinstance(batch, int) or not _worth_probing(classification, batch, points):
+        return _Measured(points, [], (), decided_text(len(steps), len(points) - len(steps), 0))
+    policy = resolve_policy(spec.policy, kind=spec.kind)
+    limit = memory_capacity(classification, capacity)
+    on = headroom_on(classification.verdict)
+
+    def fits(measured: list[tuple[int, int]], failed: list[int]) -> int | None:
+        return predict_max_batch(points + measured, limit, policy.headroom, failed, on).batch
+
+    per_device = _per_device_batch(spec, knobs, batch)
+    found = _probe_points(probe, batch, per_device, policy.min_micro_batch, fits, on_turn)
+    decided = decided_text(len(steps), len(points) - len(steps), len(found.log))
+    return _Measured(points + found.points, found.log, tuple(found.ooms[1:]), decided)
+
+
+def decided_text(steps: int, remembered: int, probes: int) -> str:
+    """`decided from 2 measured steps, no probe` / `2 probe processes, 2 sizes`."""
+    if probes:
+        # One process per size: each resumes the run as its restart will.
+        return f"{_count(probes, 'probe process', 'es')}, {_count(probes, 'size')}"
+    known = [
+        *([_count(steps, "measured step")] if steps else []),
+        *([_count(remembered, "size") + " remembered from a run of the same shape"] if remembered else []),
+    ]
+    if not known:
+        return "decided without memory figures, no probe"
+    return f"decided from {' and '.join(known)}, no probe"
+
+
+def _count(n: int, noun: str, plural: str = "s") -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}{plural}"
 
 
 def _gpus_follow_world(

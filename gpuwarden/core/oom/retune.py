@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuwarden.core.oom.classify import Classification, format_size, parse_size
-from gpuwarden.core.oom.memory_model import Prediction, predict_max_batch
+from gpuwarden.core.oom.memory_model import Prediction, headroom_on, predict_max_batch
 from gpuwarden.core.oom.policy import DEFAULT_MAX_TIMES, RetunePolicy, Rung
 
 ALLOC_VARIABLES = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
@@ -94,6 +94,20 @@ class RetuneDecision:
         }
 
 
+def memory_capacity(classification: Classification, capacity: int | None) -> int | None:
+    """The memory that ran out: the card's (or the allocator's cap), or the host limit given."""
+    if classification.verdict == "host_oom":
+        return capacity
+    candidates = [capacity]
+    for name in ("allowed", "total"):
+        value = classification.fields.get(name)
+        if isinstance(value, int):
+            candidates.append(value)
+            break
+    known = [c for c in candidates if c is not None and c > 0]
+    return min(known) if known else None
+
+
 def _give_up(reason: str, prediction: dict[str, Any] | None = None) -> RetuneDecision:
     return RetuneDecision(action="give_up", reason=reason, give_up=reason, prediction=prediction)
 
@@ -108,6 +122,7 @@ class _Context:
     memory_points: list[tuple[int, int]]
     capacity: int | None
     env: dict[str, str]
+    ooms: tuple[int, ...] = ()
     prediction: Prediction | None = None
 
     def has(self, knob: str) -> bool:
@@ -121,23 +136,17 @@ class _Context:
 
     def memory_capacity(self) -> int | None:
         """The memory that ran out: the card's (or the allocator's cap), or the host limit given."""
-        if self.classification.verdict == "host_oom":
-            return self.capacity
-        fields = self.classification.fields
-        candidates = [self.capacity]
-        for name in ("allowed", "total"):
-            value = fields.get(name)
-            if isinstance(value, int):
-                candidates.append(value)
-                break
-        known = [c for c in candidates if c is not None and c > 0]
-        return min(known) if known else None
+        return memory_capacity(self.classification, self.capacity)
 
     def predict(self, batch: int) -> Prediction:
         """Largest batch the memory model expects to fit; the current batch just ran out."""
         if self.prediction is None:
             self.prediction = predict_max_batch(
-                self.memory_points, self.memory_capacity(), self.policy.headroom, oom_at=[batch]
+                self.memory_points,
+                self.memory_capacity(),
+                self.policy.headroom,
+                oom_at=[batch, *self.ooms],
+                headroom_on=headroom_on(self.classification.verdict),
             )
         return self.prediction
 
@@ -495,6 +504,7 @@ def decide(
     attempts_so_far: int,
     elapsed_s: float,
     env: dict[str, str],
+    ooms: tuple[int, ...] = (),
 ) -> RetuneDecision:
     """The change for the next restart, or a give-up with its reason.
 
@@ -503,16 +513,15 @@ def decide(
     max_memory, device_map, load_in_8bit; command: the spec's knobs). Optional hints in knobs:
     `resolved_precision`, `bf16_supported`, `device`, `other_gpus`, `usable_gpus` (GPUs a
     gang could run on now), `fixed_world_size` (a command run's world size that is no knob).
-    `history` holds the earlier decisions' `to_dict()` (their `action` counts waits and moves).
-    `memory_points` are (micro_batch, peak_bytes) measured under the current knobs and `capacity`
-    the bytes of the memory that ran out. `elapsed_s` counts from the run's first out-of-memory.
+    `history`: the earlier decisions' `to_dict()`. `memory_points`: (micro_batch, peak_bytes);
+    `capacity`: the memory that ran out; `ooms`: sizes that ran out in probes.
     """
     if kind not in RUN_KINDS:
         raise ValueError(f"unknown run kind {kind!r}; expected one of {', '.join(RUN_KINDS)}")
     refusal = _refusal(classification, policy, attempts_so_far=attempts_so_far, elapsed_s=elapsed_s)
     if refusal is not None:
         return _give_up(refusal)
-    ctx = _Context(classification, policy, kind, knobs, history, memory_points, capacity, env)
+    ctx = _Context(classification, policy, kind, knobs, history, memory_points, capacity, env, ooms)
     rungs = [(index, rung) for index, rung in enumerate(policy.ladder) if classification.verdict in rung.when]
     climbed = _climb(ctx, rungs)
     if isinstance(climbed, RetuneDecision):
@@ -588,4 +597,12 @@ def effective_batch(knobs: dict[str, Any]) -> int | None:
     return micro * int(knobs.get("grad_accum_steps", 1)) * int(knobs.get("world_size", 1))
 
 
-__all__ = ["ALLOC_VARIABLES", "KIND_KNOBS", "RUN_KINDS", "RetuneDecision", "decide", "effective_batch"]
+__all__ = [
+    "ALLOC_VARIABLES",
+    "KIND_KNOBS",
+    "RUN_KINDS",
+    "RetuneDecision",
+    "decide",
+    "effective_batch",
+    "memory_capacity",
+]
