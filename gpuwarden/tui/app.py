@@ -586,7 +586,13 @@ class GpuwardenApp(App[None]):
                 self._load_runs()
 
         self.hold_keys()
-        self.push_screen(SubmitScreen(self.cwd or Path.cwd(), self.backend.submit), answered)
+        cwd = self.cwd or Path.cwd()
+        fleet = self.backend if isinstance(self.backend, HostsSource) else None
+        if fleet is not None and len(fleet.host_names) > 1:
+            dialog = SubmitScreen(cwd, hosts=fleet.host_names, submit_to=fleet.submit_to)
+        else:
+            dialog = SubmitScreen(cwd, self.backend.submit)
+        self.push_screen(dialog, answered)
 
     # -- command palette ---------------------------------------------------------------------
 

@@ -269,3 +269,7 @@ class HostsSource(Protocol):
     def gpu_rows(self) -> list[HostAnswer[list[FleetGpu]]]:
         """Every host's GPUs, or the line saying why a host shows none."""
         ...
+
+    def submit_to(self, host: str, spec_path: str) -> str:
+        """Submit the spec file at `spec_path` (on this machine) to `host`; the new run's id."""
+        ...

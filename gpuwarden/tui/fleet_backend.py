@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 import queue
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from gpuwarden.client import ApiClient
@@ -43,7 +45,20 @@ from gpuwarden.tui.backend import (
 T = TypeVar("T")
 WAIT_S = 2.0  # how long one refresh waits for the hosts; a slower one shows "no answer yet"
 STREAM_RETRY_S = 3.0
+_PATHS = re.compile(r"(/[^\s:'\"`,;()]+)")  # absolute paths in a daemon's one-line refusal
 ONE_HOST_ONLY = "with several hosts, {what} goes through one host's dashboard: `gpuwarden tui --host {host}`"
+
+
+def only_here(refusal: str, host: str) -> str:
+    """A host's refusal of a spec, and which of the paths it names exist on this machine only:
+    the file was written here, and the host reads its own file system."""
+    here = [word for word in _PATHS.findall(refusal) if Path(word).exists()]
+    if not here:
+        return refusal
+    return (
+        f"{refusal} — {here[0]} exists on this machine, not on {host}: copy it there (or keep "
+        "the project on a file system both see), or submit it on this machine"
+    )
 
 
 class FleetBackend:
@@ -271,8 +286,20 @@ class FleetBackend:
 
     def submit(self, spec_path: str) -> str:
         if len(self.host_names) != 1:
-            raise UserError(ONE_HOST_ONLY.format(what="a submit", host=self.host_names[0]))
-        return self._on(self.host_names[0], lambda b: b.submit(spec_path))
+            raise UserError(f"with several hosts, say which one: one of {', '.join(self.host_names)}")
+        return self.submit_to(self.host_names[0], spec_path)
+
+    def submit_to(self, host: str, spec_path: str) -> str:
+        """Submit the spec file here to `host`'s daemon: the spec is sent, and its relative paths
+        start from this file's folder as that host sees it (the same path on a shared file
+        system). A path the host does not have but this machine does is said so."""
+        try:
+            run_id = self._on(host, lambda b: b.submit(spec_path))
+        except UserError as exc:
+            raise UserError(only_here(str(exc), host)) from None
+        with self._lock:
+            self._run_host[run_id] = host
+        return run_id
 
     def restart_with(self, run_id: str, changes: dict[str, Any]) -> None:
         self._on(self._owner(run_id), lambda b: b.restart_with(run_id, changes))

@@ -24,7 +24,13 @@ ACTIONS: tuple[KeyAction, ...] = (
     KeyAction("?", "help", "This help", "everywhere"),
     KeyAction("ctrl+p", "command_palette", "Command palette: every action, by name", "everywhere"),
     KeyAction("q", "quit", "Quit (the daemon and its runs go on)", "everywhere"),
-    KeyAction("n", "submit", "Submit a run spec (path completion)", "overview, runs, history", control=True),
+    KeyAction(
+        "n",
+        "submit",
+        "Submit a run spec (path completion; ctrl+t chooses the host with several)",
+        "overview, runs, history",
+        control=True,
+    ),
     KeyAction(
         "j / k",
         "cursor_down",

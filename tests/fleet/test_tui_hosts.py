@@ -6,12 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 from textual.widgets import DataTable, Static
 
 from gpuwarden.client.hosts import Fleet
 from gpuwarden.client.ssh_forward import SshCommand
 from gpuwarden.tui.app import GpuwardenApp
-from gpuwarden.tui.fleet_backend import FleetBackend
+from gpuwarden.tui.fleet_backend import FleetBackend, only_here
+from gpuwarden.tui.screens.dialogs import SubmitScreen
 from gpuwarden.tui.screens.run_detail import RunDetailScreen
 from tests.daemon.conftest import command_spec
 from tests.fleet.conftest import World, ssh_processes
@@ -70,3 +72,44 @@ def test_the_dashboard_shows_both_hosts_and_a_host_that_stops(world: World) -> N
 
     run(body())
     assert not ssh_processes(world.sshd), "the dashboard left ssh processes behind"
+
+
+def test_n_submits_a_spec_here_to_the_host_chosen(world: World, tmp_path: Path) -> None:
+    """With several hosts, `n` asks which one (ctrl+t goes to the next); the run starts there."""
+    spec = tmp_path / "hello.yaml"
+    spec.write_text(yaml.safe_dump(command_spec("hello-h2", "print('hi')", resources={"gpus": 0})))
+    app = GpuwardenApp(_backend(world), cwd=tmp_path)
+
+    async def body() -> None:
+        async with app.run_test(size=(80, 24)) as pilot:
+            table = app.query_one("#hosts-table", DataTable)
+            await until(pilot, lambda: _hosts_of(table) == ["h1", "h1", "h2"], "both hosts")
+            await pilot.press("n")
+            await until(pilot, lambda: isinstance(app.screen, SubmitScreen), "the submit dialog")
+            dialog = app.screen
+            assert isinstance(dialog, SubmitScreen) and dialog.host == "h1"
+            await pilot.press("ctrl+t")
+            assert dialog.host == "h2" and "on host h2" in str(
+                dialog.query_one("#submit-host", Static).render()
+            )
+            await pilot.press(*"hello.yaml", "enter")
+            await until(pilot, lambda: not isinstance(app.screen, SubmitScreen), "the run submitted")
+            runs = app.main.runs
+            await until(pilot, lambda: any(r.name == "hello-h2" for r in runs._all), "the run listed")
+            (row,) = [r for r in runs._all if r.name == "hello-h2"]
+            assert row.host == "h2"
+
+    run(body())
+    with world.hosts["h2"].client() as client:
+        assert [r.name for r in client.runs()] == ["hello-h2"]
+    with world.hosts["h1"].client() as client:
+        assert not client.runs()
+
+
+def test_a_path_the_host_lacks_but_this_machine_has_is_said(tmp_path: Path) -> None:
+    model = tmp_path / "models" / "tiny"
+    model.mkdir(parents=True)
+    refusal = f"model directory {model} does not exist — build it first"
+    said = only_here(refusal, "gpu2")
+    assert said.startswith(refusal) and f"{model} exists on this machine, not on gpu2" in said
+    assert only_here("model directory /nowhere/at/all does not exist", "gpu2").endswith("does not exist")

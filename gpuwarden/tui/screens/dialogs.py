@@ -4,7 +4,7 @@ the history charts' metrics."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
@@ -109,23 +109,38 @@ class SubmitScreen(ModalScreen[str | None]):
         Binding("tab", "accept", "Complete", priority=True),
         Binding("down", "move(1)", show=False, priority=True),
         Binding("up", "move(-1)", show=False, priority=True),
+        Binding("ctrl+t", "next_host", "Next host", priority=True),
     ]
     DEFAULT_CSS = (
         _DIALOG_CSS.format(name="SubmitScreen")
         + """
     SubmitScreen OptionList { height: auto; max-height: 8; border: none; padding: 0; }
+    SubmitScreen #submit-host { height: 1; }
     """
     )
 
-    def __init__(self, cwd: Path | None = None, submit: Callable[[str], str] | None = None) -> None:
+    def __init__(
+        self,
+        cwd: Path | None = None,
+        submit: Callable[[str], str] | None = None,
+        hosts: Sequence[str] = (),
+        submit_to: Callable[[str, str], str] | None = None,
+    ) -> None:
         super().__init__()
         self.cwd = cwd
         self.submit = submit  # None: the dialog only answers the path (the caller submits)
+        # Several hosts: the spec goes to the one chosen here (ctrl+t), through `submit_to`.
+        self.hosts = list(hosts)
+        self.host = self.hosts[0] if self.hosts else None
+        if submit_to is not None and self.host is not None:
+            self.submit = lambda path: submit_to(self.host or "", path)
         self._listed_for: str | None = None  # the typed value the candidates were listed for
 
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Label("Submit a run spec", classes="title")
+            if self.hosts:
+                yield Static(self._host_line(), id="submit-host")
             yield Input(placeholder="path/to/spec.yaml", suggester=PathSuggester(self.cwd), id="spec-path")
             yield OptionList(id="candidates")
             yield Label("↑↓ choose  tab completes  enter submits a file  esc cancels", classes="hint")
@@ -203,6 +218,14 @@ class SubmitScreen(ModalScreen[str | None]):
 
     def action_cancel(self) -> None:
         self.dismiss(None)
+
+    def _host_line(self) -> str:
+        return f"on host {self.host}   (ctrl+t: the next of {', '.join(self.hosts)})"
+
+    def action_next_host(self) -> None:
+        if len(self.hosts) > 1 and self.host is not None:
+            self.host = self.hosts[(self.hosts.index(self.host) + 1) % len(self.hosts)]
+            self.query_one("#submit-host", Static).update(self._host_line())
 
 
 def _dialog_worker(screen: ModalScreen[Any], event: Worker.StateChanged, error_id: str) -> None:
