@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from dataclasses import replace
 from typing import Any
@@ -135,6 +136,6 @@ def test_utilisation_samples_are_asked_only_since_the_last_timestamp() -> None:
         fake.advance(1.0)
         reader.sample(fake.time)
     assert len(asked) == 4 and asked[0][0] == 0  # discovery asks for everything
-    for (_, before), (last_ts, now) in zip(asked, asked[1:], strict=False):
+    for (_, before), (last_ts, now) in itertools.pairwise(asked):
         assert last_ts == max(before)  # the newest timestamp seen so far is passed back
         assert now and min(now) > last_ts  # and only newer samples come back

@@ -17,9 +17,10 @@ Scenarios (a name, optionally with a GPU count suffix `xN`, e.g. `h100x8`, `gefo
 - `mixed`: GPU 0 an H100, GPU 1 a GeForce 12 GB (one answers what the other cannot).
 - `lost`: two H100s; GPU 1 raises `NVMLError_GpuIsLost` from `lost_after` seconds (default 5)
   after the fake starts, until `recover(1)`.
-- `old-driver`: an A100 under driver 470: `nvmlDeviceGetMemoryInfo_v2` and
-  `nvmlDeviceGetCurrentClocksEventReasons` and `nvmlDeviceGetFieldValues` raise `FunctionNotFound`, and the v3 process query
-  raises `NVMLLibraryMismatchError` (the `_v2` one works), as the real binding does.
+- `old-driver`: an A100 under driver 470: `nvmlDeviceGetMemoryInfo_v2`,
+  `nvmlDeviceGetCurrentClocksEventReasons` and `nvmlDeviceGetFieldValues` raise
+  `FunctionNotFound`, and the v3 process query raises `NVMLLibraryMismatchError` (the `_v2`
+  one works), as the real binding does.
 - `old-binding`: an A100 driven by an old nvidia-ml-py: `nvmlDeviceGetCurrentClocksEventReasons`
   and `nvmlMemory_v2` do not exist (AttributeError) and `nvmlDeviceGetMemoryInfo` takes no
   `version`.
