@@ -130,7 +130,7 @@ def test_utilisation_samples_are_asked_only_since_the_last_timestamp() -> None:
             asked.append((last_ts, [s.timeStamp for s in samples]))
         return value_type, samples
 
-    fake.nvmlDeviceGetSamples = spy  # type: ignore[method-assign]
+    fake.nvmlDeviceGetSamples = spy  # type: ignore[method-assign, assignment]
     reader = NvmlReader(fake, enrich=no_enrich)
     for _ in range(3):
         fake.advance(1.0)

@@ -589,9 +589,9 @@ class FakeNvml:
                 lambda: gpu.power_limit_mw,
             ),
         }
-        out = []
-        for field_id in field_ids:
-            value = pynvml.c_nvmlFieldValue_t()
+        # One ctypes array, as the binding returns.
+        out = (pynvml.c_nvmlFieldValue_t * len(field_ids))()
+        for value, field_id in zip(out, field_ids, strict=True):
             value.fieldId = field_id
             value.timestamp = now_us
             entry = readers.get(field_id)
@@ -601,8 +601,7 @@ class FakeNvml:
                 value.nvmlReturn = pynvml.NVML_SUCCESS
             else:
                 value.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
-            out.append(value)
-        return out
+        return list(out)
 
     def nvmlDeviceGetTemperature(self, handle: _Handle, sensor: int) -> int:
         gpu = self._device("nvmlDeviceGetTemperature", handle)

@@ -73,7 +73,7 @@ _NOT_AVAILABLE = 2**64 - 1
 # Per-tick readings NVML also offers as field values (nvml.h NVML_FI_*), read together in one
 # nvmlDeviceGetFieldValues call: on an H100 the energy getter alone costs milliseconds a call.
 # POWER_AVERAGE is what nvmlDeviceGetPowerUsage reports on current GPUs (a 1-s average).
-_FIELD_IDS: dict[str, int] = {
+FIELD_IDS: dict[str, int] = {
     "energy": 83,
     "power": 185,
     "power_limit": 190,
@@ -382,7 +382,7 @@ class NvmlReader:
             return
         gpu = _Gpu(index=index, uuid=uuid, handle=handle)
         if callable(getattr(nvml, "nvmlDeviceGetFieldValues", None)):
-            gpu.fields = dict(_FIELD_IDS)
+            gpu.fields = dict(FIELD_IDS)
         try:
             pci = self._call(gpu, "pci")
             gpu.pci_bus_id = _text(pci.busId) if pci is not None else None
@@ -642,6 +642,11 @@ class NvmlReader:
         except _GpuLost:
             return None
         return int(value) if value is not None else None
+
+    def field_readings(self, uuid: str) -> tuple[str, ...]:
+        """The readings of one GPU that come from nvmlDeviceGetFieldValues (the rest: getters)."""
+        gpu = self._by_uuid.get(uuid)
+        return tuple(gpu.fields) if gpu is not None else ()
 
     def power_limit_w(self, uuid: str) -> float | None:
         """One GPU's enforced power limit (W), read alone; None when unsupported or lost."""
