@@ -5,7 +5,9 @@ A reading passes when it lies within the tolerance of either nvidia-smi reading 
 a metric passes when at least 80 % of its readings do (clocks and power move between two reads
 even under a steady load). The energy counter has no nvidia-smi field: its rate over a few
 seconds is compared with nvidia-smi's mean power over the same seconds. Capability probing: what
-the card answers NotSupported to, and whether nvidia-smi agrees (N/A there too).
+the card answers NotSupported to, and whether nvidia-smi agrees (N/A there too). Energy, power
+and the power limit come from one nvmlDeviceGetFieldValues call where the driver offers them (the
+step's notes name, per GPU, which readings did), so those are the values compared.
 """
 
 from __future__ import annotations
@@ -267,6 +269,9 @@ def _capabilities(fields: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
         reader.read_pcie(reader.sample(time.time()))
         reader.processes(time.time())
         gpus = reader.gpus()
+        # Which readings the compared samples took from field values rather than getters.
+        fields_of = getattr(reader, "field_readings", lambda uuid: ())
+        batched = {g.uuid: fields_of(g.uuid) for g in gpus}
     finally:
         reader.close()
     smi = query(fields)
@@ -275,6 +280,7 @@ def _capabilities(fields: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
     for g in gpus:
         unsupported = sorted(g.unsupported)
         notes.append(f"GPU {g.index} ({g.name}): NotSupported — {', '.join(unsupported) or 'nothing'}")
+        notes.append(f"GPU {g.index}: read as field values — {', '.join(batched.get(g.uuid, ())) or 'none'}")
         for field in unsupported:
             m = by_name.get(field)
             if m is None:

@@ -10,13 +10,17 @@ Scenarios (a name, optionally with a GPU count suffix `xN`, e.g. `h100x8`, `gefo
 - `h100`, `a100-80gb`: datacenter cards; every reading supported (fan speed too, so that every
   path of the reader is exercised). `h100x8` is an 8-GPU node.
 - `geforce-12gb`: RTX 3060 12 GB. NotSupported: `nvmlDeviceGetSamples`, memory info v2, PCIe
-  throughput, MIG mode. Energy, enforced power limit and fan are supported.
+  throughput, MIG mode. Energy, enforced power limit and fan are supported; as field values
+  (`nvmlDeviceGetFieldValues`) only the energy counter, the power fields answer NotSupported.
+- Field values: every other model answers energy, power average/instant and the power limit as
+  fields, each with its own return code and a timestamp (µs); unknown ids answer NotSupported.
 - `mixed`: GPU 0 an H100, GPU 1 a GeForce 12 GB (one answers what the other cannot).
 - `lost`: two H100s; GPU 1 raises `NVMLError_GpuIsLost` from `lost_after` seconds (default 5)
   after the fake starts, until `recover(1)`.
-- `old-driver`: an A100 under driver 470: `nvmlDeviceGetMemoryInfo_v2` and
-  `nvmlDeviceGetCurrentClocksEventReasons` raise `FunctionNotFound`, and the v3 process query
-  raises `NVMLLibraryMismatchError` (the `_v2` one works), as the real binding does.
+- `old-driver`: an A100 under driver 470: `nvmlDeviceGetMemoryInfo_v2`,
+  `nvmlDeviceGetCurrentClocksEventReasons` and `nvmlDeviceGetFieldValues` raise
+  `FunctionNotFound`, and the v3 process query raises `NVMLLibraryMismatchError` (the `_v2`
+  one works), as the real binding does.
 - `old-binding`: an A100 driven by an old nvidia-ml-py: `nvmlDeviceGetCurrentClocksEventReasons`
   and `nvmlMemory_v2` do not exist (AttributeError) and `nvmlDeviceGetMemoryInfo` takes no
   `version`.
@@ -84,7 +88,9 @@ NVSWITCH_BUS_ID = "00000000:C1:00.0"
 _NVLINK_CALLS = frozenset(
     {"nvmlDeviceGetNvLinkState", "nvmlDeviceGetNvLinkRemotePciInfo", "nvmlDeviceGetNvLinkRemoteDeviceType"}
 )
-_OLD_DRIVER_MISSING = frozenset({"nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetCurrentClocksEventReasons"})
+_OLD_DRIVER_MISSING = frozenset(
+    {"nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetFieldValues"}
+)
 _OLD_BINDING_MISSING = frozenset({"nvmlDeviceGetCurrentClocksEventReasons", "nvmlMemory_v2"})
 
 
@@ -104,7 +110,16 @@ class GpuModel:
     idle_mem_clock: int
     compute_capability: tuple[int, int]
     not_supported: frozenset[str] = frozenset()
-    nvswitch_links: int = 0  # NVLink links from each GPU to the machine's NVSwitches
+    nvswitch_links: int = 0
+    # Field ids nvmlDeviceGetFieldValues answers; any other id answers NotSupported in its slot.
+    fields: frozenset[int] = frozenset(
+        {
+            pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
+            pynvml.NVML_FI_DEV_POWER_AVERAGE,
+            pynvml.NVML_FI_DEV_POWER_INSTANT,
+            pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT,
+        }
+    )  # NVLink links from each GPU to the machine's NVSwitches
 
 
 MODELS: dict[str, GpuModel] = {
@@ -146,6 +161,7 @@ MODELS: dict[str, GpuModel] = {
                 *_NVLINK_CALLS,
             }
         ),
+        fields=frozenset({pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION}),
     ),
 }
 
@@ -540,6 +556,52 @@ class FakeNvml:
 
     def nvmlDeviceGetTotalEnergyConsumption(self, handle: _Handle) -> int:
         return self.energy_mj(self._device("nvmlDeviceGetTotalEnergyConsumption", handle).index)
+
+    def nvmlDeviceGetFieldValues(self, handle: _Handle, field_ids: list[int]) -> list[Any]:
+        """One c_nvmlFieldValue_t per id, each with its own return code and timestamp (µs)."""
+        gpu = self._device("nvmlDeviceGetFieldValues", handle)
+        now_us = round(self.time * 1e6)
+        # Each field: (value type, union member, its getter — a GPU without the getter's
+        # reading has no field for it either —, the reading).
+        readers: dict[int, tuple[int, str, str, Callable[[], int]]] = {
+            pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: (
+                3,
+                "ullVal",
+                "nvmlDeviceGetTotalEnergyConsumption",
+                lambda: self.energy_mj(gpu.index),
+            ),
+            pynvml.NVML_FI_DEV_POWER_AVERAGE: (
+                1,
+                "uiVal",
+                "nvmlDeviceGetPowerUsage",
+                lambda: self.power_mw(gpu.index),
+            ),
+            pynvml.NVML_FI_DEV_POWER_INSTANT: (
+                1,
+                "uiVal",
+                "nvmlDeviceGetPowerUsage",
+                lambda: self.power_mw(gpu.index),
+            ),
+            pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT: (
+                1,
+                "uiVal",
+                "nvmlDeviceGetEnforcedPowerLimit",
+                lambda: gpu.power_limit_mw,
+            ),
+        }
+        # One ctypes array, as the binding returns.
+        out = (pynvml.c_nvmlFieldValue_t * len(field_ids))()
+        for value, field_id in zip(out, field_ids, strict=True):
+            value.fieldId = field_id
+            value.timestamp = now_us
+            entry = readers.get(field_id)
+            if field_id in gpu.model.fields and entry is not None and entry[2] not in gpu.model.not_supported:
+                value.valueType, member, _, read = entry
+                setattr(value.value, member, read())
+                value.nvmlReturn = pynvml.NVML_SUCCESS
+            else:
+                value.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+        return list(out)
 
     def nvmlDeviceGetTemperature(self, handle: _Handle, sensor: int) -> int:
         gpu = self._device("nvmlDeviceGetTemperature", handle)

@@ -69,7 +69,15 @@ _GPU_UTILIZATION_SAMPLES = 1
 _PCIE_TX_BYTES = 0
 _PCIE_RX_BYTES = 1
 _MIG_ENABLE = 1
-_NOT_AVAILABLE = 2**64 - 1  # usedGpuMemory when NVML cannot tell (older bindings pass it through)
+_NOT_AVAILABLE = 2**64 - 1
+# Per-tick readings NVML also offers as field values (nvml.h NVML_FI_*), read together in one
+# nvmlDeviceGetFieldValues call: on an H100 the energy getter alone costs milliseconds a call.
+# POWER_AVERAGE is what nvmlDeviceGetPowerUsage reports on current GPUs (a 1-s average).
+FIELD_IDS: dict[str, int] = {
+    "energy": 83,
+    "power": 185,
+    "power_limit": 190,
+}  # usedGpuMemory when NVML cannot tell (older bindings pass it through)
 # nvmlValueType_t → the member of the c_nvmlValue_t union that holds the sample.
 _VALUE_MEMBER = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
 
@@ -139,6 +147,7 @@ class _Gpu:
     tried: dict[str, int] = field(default_factory=dict)  # reading → candidates ruled out
     unsupported: set[str] = field(default_factory=set)
     last_sample_us: int = 0
+    fields: dict[str, int] = field(default_factory=dict)  # reading → field id still asked as one
     lost: bool = False
     retry_at: float = 0.0
 
@@ -372,6 +381,8 @@ class NvmlReader:
                 self._pending.append(index)
             return
         gpu = _Gpu(index=index, uuid=uuid, handle=handle)
+        if callable(getattr(nvml, "nvmlDeviceGetFieldValues", None)):
+            gpu.fields = dict(FIELD_IDS)
         try:
             pci = self._call(gpu, "pci")
             gpu.pci_bus_id = _text(pci.busId) if pci is not None else None
@@ -396,7 +407,10 @@ class NvmlReader:
                 cuda_driver_version=self.cuda_driver_version,
                 mig_mode=mig[0] == _MIG_ENABLE if mig is not None else None,
             )
+            batched = self._read_fields(gpu)
             for key in _TICK_READINGS:
+                if key in batched:
+                    continue
                 value = self._call(gpu, key, *((0,) if key == "samples" else ()))
                 if key == "samples" and value is not None:
                     self._fine_util(gpu, value)
@@ -533,13 +547,14 @@ class NvmlReader:
         if mem is not None:
             s.mem_used = int(mem.used)
             s.mem_total = int(mem.total)
-        power = call(gpu, "power")
+        batched = self._read_fields(gpu)
+        power = batched["power"] if "power" in batched else call(gpu, "power")
         if power is not None:
             s.power_w = power / 1000
-        limit = call(gpu, "power_limit")
+        limit = batched["power_limit"] if "power_limit" in batched else call(gpu, "power_limit")
         if limit is not None:
             s.power_limit_w = limit / 1000
-        s.energy_mj = call(gpu, "energy")
+        s.energy_mj = batched["energy"] if "energy" in batched else call(gpu, "energy")
         temperature = call(gpu, "temperature")
         if temperature is not None:
             s.temperature_c = float(temperature)
@@ -551,6 +566,53 @@ class NvmlReader:
             s.fan_pct = float(fan)
         s.pstate = call(gpu, "pstate")
         return s
+
+    def _read_fields(self, gpu: _Gpu, keys: tuple[str, ...] | None = None) -> dict[str, Any]:
+        """The readings `gpu` answers as field values (all still asked, or `keys`), in one call.
+
+        A reading missing from the answer goes through its getter: a field answering
+        NotSupported is dropped for this GPU for good, and a GPU (or binding) without
+        nvmlDeviceGetFieldValues falls back wholly, both probed once."""
+        wanted = [(k, fid) for k, fid in gpu.fields.items() if keys is None or k in keys]
+        if not wanted:
+            return {}
+        try:
+            values = self._nvml.nvmlDeviceGetFieldValues(gpu.handle, [fid for _, fid in wanted])
+        except self._error as err:
+            code = _code(err)
+            if code in _LOST_CODES:
+                raise _GpuLost(str(err)) from err
+            if code in _UNSUPPORTED_CODES:
+                self._drop_fields(gpu, [k for k, _ in wanted], f"nvmlDeviceGetFieldValues: {err}")
+            else:
+                self._note_transient("field values", code, err)
+            return {}
+        out: dict[str, Any] = {}
+        for (key, _), value in zip(wanted, values, strict=False):
+            code = int(value.nvmlReturn)
+            if code == 0:
+                out[key] = _field_value(value)
+            elif code in _LOST_CODES:
+                raise _GpuLost(f"field {key}: NVML error {code}")
+            elif code in _UNSUPPORTED_CODES:
+                self._drop_fields(gpu, [key], f"field value NVML error {code}")
+            else:
+                out[key] = None
+                self._note_transient(key, code, RuntimeError(f"field value NVML error {code}"))
+        return out
+
+    def _drop_fields(self, gpu: _Gpu, keys: list[str], reason: str) -> None:
+        for key in keys:
+            gpu.fields.pop(key, None)
+            if ("field", key) not in self._logged:
+                self._logged.add(("field", key))
+                log.info(
+                    "GPU %d (%s): %s not a field value (%s); read by its getter",
+                    gpu.index,
+                    gpu.uuid,
+                    key,
+                    reason,
+                )
 
     @staticmethod
     def _fine_util(gpu: _Gpu, result: tuple[int, list[Any]]) -> float | None:
@@ -575,10 +637,16 @@ class NvmlReader:
         if gpu is None or gpu.lost or not self._initialised:
             return None
         try:
-            value = self._call(gpu, "energy")
+            batched = self._read_fields(gpu, ("energy",))
+            value = batched["energy"] if "energy" in batched else self._call(gpu, "energy")
         except _GpuLost:
             return None
         return int(value) if value is not None else None
+
+    def field_readings(self, uuid: str) -> tuple[str, ...]:
+        """The readings of one GPU that come from nvmlDeviceGetFieldValues (the rest: getters)."""
+        gpu = self._by_uuid.get(uuid)
+        return tuple(gpu.fields) if gpu is not None else ()
 
     def power_limit_w(self, uuid: str) -> float | None:
         """One GPU's enforced power limit (W), read alone; None when unsupported or lost."""
@@ -743,6 +811,14 @@ def open_gpu_reader(
         return reader
     reader.close()
     return NoGpuReader(reader.status)
+
+
+def _field_value(value: Any) -> int | float:
+    """The number in one c_nvmlFieldValue_t, from the union member its valueType names."""
+    kind = int(value.valueType)
+    member = _VALUE_MEMBER[kind] if 0 <= kind < len(_VALUE_MEMBER) else "ullVal"
+    number: int | float = getattr(value.value, member)
+    return number
 
 
 def _memory_v2_getter(mem: Getter | None, mem_v2: Any) -> Getter | None:
