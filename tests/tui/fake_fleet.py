@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from gpuwarden.client.fleet_view import FleetGpu
 from gpuwarden.client.hosts import HostAnswer
+from gpuwarden.core.errors import UserError
 from gpuwarden.tui.backend import RunRow
 from tests.tui.fake_backend import FakeBackend
 
@@ -54,3 +55,8 @@ class FakeFleet(FakeBackend):
     def runs(self) -> list[RunRow]:
         rows = super().runs()
         return [r.model_copy(update={"host": HOSTS[i % 2]}) for i, r in enumerate(rows)]
+
+    def submit_to(self, host: str, spec_path: str) -> str:
+        if host not in HOSTS[:2]:
+            raise UserError(f"host {host}: ssh: connect timed out")
+        return self.submit(spec_path)
