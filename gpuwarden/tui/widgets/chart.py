@@ -253,10 +253,10 @@ class Chart(Widget):
         # A series pinned at the top filled below would be a solid block with no edge, which
         # reads as a rendering fault rather than "100 % all along": draw it as a line at the top
         # instead. Only then: a fill reads better than a line for any series that moves.
-        line = pinned_at_top(levels, height)
+        as_line = pinned_at_top(levels, height)
         strips: list[Strip] = []
         for y in range(height):
-            text, styles = self._row(levels, height - 1 - y, width, limit, cursor_cell, line)
+            text, styles = self._row(levels, height - 1 - y, width, limit, cursor_cell, as_line)
             strips.append(Strip(self._y_gutter(y) + _runs(text, styles), width + self.y_gutter))
         if self.axis:
             line = " " * self.y_gutter + place_labels(self.x_labels, width)
