@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -590,7 +591,7 @@ def test_history_windows_metric_and_cursor() -> None:
             assert (metrics, end - start, end) == (("util_gpu",), 300.0, FROZEN_TS)
             chart = app.query(HistoryBlock).first().charts[0].chart
             assert points == 2 * chart.plot_width  # two points per character cell of the chart
-            assert chart.plot_width == 80 - 2 - 2 - 8  # the pane less its margins, scrollbar and axis
+            assert chart.plot_width == 80 - 2 - 8  # the pane less its margins and axis: no scrollbar
             host_metrics, *_ = fake.host_history_calls[-1]
             assert host_metrics == ("cpu_percent", "mem_used", "mem_total")
             await pilot.press("w", "w", "w")
@@ -685,6 +686,32 @@ def test_history_without_gpu_shows_the_hosts_history() -> None:
             (host,) = app.query(HistoryBlock)
             assert all(c.chart.values for c in host.charts)
             assert text_of(host.charts[0].label).startswith("CPU")
+
+    run(body())
+
+
+@pytest.mark.parametrize("backend", [FakeBackend, FakeBackend.no_gpu], ids=["two-gpus", "no-gpu"])
+def test_history_default_view_at_80x24_shows_every_charts_axis(backend: Callable[[], FakeBackend]) -> None:
+    async def body() -> None:
+        app = make_app(backend())
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot)
+            await pilot.press("3")
+            await wait_workers(pilot)
+            pane = app.query_one(HistoryPane)
+            await until(pilot, lambda: pane._resize_timer is None, "the charts fitted to the pane")
+            await pilot.pause()
+            bottom = pane.content_region.bottom
+            charts = [sc for block in app.query(HistoryBlock) for sc in block.charts]
+            assert charts and all(sc.chart.plot_height >= 1 for sc in charts)
+            # Each block's last chart carries the time axis: its last line is on screen unscrolled.
+            axes = [sc.chart for sc in charts if sc.axis]
+            assert axes and all(chart.region.bottom <= bottom for chart in axes), (
+                [chart.region for chart in axes],
+                pane.content_region,
+            )
+            assert pane.max_scroll_y == 0
+            assert all(chart.render_line(chart.plot_height).text.rstrip().endswith("now") for chart in axes)
 
     run(body())
 

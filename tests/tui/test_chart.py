@@ -99,3 +99,16 @@ def test_axes_show_the_range_the_labels_and_the_limit_line() -> None:
     assert top[5:] == "\u2824" * 9
     segments = list(chart.render_line(0))
     assert segments[-1].style == Style.parse("red")
+
+
+def test_series_flat_at_the_top_is_drawn_as_a_line_not_a_block() -> None:
+    chart = Chart(capacity=100, width=3, height=3, vmax=100.0)
+    chart.extend([100.0] * 6)
+    top_dots = "\u2809"  # dots 1 and 4: the top dot row of both columns
+    assert lines(chart) == [top_dots * 3, "   ", "   "]
+
+
+def test_series_that_leaves_the_top_is_filled() -> None:
+    chart = Chart(capacity=100, width=1, height=2, vmax=100.0)
+    chart.extend([100.0, 50.0])
+    assert lines(chart) == ["\u2847", FULL]  # left column full height, right half

@@ -50,7 +50,9 @@ LIVE_WINDOW = "5m"  # follows the sample frames
 REFRESH_S = {"1h": 30.0, "24h": 60.0, "7d": 300.0, "30d": 900.0}
 HOST = "host"
 GUTTER = 8  # the y-axis labels: "80 GiB┤"
-MIN_HEIGHT, MAX_HEIGHT = 3, 14
+# A chart may shrink to one row (four dots) so that the default view, with every chart's axis,
+# fits an 80×24 terminal; more rows go to the charts when there are more.
+MIN_HEIGHT, MAX_HEIGHT = 1, 14
 RESIZE_SETTLE_S = 0.2  # a drag resizes many times: fetch once it stops
 
 
@@ -199,6 +201,7 @@ class HistoryPane(VerticalScroll, can_focus=True):
         self._statics: list[GpuStatic] | None = None
         self._resize_timer: Timer | None = None
         self._head = ""  # the head line as last shown
+        self._notice = ""  # why there is no GPU history, when there is none
 
     @property
     def wanted(self) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
@@ -227,7 +230,8 @@ class HistoryPane(VerticalScroll, can_focus=True):
         self._statics = sorted(statics, key=lambda s: s.index)
         empty = self.query_one("#history-empty", Static)
         empty.display = not statics
-        empty.update(f"No GPU history: {sampling or 'no NVIDIA GPU'}. The host's history is below.")
+        self._notice = f"No GPU history: {sampling or 'no NVIDIA GPU'}. The host's history is below."
+        empty.update(self._notice)
         await self._rebuild()
 
     async def _rebuild(self) -> None:
@@ -271,10 +275,17 @@ class HistoryPane(VerticalScroll, can_focus=True):
         if not charts or height <= 0:
             return
         blocks = len(list(self.query(HistoryBlock)))
-        fixed = 2 + 2 * blocks + len(charts) + sum(sc.axis for sc in charts)  # head, titles, labels, axes
+        notice = self._notice_rows() if self.query_one("#history-empty", Static).display else 0
+        # The head, the no-GPU notice, each block's title and gap, each chart's label and axis.
+        fixed = 2 + notice + 2 * blocks + len(charts) + sum(sc.axis for sc in charts)
         rows = max(MIN_HEIGHT, min(MAX_HEIGHT, (height - fixed) // len(charts)))
         for sc in charts:
             sc.set_plot_height(rows)
+
+    def _notice_rows(self) -> int:
+        """The no-GPU notice's lines (it wraps on a narrow terminal) and its gap."""
+        width = max(10, (self.size.width or self.app.size.width) - 4)
+        return -(-Text(self._notice).cell_len // width) + 1
 
     def _points_wanted(self) -> int:
         """Two points per cell of the plot: a laid-out chart's own width, else the pane's (which

@@ -47,19 +47,31 @@ def column_levels(values: list[float | None], height: int, vmin: float, vmax: fl
     return levels
 
 
-def braille_row(levels: list[int], row_from_bottom: int) -> str:
-    """One text row: cell i draws levels[2i] (left dots) and levels[2i+1] (right dots)."""
+def braille_row(levels: list[int], row_from_bottom: int, *, line: bool = False) -> str:
+    """One text row: cell i draws levels[2i] (left dots) and levels[2i+1] (right dots), filled
+    below the level, or with `line` only the dot at the level."""
     base = row_from_bottom * DOTS_PER_ROW
     chars: list[str] = []
     for i in range(0, len(levels), SAMPLES_PER_CELL):
         code = 0
         for side, level in enumerate(levels[i : i + SAMPLES_PER_CELL]):
             filled = max(0, min(DOTS_PER_ROW, level - base))
+            if line:
+                if 0 < level - base <= DOTS_PER_ROW:
+                    code |= _DOTS[DOTS_PER_ROW - filled][side]
+                continue
             # Fill from the bottom dot row of the cell upwards.
             for dot_row in range(DOTS_PER_ROW - filled, DOTS_PER_ROW):
                 code |= _DOTS[dot_row][side]
         chars.append(chr(_BRAILLE_BASE + code) if code else " ")
     return "".join(chars)
+
+
+def pinned_at_top(levels: list[int], height: int) -> bool:
+    """Every present level at the top of a chart of several rows (a card busy at 100 %, memory
+    full). A one-row chart is a sparkline, where a full cell reads as full."""
+    present = [level for level in levels if level >= 0]
+    return height > 1 and bool(present) and all(level == height * DOTS_PER_ROW for level in present)
 
 
 def resample(values: list[float | None], slots: int) -> list[float | None]:
@@ -238,9 +250,13 @@ class Chart(Widget):
         levels = column_levels(shown, height, self.vmin, top)
         limit = self._limit_level(top, height)
         cursor_cell = self._cursor_cell(offset, width)
+        # A series pinned at the top filled below would be a solid block with no edge, which
+        # reads as a rendering fault rather than "100 % all along": draw it as a line at the top
+        # instead. Only then: a fill reads better than a line for any series that moves.
+        as_line = pinned_at_top(levels, height)
         strips: list[Strip] = []
         for y in range(height):
-            text, styles = self._row(levels, height - 1 - y, width, limit, cursor_cell)
+            text, styles = self._row(levels, height - 1 - y, width, limit, cursor_cell, as_line)
             strips.append(Strip(self._y_gutter(y) + _runs(text, styles), width + self.y_gutter))
         if self.axis:
             line = " " * self.y_gutter + place_labels(self.x_labels, width)
@@ -268,10 +284,16 @@ class Chart(Widget):
         return cell if cell < width else None
 
     def _row(
-        self, levels: list[int], row: int, width: int, limit: int | None, cursor_cell: int | None
+        self,
+        levels: list[int],
+        row: int,
+        width: int,
+        limit: int | None,
+        cursor_cell: int | None,
+        line: bool = False,
     ) -> tuple[str, list[Style]]:
         """One text row (0 = bottom) and a style per cell."""
-        text = braille_row(levels, row)
+        text = braille_row(levels, row, line=line)
         styles = [self.area_style] * width
         if limit is not None:
             cells = list(text)
