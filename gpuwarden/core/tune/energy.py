@@ -56,14 +56,17 @@ class EnergyTrace:
         self.values: list[float] = []
 
     def _read(self) -> None:
+        # A reading takes time (milliseconds on a real driver): it is timed at its middle.
+        before = self._clock()
         value = self._counter.read_mj()
+        after = self._clock()
         if value is None:
             return
         if self.values and value < self.values[-1]:
             # The driver reloaded (the counter restarts): what came before cannot be joined.
             self.times.clear()
             self.values.clear()
-        self.times.append(self._clock())
+        self.times.append((before + after) / 2)
         self.values.append(float(value))
 
     def _loop(self) -> None:
