@@ -298,23 +298,40 @@ def printed_so_far(client: RunReader, run_id: str) -> dict[tuple[int, str], int]
     return sizes
 
 
+FOLLOW_HELD = 1 << 20  # a stream's output held for ordering per poll; the rest comes next poll
+
+
 def _print_new_output(
     client: RunReader, run_id: str, detail: RunDetail, offsets: dict[tuple[int, str], int], as_json: bool
 ) -> None:
+    """Each attempt's new stdout and stderr. The two are separate files, so which came first is
+    known only as far as their last writes: the stream written to less recently prints first
+    (a script's printed steps before the traceback after them)."""
     for attempt in detail.attempts:
-        for stream in ("stdout", "stderr"):
-            key = (attempt.attempt, stream)
-            offset = offsets.get(key, 0)
-            while True:
-                chunk = client.logs(run_id, stream=stream, attempt=attempt.attempt, offset=offset)
-                if chunk.data and not as_json:
-                    out = sys.stdout if stream == "stdout" else sys.stderr
-                    out.write(chunk.data)
-                    out.flush()
-                offset = chunk.next_offset
-                if not chunk.data or chunk.next_offset >= chunk.size:
-                    break
-            offsets[key] = offset
+        new = [_new_output(client, run_id, attempt.attempt, name, offsets) for name in ("stdout", "stderr")]
+        new.sort(key=lambda got: got[2])
+        for stream, data, _ in new:
+            if data and not as_json:
+                out = sys.stdout if stream == "stdout" else sys.stderr
+                out.write(data)
+                out.flush()
+
+
+def _new_output(
+    client: RunReader, run_id: str, attempt: int, stream: str, offsets: dict[tuple[int, str], int]
+) -> tuple[str, str, float]:
+    """(stream, what it got since it was last read, when it was last written)."""
+    key = (attempt, stream)
+    offset, data, modified = offsets.get(key, 0), "", 0.0
+    while True:
+        chunk = client.logs(run_id, stream=stream, attempt=attempt, offset=offset)
+        data += chunk.data
+        modified = chunk.modified or modified
+        offset = chunk.next_offset
+        if not chunk.data or chunk.next_offset >= chunk.size or len(data) >= FOLLOW_HELD:
+            break
+    offsets[key] = offset
+    return stream, data, modified
 
 
 @click.command()

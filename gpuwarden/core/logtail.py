@@ -14,9 +14,10 @@ def read_log(path: Path, offset: int | None, limit: int) -> LogSlice:
     splitting a UTF-8 character; `overflow` when bytes before the slice were skipped. A log that
     is missing or unreadable reads as empty."""
     try:
-        size = path.stat().st_size
+        stat = path.stat()
+        size, modified = stat.st_size, stat.st_mtime
     except OSError:
-        size = 0
+        size, modified = 0, None
     overflow = False
     if offset is None or offset < 0:
         want = limit if offset is None else min(-offset, limit)
@@ -39,6 +40,7 @@ def read_log(path: Path, offset: int | None, limit: int) -> LogSlice:
         next_offset=start + len(data),
         overflow=overflow,
         size=size,
+        modified=modified,
     )
 
 

@@ -8,6 +8,11 @@ call) starts from the daemon's environment, as before.
 What the daemon sets for each attempt is dropped from what was submitted: a `gpuwarden run` typed
 inside a supervised run (or a rank of one) must not hand the outer run's tag, events file,
 checkpoint or rank to the new run's processes.
+
+Python writes stdout to a file in 8 KiB blocks: a script's prints would reach its log (and
+`--follow`) only when the buffer fills or the program ends, long after the stderr lines printed
+beside them. Runs start unbuffered unless the submitter or the spec says otherwise
+(`PYTHONUNBUFFERED=""` in the spec's `env` turns it off).
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from collections.abc import Mapping
 
 from gpuwarden.core.command.prepare import ENV_ATTEMPT, ENV_EVENTS_FILE, ENV_RESUME_FROM, ENV_RUN_ID
 from gpuwarden.daemon.process import RUN_TAG
+
+UNBUFFERED = "PYTHONUNBUFFERED"
 
 # Each names the process it was given to: the daemon's tag and files, torchrun's rank.
 PER_PROCESS = frozenset(
@@ -53,4 +60,6 @@ def submitted(environment: Mapping[str, str] | None) -> dict[str, str] | None:
 def base(stored: Mapping[str, str] | None) -> dict[str, str]:
     """The environment a run's attempt or probe starts from, before its spec's `env` and the
     daemon's placement go on top."""
-    return dict(os.environ if stored is None else stored)
+    env = dict(os.environ if stored is None else stored)
+    env.setdefault(UNBUFFERED, "1")
+    return env

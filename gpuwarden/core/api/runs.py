@@ -256,6 +256,9 @@ class LogSlice(ApiModel):
     next_offset: int = Field(description="where the next read starts")
     overflow: bool = Field(description="bytes before `offset` were skipped")
     size: int = Field(description="the log's size when read")
+    modified: float | None = Field(
+        default=None, description="when the log was last written (seconds since the epoch); None: no log yet"
+    )
 
 
 class LogChunk(LogSlice):
