@@ -6,7 +6,7 @@ after another under a line that opens it; the newest followed), and doctor's fin
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from rich.console import Group, RenderableType
 from rich.padding import Padding
@@ -16,6 +16,7 @@ from textual import events, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Log, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
@@ -29,15 +30,14 @@ from gpuwarden.core.terminal_text import log_text
 from gpuwarden.core.units import compact, duration, named, num, size
 from gpuwarden.tui.backend import DashboardBackend, DoctorFinding, RunDetailView, RunRow
 from gpuwarden.tui.controls import CONTROL_KEYS, OFFLINE, RUN_CONTROLS, refusal
+from gpuwarden.tui.dashboard import Dashboard
 from gpuwarden.tui.formatting import clock, evidence_lines
 from gpuwarden.tui.messages import DetailLoaded, DoctorLoaded, LogLoaded
+from gpuwarden.tui.requests import AskEdit, AskResume, AskStop, AskTune
 from gpuwarden.tui.screens.runs import state_text
 from gpuwarden.tui.widgets.chart import Chart
 from gpuwarden.tui.widgets.rank_table import RankTable
 from gpuwarden.tui.widgets.status_bar import storage_warning
-
-if TYPE_CHECKING:
-    from gpuwarden.tui.app import GpuwardenApp
 
 LOG_TAIL_BYTES = 32_768  # what the log tab shows first: enough for a screenful many times over
 LOG_POLL_S = 1.0
@@ -243,9 +243,10 @@ class RunDetailScreen(Screen[None]):
     RunDetailScreen.-offline #detail-tabs { text-opacity: 55%; }
     """
 
-    def __init__(self, backend: DashboardBackend, run: RunRow) -> None:
+    def __init__(self, backend: DashboardBackend, run: RunRow, dashboard: Dashboard) -> None:
         super().__init__()
         self.backend = backend
+        self.gw = dashboard
         self.summary = run
         self.detail: RunDetailView | None = None
         self.follow = True
@@ -257,13 +258,6 @@ class RunDetailScreen(Screen[None]):
         self._switched = False  # stdout was empty and stderr was shown instead (once)
         self._timeline_shown = False
         self._stop_log = threading.Event()
-
-    @property
-    def gw(self) -> GpuwardenApp:
-        from gpuwarden.tui.app import GpuwardenApp
-
-        assert isinstance(self.app, GpuwardenApp)
-        return self.app
 
     def compose(self) -> ComposeResult:
         yield Static(id="run-head")
@@ -549,17 +543,21 @@ class RunDetailScreen(Screen[None]):
     def action_back(self) -> None:
         self.dismiss(None)
 
+    def ask(self, request: Message) -> None:
+        """Hand a request to the app (it opens the dialogs and runs the controls)."""
+        self.app.post_message(request)
+
     def action_stop_run(self) -> None:
-        self.gw.ask_stop(self.summary)
+        self.ask(AskStop(self.summary))
 
     def action_resume_run(self) -> None:
-        self.gw.ask_resume(self.summary)
+        self.ask(AskResume(self.summary))
 
     def action_edit_run(self) -> None:
-        self.gw.ask_edit(self.summary, self.detail)
+        self.ask(AskEdit(self.summary, self.detail))
 
     def action_tune_run(self) -> None:
-        self.gw.ask_tune(self.summary)
+        self.ask(AskTune(self.summary))
 
     def action_detail_tab(self, tab: str) -> None:
         self.query_one("#detail-tabs", TabbedContent).active = tab
