@@ -36,6 +36,7 @@ from gpuwarden.tui.palette import palette_commands
 from gpuwarden.tui.requests import (
     AskEdit,
     AskKill,
+    AskRerun,
     AskResume,
     AskStop,
     AskSubmit,
@@ -388,6 +389,9 @@ class GpuwardenApp(App[None]):
 
     def on_ask_edit(self, message: AskEdit) -> None:
         self.controls.ask_edit(message.run, message.detail)
+
+    def on_ask_rerun(self, message: AskRerun) -> None:
+        self.controls.ask_rerun(message.run, message.detail)
 
     def on_ask_kill(self, message: AskKill) -> None:
         self.controls.ask_kill(message.proc)

@@ -22,6 +22,7 @@ _RUN_ACTIONS = (
     ("resume_run", "Resume {name}", "a new attempt from its last checkpoint (r)"),
     ("edit_run", "Change {name}'s settings", "set knobs, then start it again (e)"),
     ("tune_run", "Tune {name}", "probe for the fastest micro-batch before it goes on (t)"),
+    ("rerun_run", "Run {name} again", "a new run from its spec, with knobs changed (R)"),
 )
 
 

@@ -77,5 +77,13 @@ class AskEdit(OpensDialog, bubble=False):
     detail: RunDetailView | None = None
 
 
+@dataclass
+class AskRerun(OpensDialog, bubble=False):
+    """The knob dialog for a new run from a finished run's spec."""
+
+    run: RunRow
+    detail: RunDetailView | None = None
+
+
 class AskSubmit(OpensDialog, bubble=False):
     """The submit dialog (a spec file's path)."""

@@ -1,4 +1,4 @@
-"""The run controls: stop, resume, tune, edit, terminate a process and submit. Each
+"""The run controls: stop, resume, tune, edit, run again, terminate a process and submit. Each
 asks first where it should (a confirmation, the knob dialog, the submit dialog), then runs the
 backend's call in a thread worker of the group "control"; the app reports the worker's end here
 (`succeeded`, `failed`) and a refusal in one line."""
@@ -135,6 +135,10 @@ class RunControls:
         """The knob dialog, with the run's knobs and their values (read first if not at hand)."""
         self._with_spec(run, detail, self._edit_dialog)
 
+    def ask_rerun(self, run: RunRow, detail: RunDetailView | None = None) -> None:
+        """The knob dialog for a new run from `run`'s spec (read first if not at hand)."""
+        self._with_spec(run, detail, self._rerun_dialog)
+
     def _with_spec(
         self, run: RunRow, detail: RunDetailView | None, dialog: Callable[[RunRow, dict[str, Any]], None]
     ) -> None:
@@ -164,6 +168,22 @@ class RunControls:
                 self.reload()
 
         self.app.push_screen(KnobScreen(run.name, knobs, apply), answered)
+
+    def _rerun_dialog(self, run: RunRow, spec: dict[str, Any]) -> None:
+        created: list[str] = []
+
+        def apply(typed: dict[str, Any]) -> None:
+            """Runs in the dialog's thread: a refusal stays in the dialog with what was typed."""
+            created.append(self.backend.rerun(run.id, typed))
+
+        def answered(changes: dict[str, Any] | None) -> None:
+            if changes is not None and created:
+                shown = "".join(f", {k}={v}" for k, v in changes.items())
+                self.app.notify(f"submitted {created[-1]}: {run.name} again{shown}", timeout=4)
+                self.show_new(created[-1])
+
+        dialog = KnobScreen(run.name, current_knobs(run.kind, spec), apply, again=True)
+        self.app.push_screen(dialog, answered)
 
     # -- submit ----------------------------------------------------------------------------------
 

@@ -17,13 +17,14 @@ from textual.screen import Screen
 from textual.widgets import Footer, TabbedContent, TabPane, Tabs
 
 from gpuwarden.tui.backend import HostsSource
-from gpuwarden.tui.controls import CONTROL_KEYS, RUN_CONTROLS, refusal
+from gpuwarden.tui.controls import CONTROL_KEYS, RUN_CONTROLS, refusal, rerun_in_footer
 from gpuwarden.tui.dashboard import Dashboard
 from gpuwarden.tui.keys import CONTROL_ACTIONS
 from gpuwarden.tui.metrics import CHART_METRICS, HOST_CHART_METRICS
 from gpuwarden.tui.requests import (
     AskEdit,
     AskKill,
+    AskRerun,
     AskResume,
     AskStop,
     AskSubmit,
@@ -49,6 +50,7 @@ _ACTION_TAB = {
     "resume_run": ("runs",),
     "edit_run": ("runs",),
     "tune_run": ("runs",),
+    "rerun_run": ("runs",),
     "cycle_metric": ("overview", "history"),
     "choose_metrics": ("history",),
 }
@@ -68,6 +70,10 @@ class MainScreen(Screen[None]):
         Binding("r", "resume_run", "Resume"),
         Binding("e", "edit_run", "Edit", priority=True),  # before the keys after it: see hold_keys
         Binding("t", "tune_run", "Tune"),
+        # Priority: it opens a dialog, as `e` does. Shown for a run with nothing else to offer
+        # (see `rerun_in_footer`), unshown otherwise.
+        Binding("R", "rerun_run(1)", "Again", priority=True),
+        Binding("R", "rerun_run(0)", show=False, priority=True),
         # The main screen's only (a run's screen keeps its footer to the run's own keys). Priority:
         # the dialog opens as `n` is read, before the keys typed after it (see `hold_keys`).
         Binding("n", "submit", "Submit", priority=True),
@@ -178,7 +184,12 @@ class MainScreen(Screen[None]):
         tabs = _ACTION_TAB.get(action)
         if tabs is not None and self.tab not in tabs:
             return False
-        return self.refusal(action) is None
+        if self.refusal(action) is not None:
+            return False
+        if action == "rerun_run" and parameters and self._runs.is_mounted:
+            run = self.runs.selected()  # one of its two bindings is shown, the other not
+            return run is not None and bool(parameters[0]) == rerun_in_footer(run)
+        return True
 
     def on_key(self, event: events.Key) -> None:
         """A key whose action is not offered now says why (it reaches here only then)."""
@@ -243,3 +254,9 @@ class MainScreen(Screen[None]):
         run = self.runs.selected()
         if run is not None:
             self.ask(AskTune(run))
+
+    def action_rerun_run(self, shown: int = 1) -> None:
+        """`shown`: which of R's two bindings ran (the footer's or the unshown one); both ask."""
+        run = self.runs.selected()
+        if run is not None:
+            self.ask(AskRerun(run))

@@ -29,11 +29,11 @@ from gpuwarden.core.oom.roles import world_size_of
 from gpuwarden.core.terminal_text import log_text
 from gpuwarden.core.units import compact, duration, named, num, size
 from gpuwarden.tui.backend import DashboardBackend, DoctorFinding, RunDetailView, RunRow
-from gpuwarden.tui.controls import CONTROL_KEYS, OFFLINE, RUN_CONTROLS, refusal
+from gpuwarden.tui.controls import CONTROL_KEYS, OFFLINE, RUN_CONTROLS, refusal, rerun_in_footer
 from gpuwarden.tui.dashboard import Dashboard
 from gpuwarden.tui.formatting import clock, evidence_lines
 from gpuwarden.tui.messages import DetailLoaded, DoctorLoaded, LogLoaded
-from gpuwarden.tui.requests import AskEdit, AskResume, AskStop, AskTune
+from gpuwarden.tui.requests import AskEdit, AskRerun, AskResume, AskStop, AskTune
 from gpuwarden.tui.screens.runs import state_text
 from gpuwarden.tui.widgets.chart import Chart
 from gpuwarden.tui.widgets.rank_table import RankTable
@@ -219,6 +219,10 @@ class RunDetailScreen(Screen[None]):
         Binding("r", "resume_run", "Resume"),
         Binding("e", "edit_run", "Edit", priority=True),  # before the keys after it: see hold_keys
         Binding("t", "tune_run", "Tune"),
+        # Priority: it opens a dialog, as `e` does. Shown for a run with nothing else to offer
+        # (see `rerun_in_footer`), unshown otherwise.
+        Binding("R", "rerun_run(1)", "Again", priority=True),
+        Binding("R", "rerun_run(0)", show=False, priority=True),
         Binding("v", "toggle_evidence", "Evidence"),
         # One key, two bindings: the footer names the stream `o` switches to (the one not shown).
         Binding("o", "show_stream('stderr')", "Stderr"),
@@ -510,6 +514,8 @@ class RunDetailScreen(Screen[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if not self.is_mounted:
             return True
+        if action == "rerun_run" and parameters and self.refusal(action) is None:
+            return bool(parameters[0]) == rerun_in_footer(self.summary)
         if action in RUN_CONTROLS:
             return self.refusal(action) is None
         if action == "toggle_evidence":
@@ -558,6 +564,10 @@ class RunDetailScreen(Screen[None]):
 
     def action_tune_run(self) -> None:
         self.ask(AskTune(self.summary))
+
+    def action_rerun_run(self, shown: int = 1) -> None:
+        """`shown`: which of R's two bindings ran (the footer's or the unshown one); both ask."""
+        self.ask(AskRerun(self.summary, self.detail))
 
     def action_detail_tab(self, tab: str) -> None:
         self.query_one("#detail-tabs", TabbedContent).active = tab
