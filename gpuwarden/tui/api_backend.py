@@ -48,6 +48,7 @@ from gpuwarden.tui.backend import (
     reported_number,
     run_row,
 )
+from gpuwarden.tui.rerun_spec import rerun_spec
 
 PROCESS_EVERY = 5  # sample frames between two process reads
 EVENT_PAGE = 1000
@@ -392,6 +393,13 @@ class ApiBackend:
         # The dashboard runs in the user's shell: its runs get that shell's environment, as
         # `gpuwarden run` gives them.
         return self.client.submit_yaml(text, path.parent, str(path), environment=os.environ).id
+
+    def rerun(self, run_id: str, typed: dict[str, Any]) -> str:
+        """As `gpuwarden rerun` does: the run's spec as it last ran, the knobs changed, submitted
+        with this shell's environment."""
+        old = self.client.run(run_id)
+        document = rerun_spec(str(old.kind), old.spec, typed)
+        return self.client.submit(document, environment=os.environ).id
 
     def restart_with(self, run_id: str, changes: dict[str, Any]) -> None:
         """Edit the run (dotted keys such as `train.batch_size` change the spec itself, plain

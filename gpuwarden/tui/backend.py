@@ -249,6 +249,12 @@ class DashboardBackend(Protocol):
         """Change knobs of a run's spec (dotted keys → values) and start it again."""
         ...
 
+    def rerun(self, run_id: str, typed: dict[str, Any]) -> str:
+        """Submit a new run from the run's spec as it last ran, with the knobs `typed` (named as a
+        person types them: `batch_size`, a command run's own knob, a dotted key) changed; the new
+        run's id. The old run is left as it is."""
+        ...
+
     def tune(self, run_id: str) -> None:
         """Ask the daemon to search better settings for this run's spec (tune-up)."""
         ...

@@ -6,15 +6,23 @@ from __future__ import annotations
 
 from gpuwarden.core.run_state import (
     CHANGEABLE_STATES,
+    FINAL_STATES,
     RESUMABLE_STATES,
     STOPPABLE_STATES,
     RunState,
 )
 from gpuwarden.tui.backend import RunRow
 
-RUN_CONTROLS = ("stop_run", "resume_run", "edit_run", "tune_run")
+RUN_CONTROLS = ("stop_run", "resume_run", "edit_run", "tune_run", "rerun_run")
 # The key of each control, to name it in a reason.
-CONTROL_KEYS = {"stop_run": "s", "resume_run": "r", "edit_run": "e", "tune_run": "t", "kill_process": "x"}
+CONTROL_KEYS = {
+    "stop_run": "s",
+    "resume_run": "r",
+    "edit_run": "e",
+    "tune_run": "t",
+    "rerun_run": "R",
+    "kill_process": "x",
+}
 OFFLINE = "daemon not reachable — reconnecting (gpuwarden up starts it)"
 
 
@@ -44,9 +52,27 @@ def refusal(action: str, run: RunRow) -> str | None:
         if state in CHANGEABLE_STATES:
             return None
         if state is RunState.SUCCEEDED:
-            return f"{who}: a finished run is not changed — submit a new one (n)"
+            return f"{who}: a finished run is not changed — run it again with changes (R)"
         return f"{who}: stop it first (s), then {verb} it"
+    if action == "rerun_run":
+        return _rerun_refusal(who, state)
     return None
+
+
+def _rerun_refusal(who: str, state: RunState) -> str | None:
+    """Only a run that has ended runs again (as a new run); one still to come is changed instead."""
+    if state in FINAL_STATES:
+        return None
+    if state in CHANGEABLE_STATES:
+        return f"{who}: it has not run yet — change it instead (e)"
+    return f"{who}: it has not ended — stop it (s), then change it (e) or run it again (R)"
+
+
+def rerun_in_footer(run: RunRow) -> bool:
+    """Whether the footer shows `R` for `run`: for a run that ended and offers nothing else. A
+    failed or stopped run's footer is full at 80 columns with r, e and t; its `R` works unshown
+    (the help and the palette list it)."""
+    return refusal("rerun_run", run) is None and refusal("resume_run", run) is not None
 
 
 def offered(run: RunRow | None) -> frozenset[str]:

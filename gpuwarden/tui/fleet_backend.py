@@ -301,6 +301,14 @@ class FleetBackend:
             self._run_host[run_id] = host
         return run_id
 
+    def rerun(self, run_id: str, typed: dict[str, Any]) -> str:
+        """The new run goes to the host of the run it comes from (its spec's paths are that host's)."""
+        host = self._owner(run_id)
+        new_id = self._on(host, lambda b: b.rerun(run_id, typed))
+        with self._lock:
+            self._run_host[new_id] = host
+        return new_id
+
     def restart_with(self, run_id: str, changes: dict[str, Any]) -> None:
         self._on(self._owner(run_id), lambda b: b.restart_with(run_id, changes))
 

@@ -58,6 +58,7 @@ ACTIONS: tuple[KeyAction, ...] = (
     ),
     KeyAction("e", "edit_run", "Change its knobs and start it again", "runs, run detail", control=True),
     KeyAction("t", "tune_run", "Tune: probe the fastest micro-batch", "runs, run detail", control=True),
+    KeyAction("R", "rerun_run", "Run it again as a new run, knobs changed", "runs, run detail", control=True),
     KeyAction("c", "choose_metrics", "Choose the metrics charted (GPUs and host)", "history"),
     KeyAction("w / W", "cycle_window", "Next / previous window (5m 1h 24h 7d 30d)", "history"),
     KeyAction("← / →", "cursor", "Move the cursor (its values and time are above each chart)", "history"),

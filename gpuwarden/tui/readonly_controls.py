@@ -23,6 +23,9 @@ class ReadOnlyControls:
     def submit(self, spec_path: str) -> str:
         raise self._readonly()
 
+    def rerun(self, run_id: str, typed: dict[str, Any]) -> str:
+        raise self._readonly()
+
     def restart_with(self, run_id: str, changes: dict[str, Any]) -> None:
         raise self._readonly()
 

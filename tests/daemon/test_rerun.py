@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from gpuwarden.cli.rerun import rerun_spec
+from gpuwarden.tui.rerun_spec import rerun_spec
 from tests.daemon.conftest import DaemonHandle, command_spec
 
 

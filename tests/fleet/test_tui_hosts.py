@@ -13,7 +13,7 @@ from gpuwarden.client.hosts import Fleet
 from gpuwarden.client.ssh_forward import SshCommand
 from gpuwarden.tui.app import GpuwardenApp
 from gpuwarden.tui.fleet_backend import FleetBackend, only_here
-from gpuwarden.tui.screens.dialogs import SubmitScreen
+from gpuwarden.tui.screens.dialogs import KnobScreen, SubmitScreen
 from gpuwarden.tui.screens.run_detail import RunDetailScreen
 from tests.daemon.conftest import command_spec
 from tests.fleet.conftest import World, ssh_processes
@@ -102,6 +102,39 @@ def test_n_submits_a_spec_here_to_the_host_chosen(world: World, tmp_path: Path) 
     run(body())
     with world.hosts["h2"].client() as client:
         assert [r.name for r in client.runs()] == ["hello-h2"]
+    with world.hosts["h1"].client() as client:
+        assert not client.runs()
+
+
+def test_run_again_goes_to_the_host_of_the_run(world: World) -> None:
+    """`R` on a finished run of h2: the new run, from its spec, is submitted to h2."""
+    handle = world.hosts["h2"]
+    done = handle.submit(command_spec("again-h2", "print('x')", resources={"gpus": 0}))
+    old = handle.wait_state(done["id"])["id"]
+    app = GpuwardenApp(_backend(world), cwd=Path.cwd())
+
+    async def body() -> None:
+        async with app.run_test(size=(80, 24)) as pilot:
+            runs = app.main.runs
+            await until(pilot, lambda: any(r.id == old for r in runs._all), "the run listed")
+            await pilot.press("2")
+            runs.select(old)
+            await until(pilot, lambda: runs.selected_id() == old, "the run selected")
+            await pilot.press("R")
+            await until(pilot, lambda: isinstance(app.screen, KnobScreen), "the run-again dialog")
+            await pilot.press("enter")
+            await until(pilot, lambda: not isinstance(app.screen, KnobScreen), "the new run submitted")
+
+            def again() -> list[str | None]:
+                return [r.host for r in runs._all if r.name == "again-h2"]
+
+            await until(pilot, lambda: len(again()) == 2, "the new run listed")
+            assert again() == ["h2", "h2"]
+            assert runs.selected_id() not in (None, old)
+
+    run(body())
+    with world.hosts["h2"].client() as client:
+        assert [r.name for r in client.runs()] == ["again-h2", "again-h2"]
     with world.hosts["h1"].client() as client:
         assert not client.runs()
 

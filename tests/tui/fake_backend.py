@@ -37,6 +37,7 @@ from gpuwarden.tui.backend import (
     SourceStatus,
     TimelineEvent,
 )
+from gpuwarden.tui.rerun_spec import rerun_spec
 
 GIB = 1024**3
 # 2025-11-21 02:40:00 UTC: the frozen "now" of tests and snapshots.
@@ -511,6 +512,34 @@ class FakeBackend:
             self._details[run_id] = RunDetailView(run, {"name": name}, [], [], [], [], None)
             self._pending.append(RunFrame(run))
         return run_id
+
+    def rerun(self, run_id: str, typed: dict[str, Any]) -> str:
+        """A new queued run from the run's spec with `typed` changed, as the daemon's submit makes it."""
+        old = self.run_detail(run_id)
+        self.actions.append(("rerun", run_id, dict(typed)))
+        if self.refuse_edits:
+            raise UserError(self.refuse_edits, code="invalid_config")
+        spec = rerun_spec(old.run.kind, old.spec, typed)
+        new_id = f"r{len(self._runs) + 0xF000000000:010x}"
+        run = _row(
+            new_id,
+            old.run.name,
+            old.run.kind,
+            "queued",
+            (),
+            0,
+            None,
+            None,
+            None,
+            0,
+            "submitted",
+            self.clock(),
+        )
+        with self._lock:
+            self._runs[new_id] = run
+            self._details[new_id] = RunDetailView(run, spec, [], [], [], [], None)
+            self._pending.append(RunFrame(run))
+        return new_id
 
     def restart_with(self, run_id: str, changes: dict[str, Any]) -> None:
         run = self._require(run_id)

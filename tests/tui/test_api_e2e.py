@@ -8,10 +8,11 @@ import threading
 import time
 
 import pytest
-from textual.widgets import DataTable, Log, Static
+from textual.widgets import DataTable, Input, Log, Static
 
 from gpuwarden.tui.api_backend import ApiBackend
 from gpuwarden.tui.backend import SampleFrame
+from gpuwarden.tui.screens.dialogs import KnobScreen
 from gpuwarden.tui.screens.main import MainScreen
 from gpuwarden.tui.widgets.gpu_card import GpuCard
 from tests.daemon.conftest import (  # noqa: F401  (fixtures used by name)
@@ -207,3 +208,30 @@ def test_the_log_tab_shows_every_attempt_of_a_retuned_run(gw: DaemonHandle) -> N
             assert _heading(list(log.lines), 1) < _heading(list(log.lines), 2)
 
     run(body())
+
+
+def test_run_a_finished_run_again_from_the_dashboard(gw: DaemonHandle) -> None:  # noqa: F811 (the fixture)
+    spec = command_spec("knobbed", "print('done')", resources={"gpus": 0}, knobs={"n": 2, "lr": 0.1})
+    old = gw.wait_state(gw.submit(spec)["id"])["id"]
+
+    async def body() -> None:
+        app = make_app(ApiBackend(gw.client()), clock=time.time)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot)
+            await pilot.press("2")
+            app.main.runs.select(old)
+            await until(pilot, lambda: app.main.runs.selected_id() == old, "the finished run selected")
+            await pilot.press("R")
+            await until(pilot, lambda: isinstance(app.screen, KnobScreen), "the run-again dialog")
+            field = app.screen.query_one(Input)
+            await until(pilot, lambda: field.has_focus, "the knobs to edit")
+            await pilot.press("ctrl+a", "ctrl+k", *"n=5", "enter")
+            await until(pilot, lambda: isinstance(app.screen, MainScreen), "the dialog to close")
+            await until(pilot, lambda: app.main.runs.selected_id() not in (None, old), "the new run selected")
+
+    run(body())
+    with gw.client() as client:
+        new = [r for r in client.runs() if r.id != old]
+        assert [r.name for r in new] == ["knobbed"]
+        assert client.run(new[0].id).spec["knobs"] == {"n": 5, "lr": 0.1}
+        assert client.run(old).spec["knobs"] == {"n": 2, "lr": 0.1}  # left as it was

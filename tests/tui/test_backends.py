@@ -407,3 +407,9 @@ def test_the_app_browses_a_database_read_only(db_file: Path) -> None:
             assert app.query_one("#runs-table", DataTable).row_count == 1
 
     run(body())
+
+
+def test_a_database_refuses_to_run_a_run_again_in_one_line(db_file: Path) -> None:
+    with pytest.raises(UserError) as caught:
+        DbBackend(db_file).rerun("r1", {"batch_size": 2})
+    assert "\n" not in caught.value.message and "read-only" in caught.value.message

@@ -195,7 +195,7 @@ def test_each_run_offers_only_the_controls_its_state_allows() -> None:
             await pilot.press("e")
             assert (
                 messages(app)[-1]
-                == "captcha-bf16 succeeded: a finished run is not changed — submit a new one (n)"
+                == "captcha-bf16 succeeded: a finished run is not changed — run it again with changes (R)"
             )
 
     run(body())

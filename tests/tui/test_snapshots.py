@@ -27,6 +27,7 @@ SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((120, 40), id="120x40"
 Compare = Callable[..., bool]
 FAILED = "r0a1b2c3d4e"
 SCRIPT = "r7c8d9e0f1a"
+SUCCEEDED = "rc9d0e1f2a3"
 
 
 async def _steady(pilot: Pilot[Any]) -> None:
@@ -127,6 +128,10 @@ def test_stop_confirmation(snap_compare: Compare) -> None:
 
 def test_knob_dialog(snap_compare: Compare) -> None:
     assert snap_compare(make_app(), run_before=keys("2", "e", select=SCRIPT))
+
+
+def test_rerun_dialog(snap_compare: Compare) -> None:
+    assert snap_compare(make_app(), run_before=keys("2", "R", select=SUCCEEDED))
 
 
 def test_metrics_chooser(snap_compare: Compare) -> None:

@@ -271,33 +271,50 @@ def _example(knobs: dict[str, Any]) -> str:
 
 
 class KnobScreen(ModalScreen[dict[str, Any] | None]):
-    """Change knobs of a run and start it again. `apply` asks the daemon (in a thread); the dialog
-    closes only when it agrees, and keeps the input with the refusal otherwise."""
+    """Change knobs of a run and start it again (`again`: submit a new run from its spec with
+    them instead). `apply` asks the daemon (in a thread); the dialog closes only when it agrees,
+    and keeps the input with the refusal otherwise."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
     DEFAULT_CSS = _DIALOG_CSS.format(name="KnobScreen")
 
     def __init__(
-        self, run_name: str, knobs: dict[str, Any], apply: Callable[[dict[str, Any]], None] | None = None
+        self,
+        run_name: str,
+        knobs: dict[str, Any],
+        apply: Callable[[dict[str, Any]], None] | None = None,
+        *,
+        again: bool = False,
     ) -> None:
         super().__init__()
         self.run_name = run_name
+        self.again = again
         self.knobs = knobs
         self.apply = apply
         self._changes: dict[str, Any] = {}
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(f"Change {self.run_name}'s settings and start it again", classes="title")
+            if self.again:
+                yield Label(f"Run {self.run_name} again as a new run, with changes", classes="title")
+            else:
+                yield Label(f"Change {self.run_name}'s settings and start it again", classes="title")
             now = ", ".join(f"{k}={v}" for k, v in self.knobs.items())
-            yield Static(f"now: {now}" if now else "this run declares no knobs", classes="hint")
-            yield Input(placeholder=_example(self.knobs), id="knob")
-            yield Label("name=value, …   enter applies   esc cancels", classes="hint")
+            if self.again:  # its knobs as they were, to edit in place
+                kept = "its knobs as it ran" if now else "no knobs declared (a dotted key changes its spec)"
+                yield Static(f"{kept}; the rest of its spec is kept", classes="hint")
+                yield Input(now, placeholder=_example(self.knobs), id="knob")
+            else:
+                yield Static(f"now: {now}" if now else "this run declares no knobs", classes="hint")
+                yield Input(placeholder=_example(self.knobs), id="knob")
+            enter = "enter submits" if self.again else "enter applies"
+            yield Label(f"name=value, …   {enter}   esc cancels", classes="hint")
             yield Static(classes="error", id="knob-error")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         try:
-            changes = parse_knob(event.value)
+            # Run again with nothing typed: as it ran (an edit with nothing typed changes nothing).
+            changes = {} if self.again and not event.value.strip() else parse_knob(event.value)
         except ValueError as exc:
             self.query_one("#knob-error", Static).update(str(exc))
             return

@@ -5,7 +5,7 @@ with a run opens that run's screen, on the host that owns it."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -18,10 +18,8 @@ from gpuwarden.client.hosts import HostAnswer
 from gpuwarden.core.units import MISSING, size
 from gpuwarden.tui.backend import HostsSource
 from gpuwarden.tui.formatting import cut
+from gpuwarden.tui.requests import OpenRun
 from gpuwarden.tui.widgets.nav_table import NavTable
-
-if TYPE_CHECKING:
-    from gpuwarden.tui.app import GpuwardenApp
 
 POLL_S = 2.0
 # (key, label, width): fits 80 columns with the table's padding.
@@ -114,5 +112,4 @@ class HostsPane(Vertical):
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         runs = (event.row_key.value or "").rsplit("/", 1)[-1]
         if runs:
-            app: GpuwardenApp = self.app  # type: ignore[assignment]
-            app.open_run(runs.split(",")[0])
+            self.app.post_message(OpenRun(runs.split(",")[0]))

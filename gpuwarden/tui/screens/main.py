@@ -7,18 +7,33 @@ GPUs. A key pressed for something not offered says why in one line instead of do
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, TabbedContent, TabPane, Tabs
 
 from gpuwarden.tui.backend import HostsSource
-from gpuwarden.tui.controls import CONTROL_KEYS, RUN_CONTROLS, refusal
+from gpuwarden.tui.controls import CONTROL_KEYS, RUN_CONTROLS, refusal, rerun_in_footer
+from gpuwarden.tui.dashboard import Dashboard
 from gpuwarden.tui.keys import CONTROL_ACTIONS
 from gpuwarden.tui.metrics import CHART_METRICS, HOST_CHART_METRICS
+from gpuwarden.tui.requests import (
+    AskEdit,
+    AskKill,
+    AskRerun,
+    AskResume,
+    AskStop,
+    AskSubmit,
+    AskTune,
+    CycleOverviewMetric,
+    MainShown,
+    OpenRun,
+    ShowTab,
+)
 from gpuwarden.tui.screens.dialogs import MetricsScreen
 from gpuwarden.tui.screens.history import HistoryPane
 from gpuwarden.tui.screens.hosts import HostsPane
@@ -26,9 +41,6 @@ from gpuwarden.tui.screens.overview import OverviewPane
 from gpuwarden.tui.screens.runs import RunsPane
 from gpuwarden.tui.widgets.nav_table import NavTable
 from gpuwarden.tui.widgets.status_bar import StatusBar
-
-if TYPE_CHECKING:
-    from gpuwarden.tui.app import GpuwardenApp
 
 TABS = ("overview", "runs", "history")
 # Which tab each screen-level action belongs to; the footer shows an action only on its tab.
@@ -38,6 +50,7 @@ _ACTION_TAB = {
     "resume_run": ("runs",),
     "edit_run": ("runs",),
     "tune_run": ("runs",),
+    "rerun_run": ("runs",),
     "cycle_metric": ("overview", "history"),
     "choose_metrics": ("history",),
 }
@@ -57,6 +70,10 @@ class MainScreen(Screen[None]):
         Binding("r", "resume_run", "Resume"),
         Binding("e", "edit_run", "Edit", priority=True),  # before the keys after it: see hold_keys
         Binding("t", "tune_run", "Tune"),
+        # Priority: it opens a dialog, as `e` does. Shown for a run with nothing else to offer
+        # (see `rerun_in_footer`), unshown otherwise.
+        Binding("R", "rerun_run(1)", "Again", priority=True),
+        Binding("R", "rerun_run(0)", show=False, priority=True),
         # The main screen's only (a run's screen keeps its footer to the run's own keys). Priority:
         # the dialog opens as `n` is read, before the keys typed after it (see `hold_keys`).
         Binding("n", "submit", "Submit", priority=True),
@@ -66,7 +83,7 @@ class MainScreen(Screen[None]):
     MainScreen.-offline #tabs { text-opacity: 55%; }
     """
 
-    def __init__(self, app: GpuwardenApp) -> None:
+    def __init__(self, app: Dashboard) -> None:
         super().__init__()
         self.gw = app
         # Built once: the footer asks check_action often, and a DOM query each time is not free.
@@ -96,8 +113,7 @@ class MainScreen(Screen[None]):
         # Tabs change with 1/2/3; a focused tab strip would swallow ← → meant for the history cursor.
         self.query_one(Tabs).can_focus = False
         self.query_one("#hosts-table" if self._hosts else "#processes", NavTable).focus()
-        self.gw.show_status()
-        self.call_after_refresh(self.gw.connect)
+        self.ask(MainShown())
 
     @property
     def tab(self) -> str:
@@ -134,7 +150,7 @@ class MainScreen(Screen[None]):
         self.refresh_bindings()
 
     def on_runs_pane_open_run(self, message: RunsPane.OpenRun) -> None:
-        self.gw.open_run(message.run_id)
+        self.ask(OpenRun(message.run_id))
 
     def on_runs_pane_highlighted(self, message: RunsPane.Highlighted) -> None:
         self.refresh_bindings()
@@ -168,7 +184,12 @@ class MainScreen(Screen[None]):
         tabs = _ACTION_TAB.get(action)
         if tabs is not None and self.tab not in tabs:
             return False
-        return self.refusal(action) is None
+        if self.refusal(action) is not None:
+            return False
+        if action == "rerun_run" and parameters and self._runs.is_mounted:
+            run = self.runs.selected()  # one of its two bindings is shown, the other not
+            return run is not None and bool(parameters[0]) == rerun_in_footer(run)
+        return True
 
     def on_key(self, event: events.Key) -> None:
         """A key whose action is not offered now says why (it reaches here only then)."""
@@ -180,15 +201,19 @@ class MainScreen(Screen[None]):
 
     # -- actions ------------------------------------------------------------------------------
 
+    def ask(self, request: Message) -> None:
+        """Hand a request to the app (it opens dialogs, runs controls and switches tabs)."""
+        self.app.post_message(request)
+
     def action_show_hosts(self) -> None:
         if self._hosts is not None:
-            self.gw.action_show_tab("hosts")
+            self.ask(ShowTab("hosts"))
 
     def action_cycle_metric(self, step: int) -> None:
         if self.tab == "history":
             self.history.cycle_metric(step)
         else:
-            self.gw.cycle_overview_metric(step)
+            self.ask(CycleOverviewMetric(step))
 
     def action_choose_metrics(self) -> None:
         pane = self.history
@@ -203,29 +228,35 @@ class MainScreen(Screen[None]):
         self.app.push_screen(MetricsScreen(gpu + host, chosen), answered)
 
     def action_submit(self) -> None:
-        self.gw.action_submit()
+        self.ask(AskSubmit())
 
     def action_kill_process(self) -> None:
         proc = self.overview.selected_process()
         if proc is not None:
-            self.gw.ask_kill(proc)
+            self.ask(AskKill(proc))
 
     def action_stop_run(self) -> None:
         run = self.runs.selected()
         if run is not None:
-            self.gw.ask_stop(run)
+            self.ask(AskStop(run))
 
     def action_resume_run(self) -> None:
         run = self.runs.selected()
         if run is not None:
-            self.gw.ask_resume(run)
+            self.ask(AskResume(run))
 
     def action_edit_run(self) -> None:
         run = self.runs.selected()
         if run is not None:
-            self.gw.ask_edit(run)
+            self.ask(AskEdit(run))
 
     def action_tune_run(self) -> None:
         run = self.runs.selected()
         if run is not None:
-            self.gw.ask_tune(run)
+            self.ask(AskTune(run))
+
+    def action_rerun_run(self, shown: int = 1) -> None:
+        """`shown`: which of R's two bindings ran (the footer's or the unshown one); both ask."""
+        run = self.runs.selected()
+        if run is not None:
+            self.ask(AskRerun(run))

@@ -6,7 +6,7 @@ after another under a line that opens it; the newest followed), and doctor's fin
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from rich.console import Group, RenderableType
 from rich.padding import Padding
@@ -16,6 +16,7 @@ from textual import events, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Log, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
@@ -28,16 +29,15 @@ from gpuwarden.core.oom.roles import world_size_of
 from gpuwarden.core.terminal_text import log_text
 from gpuwarden.core.units import compact, duration, named, num, size
 from gpuwarden.tui.backend import DashboardBackend, DoctorFinding, RunDetailView, RunRow
-from gpuwarden.tui.controls import CONTROL_KEYS, OFFLINE, RUN_CONTROLS, refusal
+from gpuwarden.tui.controls import CONTROL_KEYS, OFFLINE, RUN_CONTROLS, refusal, rerun_in_footer
+from gpuwarden.tui.dashboard import Dashboard
 from gpuwarden.tui.formatting import clock, evidence_lines
 from gpuwarden.tui.messages import DetailLoaded, DoctorLoaded, LogLoaded
+from gpuwarden.tui.requests import AskEdit, AskRerun, AskResume, AskStop, AskTune
 from gpuwarden.tui.screens.runs import state_text
 from gpuwarden.tui.widgets.chart import Chart
 from gpuwarden.tui.widgets.rank_table import RankTable
 from gpuwarden.tui.widgets.status_bar import storage_warning
-
-if TYPE_CHECKING:
-    from gpuwarden.tui.app import GpuwardenApp
 
 LOG_TAIL_BYTES = 32_768  # what the log tab shows first: enough for a screenful many times over
 LOG_POLL_S = 1.0
@@ -219,6 +219,10 @@ class RunDetailScreen(Screen[None]):
         Binding("r", "resume_run", "Resume"),
         Binding("e", "edit_run", "Edit", priority=True),  # before the keys after it: see hold_keys
         Binding("t", "tune_run", "Tune"),
+        # Priority: it opens a dialog, as `e` does. Shown for a run with nothing else to offer
+        # (see `rerun_in_footer`), unshown otherwise.
+        Binding("R", "rerun_run(1)", "Again", priority=True),
+        Binding("R", "rerun_run(0)", show=False, priority=True),
         Binding("v", "toggle_evidence", "Evidence"),
         # One key, two bindings: the footer names the stream `o` switches to (the one not shown).
         Binding("o", "show_stream('stderr')", "Stderr"),
@@ -243,9 +247,10 @@ class RunDetailScreen(Screen[None]):
     RunDetailScreen.-offline #detail-tabs { text-opacity: 55%; }
     """
 
-    def __init__(self, backend: DashboardBackend, run: RunRow) -> None:
+    def __init__(self, backend: DashboardBackend, run: RunRow, dashboard: Dashboard) -> None:
         super().__init__()
         self.backend = backend
+        self.gw = dashboard
         self.summary = run
         self.detail: RunDetailView | None = None
         self.follow = True
@@ -257,13 +262,6 @@ class RunDetailScreen(Screen[None]):
         self._switched = False  # stdout was empty and stderr was shown instead (once)
         self._timeline_shown = False
         self._stop_log = threading.Event()
-
-    @property
-    def gw(self) -> GpuwardenApp:
-        from gpuwarden.tui.app import GpuwardenApp
-
-        assert isinstance(self.app, GpuwardenApp)
-        return self.app
 
     def compose(self) -> ComposeResult:
         yield Static(id="run-head")
@@ -516,6 +514,8 @@ class RunDetailScreen(Screen[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if not self.is_mounted:
             return True
+        if action == "rerun_run" and parameters and self.refusal(action) is None:
+            return bool(parameters[0]) == rerun_in_footer(self.summary)
         if action in RUN_CONTROLS:
             return self.refusal(action) is None
         if action == "toggle_evidence":
@@ -549,17 +549,25 @@ class RunDetailScreen(Screen[None]):
     def action_back(self) -> None:
         self.dismiss(None)
 
+    def ask(self, request: Message) -> None:
+        """Hand a request to the app (it opens the dialogs and runs the controls)."""
+        self.app.post_message(request)
+
     def action_stop_run(self) -> None:
-        self.gw.ask_stop(self.summary)
+        self.ask(AskStop(self.summary))
 
     def action_resume_run(self) -> None:
-        self.gw.ask_resume(self.summary)
+        self.ask(AskResume(self.summary))
 
     def action_edit_run(self) -> None:
-        self.gw.ask_edit(self.summary, self.detail)
+        self.ask(AskEdit(self.summary, self.detail))
 
     def action_tune_run(self) -> None:
-        self.gw.ask_tune(self.summary)
+        self.ask(AskTune(self.summary))
+
+    def action_rerun_run(self, shown: int = 1) -> None:
+        """`shown`: which of R's two bindings ran (the footer's or the unshown one); both ask."""
+        self.ask(AskRerun(self.summary, self.detail))
 
     def action_detail_tab(self, tab: str) -> None:
         self.query_one("#detail-tabs", TabbedContent).active = tab
