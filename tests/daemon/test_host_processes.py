@@ -26,6 +26,7 @@ def test_a_busy_run_is_listed_with_its_run_and_a_measured_cpu_share(gw: DaemonHa
                 return answer if busy else None
 
             answer = wait_for(spinning, "the spinning run among the busiest processes")
+        assert answer is not None
         assert attempt["state"] == "running"
         assert answer.cpu_count is not None and answer.cpu_count >= 1
         assert len(answer.processes) <= 10  # five by CPU, five by memory, some both

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rich.text import Text
+from textual.widgets import Static
 
 from gpuwarden.core.telemetry.types import HostSample
 from gpuwarden.tui.backend import HostTop, TopProcess
@@ -42,7 +43,7 @@ def test_without_a_gpu_the_overview_shows_cores_memory_swap_and_processes_at_80x
             assert by_pid[777][5] == "cpu-train"  # the run's process, named by its run
             assert by_pid[3310][1] == "alice"  # another user's busy job
             assert 1201 in by_pid  # idle, but the largest in memory
-            assert "Runs on this host (1 working)" in text_of(app.query_one("#proc-title"))
+            assert "Runs on this host (1 working)" in text_of(app.query_one("#proc-title", Static))
             pane = app.query_one(OverviewPane)
             assert pane.max_scroll_y == 0  # the detail takes the rows left, no more
 

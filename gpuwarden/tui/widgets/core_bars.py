@@ -37,7 +37,7 @@ def core_lines(cores: Sequence[float], width: int, rows: int) -> list[Text]:
 
 
 def _cells(cores: Sequence[float], label: int, bar_width: int, per_line: int) -> list[Text]:
-    lines = []
+    lines: list[Text] = []
     for start in range(0, len(cores), per_line):
         line = Text(no_wrap=True)
         for i in range(start, min(start + per_line, len(cores))):
@@ -54,7 +54,7 @@ def _blocks(cores: Sequence[float], width: int, rows: int) -> list[Text]:
     """One character per core, its height the core's share; cores past `rows` lines are left out
     and counted (`+N`) at the end of the last."""
     per_line = max(1, width - len(BLOCKS_LABEL))
-    lines = []
+    lines: list[Text] = []
     start = 0
     while start < len(cores) and len(lines) < rows:
         last = len(lines) == rows - 1 and len(cores) - start > per_line
