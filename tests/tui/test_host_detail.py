@@ -106,3 +106,20 @@ def test_the_rows_left_show_the_busiest_and_the_largest() -> None:
     assert detail_lines(host, top, {}, 80, 2) == []  # a sliver of rows shows nothing
     unread = plain(detail_lines(host, None, {}, 80, 5))
     assert unread[-1] == "host processes: not read yet"
+
+
+def test_several_hosts_list_their_processes_together_each_naming_its_host() -> None:
+    from types import SimpleNamespace
+
+    from gpuwarden.tui.backend import Snapshot
+    from gpuwarden.tui.fleet_backend import FleetBackend
+
+    fleet = FleetBackend(SimpleNamespace(names=["gpu1", "gpu2", "gpu3"]))  # type: ignore[arg-type]
+    fleet._host_snapshot("gpu1", Snapshot(1.0, top=HostTop([TopProcess(5, "me", 10.0, GIB, "a")])))
+    fleet._host_snapshot("gpu2", Snapshot(1.0, top=HostTop([TopProcess(5, "me", 90.0, GIB, "b")])))
+    fleet._host_snapshot("gpu3", Snapshot(1.0, top=HostTop(unavailable="old daemon")))
+    top = fleet._merged(processes=True).top
+    assert top is not None and top.unavailable is None
+    assert [(p.host, p.command) for p in top.processes] == [("gpu2", "b"), ("gpu1", "a")]
+    line = plain(detail_lines(None, top, {}, 80, 5))[2]
+    assert line.split()[-2:] == ["gpu2:", "b"]
