@@ -123,3 +123,15 @@ def test_several_hosts_list_their_processes_together_each_naming_its_host() -> N
     assert [(p.host, p.command) for p in top.processes] == [("gpu2", "b"), ("gpu1", "a")]
     line = plain(detail_lines(None, top, {}, 80, 5))[2]
     assert line.split()[-2:] == ["gpu2:", "b"]
+
+
+def test_a_wide_terminal_without_a_gpu_fills_without_scrolling() -> None:
+    async def body() -> None:
+        app = make_app(FakeBackend.no_gpu())
+        async with app.run_test(size=(160, 40)) as pilot:
+            await settle(pilot)
+            detail = app.query_one(HostDetail)
+            assert detail.display and "bash" in text_of(detail)  # every process has a row
+            assert app.query_one(OverviewPane).max_scroll_y == 0
+
+    run(body())
