@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         GpuList,
         Health,
         HistoryAnswer,
+        HostProcesses,
         HostReading,
         LiveProcess,
         LogChunk,
@@ -181,6 +182,10 @@ class ApiClient:
 
     def host(self) -> HostReading:
         return self._call(api.HostReading, "GET", "/v1/host")
+
+    def host_processes(self, top: int = 20) -> HostProcesses:
+        """The host's `top` busiest processes and `top` largest in memory, with their runs."""
+        return self._call(api.HostProcesses, "GET", "/v1/host/processes", params={"top": top})
 
     def processes(self) -> list[LiveProcess]:
         """The latest process scan, each process with its run (None: not a run's)."""

@@ -104,6 +104,10 @@ class Daemon:
         self._readers = threading.local()
         self._shutdown_hooks: list[Callable[[], None]] = []
         self.socket_watch: SocketWatch | None = None
+        from gpuwarden.core.telemetry.top import TopReader  # psutil: imported with the sampler's
+
+        # The host's heaviest processes, read when the API is asked (nothing while nobody looks).
+        self.top = TopReader()
 
     def _notifications(self, settings: Settings) -> NotifyComponent | None:
         """Notifications, when `notify:` names a target; else none of it is even imported."""

@@ -19,10 +19,20 @@ from gpuwarden.core.errors import UserError
 from gpuwarden.daemon import http_errors
 from gpuwarden.daemon.body_cap import BodyCap
 from gpuwarden.daemon.http_errors import MAX_BODY_BYTES
-from gpuwarden.daemon.routes import gpus, health, history, processes, run_output, run_records, runs, stream
+from gpuwarden.daemon.routes import (
+    gpus,
+    health,
+    history,
+    host_processes,
+    processes,
+    run_output,
+    run_records,
+    runs,
+    stream,
+)
 from gpuwarden.daemon.routes.daemon_view import DaemonView
 
-_ROUTERS = (health, gpus, processes, history, runs, run_records, run_output, stream)
+_ROUTERS = (health, gpus, host_processes, processes, history, runs, run_records, run_output, stream)
 
 
 def create_app(daemon: DaemonView) -> FastAPI:

@@ -22,7 +22,15 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from gpuwarden.client import ApiClient, StreamFrame
-from gpuwarden.core.api import HistoryAnswer, LogChunk, RunDetail, RunEvent, RunSummary, SampleBody
+from gpuwarden.core.api import (
+    HistoryAnswer,
+    LogChunk,
+    RankedProcess,
+    RunDetail,
+    RunEvent,
+    RunSummary,
+    SampleBody,
+)
 from gpuwarden.core.api.telemetry import Bucket
 from gpuwarden.core.config.yamlsource import read_yaml_text
 from gpuwarden.core.errors import UserError
@@ -35,6 +43,7 @@ from gpuwarden.tui.backend import (
     Frame,
     HistorySeries,
     HostSeries,
+    HostTop,
     Point,
     ProcessInfo,
     RunDetailView,
@@ -44,6 +53,7 @@ from gpuwarden.tui.backend import (
     Snapshot,
     SourceStatus,
     TimelineEvent,
+    TopProcess,
     doctor_findings,
     reported_number,
     run_row,
@@ -51,8 +61,21 @@ from gpuwarden.tui.backend import (
 from gpuwarden.tui.rerun_spec import rerun_spec
 
 PROCESS_EVERY = 5  # sample frames between two process reads
+TOP_COUNT = 20  # the host's busiest processes read, and as many of the largest in memory
 EVENT_PAGE = 1000
 SETTLE_PER_CALL = 10  # finished runs read per runs() call: the newest first, the rest on later polls
+
+
+OLD_DAEMON_TOP = (
+    "host processes: this daemon does not list them — restart it with this version "
+    "(`gpuwarden down && gpuwarden up`)"
+)
+
+
+def top_process(p: RankedProcess, user: str) -> TopProcess:
+    """The overview's row for a process the daemon ranked among the heaviest."""
+    command = p.cmdline or p.name or "?"
+    return TopProcess(p.pid, p.user, p.cpu_percent, p.rss, command, p.run_id, owned=p.user == user)
 
 
 def series_from_buckets(buckets: Sequence[Bucket], start: float, step: float, points: int) -> list[Point]:
@@ -197,12 +220,21 @@ class ApiBackend:
             for p in self.client.processes()
         ]
 
+    def _top(self) -> HostTop:
+        try:
+            answer = self.client.host_processes(TOP_COUNT)
+        except UserError as exc:
+            if exc.code != "not_found":
+                raise
+            return HostTop(unavailable=OLD_DAEMON_TOP)  # the rest of the dashboard works with it
+        return HostTop([top_process(p, self._user) for p in answer.processes])
+
     def snapshot(self) -> Snapshot:
         data = self.client.gpus()
         samples = [g.sample for g in data.gpus if g.sample is not None]
         host = self.client.host().host
         ts = data.ts or (host.ts if host else 0.0)
-        return Snapshot(ts, samples, host, self._processes())
+        return Snapshot(ts, samples, host, self._processes(), self._top())
 
     def history(
         self, gpus: Sequence[str], metrics: Sequence[str], start: float, end: float, points: int
@@ -366,8 +398,9 @@ class ApiBackend:
     def _frame(self, frame: StreamFrame, ticks: int) -> Frame | None:
         if frame.event == "sample":
             body = SampleBody.model_validate(frame.data)
-            processes = self._processes() if ticks % PROCESS_EVERY == 0 else None
-            return SampleFrame(Snapshot(body.ts, body.gpus, body.host, processes))
+            if ticks % PROCESS_EVERY:
+                return SampleFrame(Snapshot(body.ts, body.gpus, body.host))
+            return SampleFrame(Snapshot(body.ts, body.gpus, body.host, self._processes(), self._top()))
         if frame.event == "run":
             return RunFrame(self._summary(RunSummary.model_validate(frame.data)))
         if frame.event == "event":

@@ -72,6 +72,28 @@ class ProcessInfo:
     owned: bool = False
 
 
+@dataclass(frozen=True)
+class TopProcess:
+    """One of the host's heaviest processes, as the overview lists it."""
+
+    pid: int
+    user: str | None  # None where another user's process does not say
+    cpu_percent: float | None  # of one core (above 100 on several); None before it was measured
+    rss: int | None
+    command: str
+    run_id: str | None = None
+    owned: bool = False  # the dashboard's user's own
+    host: str | None = None  # the machine it runs on, when the dashboard shows several
+
+
+@dataclass(frozen=True)
+class HostTop:
+    """The host's heaviest processes by CPU and by memory, or why the source cannot list them."""
+
+    processes: list[TopProcess] = field(default_factory=list)
+    unavailable: str | None = None  # one line: why there is no list (a database keeps none)
+
+
 @dataclass
 class Snapshot:
     """The latest reading of everything on the overview."""
@@ -81,6 +103,8 @@ class Snapshot:
     host: HostSample | None = None
     # None on ticks that did not read processes: the table then keeps what it shows.
     processes: list[ProcessInfo] | None = None
+    # The host's heaviest processes, read with the GPU processes (None when they were not).
+    top: HostTop | None = None
 
 
 class RunRow(RunSummary):

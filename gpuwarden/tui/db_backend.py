@@ -32,6 +32,7 @@ from gpuwarden.tui.backend import (
     Frame,
     HistorySeries,
     HostSeries,
+    HostTop,
     ProcessInfo,
     RunDetailView,
     RunRow,
@@ -46,6 +47,13 @@ from gpuwarden.tui.readonly_controls import ReadOnlyControls
 
 POLL_S = 1.0
 LOG_CHUNK = 65_536
+
+
+# A database holds the GPU processes of each read, not the host's: say so instead of an empty list.
+NO_TOP = HostTop(
+    unavailable="host processes: a database keeps none — they show when the dashboard reads the "
+    "daemon (`gpuwarden up`, then `gpuwarden tui`)"
+)
 
 
 def gpu_static(row: dict[str, Any]) -> GpuStatic:
@@ -124,7 +132,7 @@ class DbBackend(ReadOnlyControls):
             )
             for p in procs
         ]
-        return Snapshot(ts, samples, host, processes)
+        return Snapshot(ts, samples, host, processes, NO_TOP)
 
     def history(
         self, gpus: Sequence[str], metrics: Sequence[str], start: float, end: float, points: int

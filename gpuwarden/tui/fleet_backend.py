@@ -33,6 +33,7 @@ from gpuwarden.tui.backend import (
     Frame,
     HistorySeries,
     HostSeries,
+    HostTop,
     ProcessInfo,
     RunDetailView,
     RunFrame,
@@ -61,6 +62,10 @@ def only_here(refusal: str, host: str) -> str:
     )
 
 
+def _on_host(top: HostTop, host: str) -> HostTop:
+    return HostTop([dataclasses.replace(p, host=host) for p in top.processes], top.unavailable)
+
+
 class FleetBackend:
     """The dashboard's data from every host of `fleet`; closing it ends the fleet's ssh processes."""
 
@@ -74,6 +79,7 @@ class FleetBackend:
         self.down: dict[str, str] = {}  # host → the line saying why it shows nothing
         self._latest: dict[str, Snapshot] = {}
         self._procs: dict[str, list[ProcessInfo]] = {}
+        self._tops: dict[str, HostTop] = {}
 
     # -- the hosts -----------------------------------------------------------------------------
 
@@ -166,12 +172,27 @@ class FleetBackend:
             [self._sample(host, s) for s in snap.gpus],
             snap.host,
             None if snap.processes is None else [self._process(host, p) for p in snap.processes],
+            None if snap.top is None else _on_host(snap.top, host),
         )
         with self._lock:
             self._latest[host] = named
             if named.processes is not None:
                 self._procs[host] = named.processes
+            if named.top is not None:
+                self._tops[host] = named.top
         return named
+
+    def _merged_top(self) -> HostTop:
+        """Every host's heaviest processes in one list, busiest first, each naming its host."""
+        with self._lock:
+            tops = [(h, self._tops[h]) for h in self.host_names if h in self._tops]
+        rows = sorted(
+            (p for _, top in tops for p in top.processes),
+            key=lambda p: (p.cpu_percent if p.cpu_percent is not None else -1.0, p.rss or 0),
+            reverse=True,
+        )
+        missing = "; ".join(f"{h}: {top.unavailable}" for h, top in tops if top.unavailable)
+        return HostTop(rows, None if rows else missing or None)
 
     def _merged(self, processes: bool) -> Snapshot:
         """Every host's latest reading as one snapshot (the host panel shows the first host's)."""
@@ -183,6 +204,7 @@ class FleetBackend:
             [g for s in latest for g in s.gpus],
             latest[0].host if len(latest) == 1 else None,
             procs if processes else None,
+            self._merged_top() if processes else None,
         )
 
     def snapshot(self) -> Snapshot:

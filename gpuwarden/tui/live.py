@@ -16,6 +16,7 @@ from gpuwarden.core.telemetry.types import GpuSample, GpuStatic
 from gpuwarden.tui.backend import (
     EventFrame,
     Frame,
+    HostTop,
     Point,
     ProcessInfo,
     RunFrame,
@@ -142,6 +143,7 @@ class LiveState:
         self.gpus: dict[str, GpuState] = {}
         self.snapshot: Snapshot | None = None
         self.processes: list[ProcessInfo] = []
+        self.top: HostTop | None = None  # None until the source answered once
         self.runs: dict[str, RunRow] = {}
 
     def set_gpus(self, statics: list[GpuStatic]) -> None:
@@ -192,6 +194,9 @@ class LiveState:
                 state.add(sample)
         if snap.processes is not None:
             self.processes = snap.processes
+            changes.processes = True
+        if snap.top is not None:
+            self.top = snap.top
             changes.processes = True
 
     def runs_sorted(self) -> list[RunRow]:

@@ -36,6 +36,7 @@ from gpuwarden.tui.backend import (
     Frame,
     HistorySeries,
     HostSeries,
+    HostTop,
     Point,
     RunDetailView,
     RunFrame,
@@ -50,6 +51,7 @@ from gpuwarden.tui.readonly_controls import ReadOnlyControls
 
 POLL_S = 1.0
 NO_GPU = "these runs' stores hold no GPU (their jobs sampled the host only)"
+NO_TOP = HostTop(unavailable="host processes: run folders keep none — a job's machine lists its own")
 
 
 @dataclass
@@ -218,7 +220,7 @@ class RunsBackend(ReadOnlyControls):
             p for i, snap in enumerate(snaps) for p in snap.processes or [] if owner.get(p.uuid) == i
         ]
         ts = max([s.ts for s in latest.values()] + ([host.ts] if host else []), default=self.clock())
-        return Snapshot(ts, list(latest.values()), host, processes)
+        return Snapshot(ts, list(latest.values()), host, processes, NO_TOP)
 
     def history(
         self, gpus: Sequence[str], metrics: Sequence[str], start: float, end: float, points: int

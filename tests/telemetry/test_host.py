@@ -60,3 +60,15 @@ def test_enricher_tolerates_vanished_pids() -> None:
     rows = [GpuProcess(ts=1.0, uuid="GPU-0", pid=2**22 + 12345, used_memory=None)]
     enrich(rows)
     assert (rows[0].name, rows[0].cmdline, rows[0].user, rows[0].cpu_percent, rows[0].rss) == (None,) * 5
+
+
+def test_each_core_is_read_and_the_host_share_is_their_mean() -> None:
+    clock = Clock()
+    reader = HostReader(clock)
+    assert reader.sample(1.0).cpu_cores is None  # too soon after the baseline, as the total
+    clock.now += MIN_CPU_SPAN_S
+    s = reader.sample(2.0)
+    assert s.cpu_cores is not None and len(s.cpu_cores) == psutil.cpu_count()
+    assert all(0.0 <= c <= 100.0 for c in s.cpu_cores)
+    assert s.cpu_percent == round(sum(s.cpu_cores) / len(s.cpu_cores), 1)
+    assert s.swap_total is not None and s.swap_total >= (s.swap_used or 0)

@@ -27,6 +27,7 @@ from gpuwarden.tui.backend import (
     Frame,
     HistorySeries,
     HostSeries,
+    HostTop,
     Point,
     ProcessInfo,
     RunDetailView,
@@ -36,6 +37,7 @@ from gpuwarden.tui.backend import (
     Snapshot,
     SourceStatus,
     TimelineEvent,
+    TopProcess,
 )
 from gpuwarden.tui.rerun_spec import rerun_spec
 
@@ -47,6 +49,19 @@ _CARDS: tuple[tuple[str, int, float, int, int], ...] = (
     # name, memory, power limit W, max SM MHz, max memory MHz
     ("NVIDIA GeForce RTX 4090", 24 * GIB, 450.0, 2520, 10501),
     ("NVIDIA GeForce RTX 3060", 12 * GIB, 170.0, 1777, 7501),
+)
+
+
+CORES = 8
+# The host's other heaviest processes: another user's busy job, a large idle one, a process whose
+# owner could not be read, one first seen (no CPU share yet).
+_OTHERS = (
+    TopProcess(3310, "alice", 61.0, 6 * GIB, "python preprocess.py --workers 8 --shard 3 /data/corpus"),
+    TopProcess(1888, "me", 12.5, int(1.2 * GIB), "/usr/bin/python3 -m jupyterlab --no-browser", owned=True),
+    TopProcess(2101, "postgres", 4.2, 410 * 1024**2, "postgres: checkpointer"),
+    TopProcess(1201, "bob", 0.8, 22 * GIB, "java -Xmx24g -jar /opt/spark/spark-shell.jar"),
+    TopProcess(955, None, 0.3, 48 * 1024**2, "systemd-journald"),
+    TopProcess(4020, "me", None, 9 * 1024**2, "bash", owned=True),
 )
 
 
@@ -189,7 +204,16 @@ class FakeBackend:
             load5=3.1,
             load15=2.7,
             swap_used=0,
+            swap_total=8 * GIB,
+            cpu_cores=[round(100 * _wave(ts, 97.0, 0.9 * i), 1) for i in range(CORES)],
         )
+
+    def _top(self) -> HostTop:
+        """Fixed processes of other users and of this one, with each CPU run's own process."""
+        with self._lock:
+            runs = [r for r in self._runs.values() if r.pid is not None and not r.placed]
+        mine = [TopProcess(r.pid or 0, "me", 97.4, 3 * GIB, f"python -m {r.name}", r.id, True) for r in runs]
+        return HostTop(sorted([*mine, *_OTHERS], key=lambda p: p.cpu_percent or -1.0, reverse=True))
 
     def _seed_processes(self) -> None:
         if not self._statics:
@@ -321,7 +345,8 @@ class FakeBackend:
         ts = self.clock()
         with self._lock:
             processes = list(self._processes)
-        return Snapshot(ts, [self._sample(s, ts) for s in self._statics], self._host(ts), processes)
+        samples = [self._sample(s, ts) for s in self._statics]
+        return Snapshot(ts, samples, self._host(ts), processes, self._top())
 
     def history(
         self, gpus: Sequence[str], metrics: Sequence[str], start: float, end: float, points: int

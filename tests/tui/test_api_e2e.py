@@ -47,6 +47,9 @@ def test_api_backend_reads_a_live_daemon(gw: DaemonHandle) -> None:  # noqa: F81
         assert len(gpus) == 2 and "H100" in gpus[0].name
         snap = backend.snapshot()
         assert len(snap.gpus) == 2 and snap.host is not None and snap.processes is not None
+        # The host's heaviest processes come with the GPU ones; this test's own process is one.
+        assert snap.top is not None and snap.top.unavailable is None and snap.top.processes
+        assert any(p.owned for p in snap.top.processes)
         stop = threading.Event()
         first = next(f for f in backend.frames(stop) if isinstance(f, SampleFrame))
         stop.set()

@@ -17,9 +17,11 @@ from gpuwarden.core.api import (
     GpuList,
     Health,
     HistoryAnswer,
+    HostProcesses,
     HostReading,
     LiveProcess,
     LogChunk,
+    RankedProcess,
     Retune,
     RunDetail,
     RunMetric,
@@ -186,6 +188,7 @@ class StubClient:
 
     def __init__(self) -> None:
         self.calls: list[tuple[Any, ...]] = []
+        self.old_daemon = False  # one from before the host's process list
         fake = FakeBackend()
         self.statics = fake.gpus()
         self.snapshot = fake.snapshot()
@@ -204,6 +207,18 @@ class StubClient:
 
     def host(self) -> HostReading:
         return HostReading(host=HostSample(ts=FROZEN_TS, cpu_percent=3.0))
+
+    def host_processes(self, top: int = 20) -> HostProcesses:
+        import getpass
+
+        self.calls.append(("host_processes", top))
+        if self.old_daemon:
+            raise UserError("GET /v1/host/processes: not found", code="not_found")
+        rows = [
+            RankedProcess(pid=7, user=getpass.getuser(), cpu_percent=99.0, rss=GIB, cmdline="python x.py", run_id="r1"),
+            RankedProcess(pid=9, user=None, rss=2 * GIB, name="kworker"),
+        ]  # fmt: skip
+        return HostProcesses(processes=rows, cpu_count=8, ts=FROZEN_TS)
 
     def processes(self) -> list[LiveProcess]:
         import getpass
@@ -413,3 +428,24 @@ def test_a_database_refuses_to_run_a_run_again_in_one_line(db_file: Path) -> Non
     with pytest.raises(UserError) as caught:
         DbBackend(db_file).rerun("r1", {"batch_size": 2})
     assert "\n" not in caught.value.message and "read-only" in caught.value.message
+
+
+def test_api_backend_reads_the_hosts_heaviest_processes_and_tells_an_old_daemon() -> None:
+    client = StubClient()
+    backend = ApiBackend(client)  # type: ignore[arg-type]
+    top = backend.snapshot().top
+    assert top is not None and top.unavailable is None
+    mine, other = top.processes
+    assert (mine.pid, mine.run_id, mine.owned, mine.command, mine.cpu_percent) == (
+        7,
+        "r1",
+        True,
+        "python x.py",
+        99.0,
+    )
+    assert (other.user, other.owned, other.command, other.cpu_percent) == (None, False, "kworker", None)
+    assert ("host_processes", 20) in client.calls
+    client.old_daemon = True
+    old = backend.snapshot().top
+    assert old is not None and not old.processes
+    assert old.unavailable and "gpuwarden down && gpuwarden up" in old.unavailable

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field
 
 from gpuwarden.core.api.base import ApiModel
-from gpuwarden.core.telemetry.types import GpuProcess, GpuSample, GpuStatic, HostSample
+from gpuwarden.core.telemetry.types import GpuProcess, GpuSample, GpuStatic, HostProcess, HostSample
 
 # [bucket start s, avg, min, max]; for energy_j the joules used in the bucket in all three slots.
 # (A list of four rather than a tuple: tuple schemas, `prefixItems`, trip up OpenAPI tooling.)
@@ -89,6 +89,27 @@ class ProcessReads(ApiModel):
     kept_since: float | None = Field(
         description="reads before this were dropped by retention (None: no read stored yet)"
     )
+
+
+@dataclass
+class RankedProcess(HostProcess):
+    """A process on the host with the run it belongs to (None: not started by gpuwarden)."""
+
+    run_id: str | None = None
+
+    @classmethod
+    def of(cls, process: HostProcess, run_id: str | None) -> RankedProcess:
+        return cls(**_fields_of(process, HostProcess), run_id=run_id)
+
+
+class HostProcesses(ApiModel):
+    """The host's heaviest processes now (`GET /v1/host/processes`)."""
+
+    processes: list[RankedProcess] = Field(
+        description="the busiest by CPU and the largest by resident memory, busiest first"
+    )
+    cpu_count: int | None = Field(description="logical CPUs: a process's CPU % goes up to 100 × this")
+    ts: float = Field(description="when answered (the read behind it is at most 2 s older)")
 
 
 class TerminateResult(ApiModel):

@@ -45,18 +45,23 @@ class HostReader:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         # cpu_percent(None) measures since the previous call; the first call only sets the baseline.
-        psutil.cpu_percent(interval=None)
+        psutil.cpu_percent(interval=None, percpu=True)
         self._cpu_since = clock()
         self._proc_meminfo = _read_meminfo() is not None
 
-    def _cpu_percent(self) -> float | None:
-        """The CPU share since the last reading; None (unknown, never a made-up 0 %) until enough
-        time has passed since the baseline to measure one."""
+    def _cpu_percent(self) -> tuple[float | None, list[float] | None]:
+        """The CPU share since the last reading, all cores and each; None (unknown, never a
+        made-up 0 %) until enough time has passed since the baseline to measure one.
+
+        One per-core call serves both: every core spans the same wall time, so their mean is the
+        host's share, and a second (global) call would cost a second parse of /proc/stat.
+        """
         now = self._clock()
         if now - self._cpu_since < MIN_CPU_SPAN_S:
-            return None
+            return None, None
         self._cpu_since = now
-        return float(psutil.cpu_percent(interval=None))
+        cores = [float(c) for c in psutil.cpu_percent(interval=None, percpu=True)]
+        return (round(sum(cores) / len(cores), 1) if cores else None), cores
 
     def sample(self, ts: float) -> HostSample:
         """One HostSample. Memory used is total - available, the figure that predicts pressure."""
@@ -67,7 +72,8 @@ class HostReader:
         else:
             vm = psutil.virtual_memory()
             mem_total, mem_available = vm.total, vm.available
-            swap_used = psutil.swap_memory().used
+            swap = psutil.swap_memory()
+            swap_used, swap_total = swap.used, swap.total
         load1: float | None
         load5: float | None
         load15: float | None
@@ -75,15 +81,18 @@ class HostReader:
             load1, load5, load15 = os.getloadavg()
         except OSError:
             load1 = load5 = load15 = None
+        cpu, cores = self._cpu_percent()
         return HostSample(
             ts=ts,
-            cpu_percent=self._cpu_percent(),
+            cpu_percent=cpu,
             mem_used=mem_total - mem_available,
             mem_total=mem_total,
             load1=load1,
             load5=load5,
             load15=load15,
             swap_used=swap_used,
+            swap_total=swap_total,
+            cpu_cores=cores,
         )
 
 

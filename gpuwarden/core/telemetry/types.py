@@ -153,9 +153,28 @@ class HostSample:
     load5: float | None = None
     load15: float | None = None
     swap_used: int | None = None
+    swap_total: int | None = None
+    # Each logical CPU's share since the previous reading, in the kernel's order (not stored:
+    # the dashboard draws it live).
+    cpu_cores: list[float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass
+class HostProcess:
+    """A process on the host, as the list of the heaviest ones shows it. Fields another user's
+    process does not let us read are None."""
+
+    pid: int
+    user: str | None = None
+    # Share of one core since the previous read (above 100 on several cores); None on the
+    # process's first read, where psutil has nothing to measure from.
+    cpu_percent: float | None = None
+    rss: int | None = None
+    name: str | None = None
+    cmdline: str | None = None
 
 
 @dataclass

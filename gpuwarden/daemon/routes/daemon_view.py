@@ -16,7 +16,7 @@ from gpuwarden.core.paths import Paths
 from gpuwarden.core.store.runs import RunStore
 from gpuwarden.core.store.telemetry import TelemetryStore
 from gpuwarden.core.submission import Submission
-from gpuwarden.core.telemetry.types import GpuProcess, GpuSample, GpuStatic, Tick
+from gpuwarden.core.telemetry.types import GpuProcess, GpuSample, GpuStatic, HostProcess, Tick
 from gpuwarden.daemon.storage_health import StorageHealth
 from gpuwarden.daemon.stream import Broadcaster
 
@@ -64,6 +64,14 @@ class RunControl(Protocol):
         ...
 
 
+class HeaviestProcesses(Protocol):
+    """The host's heaviest processes (`gpuwarden.core.telemetry.top.TopReader`)."""
+
+    def heaviest(self, count: int) -> list[HostProcess]:
+        """The `count` busiest and the `count` largest in memory, busiest first."""
+        ...
+
+
 class DaemonView(Protocol):
     """The daemon's state and stores as the API reads them."""
 
@@ -84,6 +92,9 @@ class DaemonView(Protocol):
 
     @property
     def broadcaster(self) -> Broadcaster: ...
+
+    @property
+    def top(self) -> HeaviestProcesses: ...
 
     @property
     def storage(self) -> StorageHealth:

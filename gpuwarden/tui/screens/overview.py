@@ -1,5 +1,7 @@
 """The overview tab: a card per GPU, the host, and the processes at work — those holding GPU
-memory and the active runs on the CPU (on a machine without a GPU, the host's runs alone)."""
+memory and the active runs on the CPU (on a machine without a GPU, the host's runs alone) — then
+the host in detail (each core, memory and swap, the heaviest processes) in the rows left. Without
+a GPU the host's detail comes right after its summary line and takes the screen."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from gpuwarden.tui.formatting import cut
 from gpuwarden.tui.live import LiveState
 from gpuwarden.tui.metrics import ChartMetric
 from gpuwarden.tui.widgets.gpu_card import GpuCard
+from gpuwarden.tui.widgets.host_detail import MIN_ROWS, HostDetail
 from gpuwarden.tui.widgets.host_panel import HostPanel
 from gpuwarden.tui.widgets.nav_table import NavTable
 
@@ -34,6 +37,7 @@ PROCESS_COLUMNS: tuple[tuple[str, int], ...] = (
     ("Run", 11),
 )
 COMMAND_MIN = 27
+NO_GPU_TABLE = 8  # the runs table's rows at most without a GPU: the host's detail has the rest
 
 
 def cpu_runs(live: LiveState) -> list[RunRow]:
@@ -54,7 +58,7 @@ class OverviewPane(VerticalScroll):
     OverviewPane.wide #host { margin-top: 1; }
     OverviewPane #proc-title { padding: 0 1; margin-top: 1; text-style: bold; height: 1; }
     OverviewPane #processes { height: auto; max-height: 12; }
-    OverviewPane.no-gpu #processes { max-height: 100%; }
+    OverviewPane.no-gpu #processes { max-height: 8; }  /* NO_GPU_TABLE */
     OverviewPane #proc-empty { padding: 0 1; color: $text-muted; height: auto; }
     """
 
@@ -79,6 +83,7 @@ class OverviewPane(VerticalScroll):
         yield Static("GPU processes", id="proc-title")
         yield NavTable(id="processes")
         yield Static(id="proc-empty")
+        yield HostDetail(id="host-detail")
 
     def on_mount(self) -> None:
         self.query_one("#no-gpu").display = False
@@ -112,6 +117,9 @@ class OverviewPane(VerticalScroll):
         self.has_gpus = bool(live.gpus)
         self.set_class(not live.gpus, "no-gpu")
         cards.display = bool(live.gpus)
+        # With GPUs the cards and their processes come first; without, the host's detail does.
+        detail = self.query_one(HostDetail)
+        self.move_child(detail, after=self.query_one("#proc-empty" if live.gpus else "#host"))
         if live.gpus:
             no_gpu.display = False
         else:
@@ -129,30 +137,30 @@ class OverviewPane(VerticalScroll):
     ) -> None:
         self.set_class(self.app.size.width >= WIDE, "wide")
         self._fit_cards()
+        self._fit_detail()
         width = self.card_width()
         if samples:
             for card in self.query(GpuCard):
                 state = live.gpus.get(card.uuid)
                 if state is not None:
                     card.show(state, metric, width)
-            self.query_one(HostPanel).show(live.snapshot.host if live.snapshot else None, width)
+            host = live.snapshot.host if live.snapshot else None
+            self.query_one(HostPanel).show(host, width)
+            self.query_one(HostDetail).show_host(host)
         if processes:
             self._gpu_processes = list(live.processes)
         if processes or runs:
             self._cpu_runs = cpu_runs(live)
             self._fill()
+            self.query_one(HostDetail).show_top(live.top, {r.id: r.name for r in live.runs.values()})
 
     def _fit_cards(self) -> None:
         """Card charts take the height the processes table leaves (a tall terminal, taller charts)."""
         cards = list(self.query(GpuCard))
         if not cards:
             return
-        height = self.size.height or self.app.size.height - 6
-        per_row = 2 if self.has_class("wide") else 1
-        rows = -(-len(cards) // per_row)
-        table = min(12, max(1, len(self._processes))) + 1  # its header
-        fixed = 1 + 2 + 2 + table  # the pane's top padding, the host line, the table's title, the table
-        chart = max(CHART_MIN, min(CHART_MAX, (height - fixed) // rows - CARD_TEXT - 1))
+        rows = self._card_lines(len(cards))
+        chart = max(CHART_MIN, min(CHART_MAX, (self._height() - self._fixed()) // rows - CARD_TEXT - 1))
         if (chart, len(cards)) == self._card_rows:
             return  # a new layout only when the height to share changed
         self._card_rows = (chart, len(cards))
@@ -161,9 +169,38 @@ class OverviewPane(VerticalScroll):
             card.chart.styles.height = chart
         self.query_one("#cards").styles.grid_rows = f"{CARD_TEXT + chart}"
 
+    def _height(self) -> int:
+        return self.size.height or self.app.size.height - 6
+
+    def _card_lines(self, cards: int) -> int:
+        return -(-cards // (2 if self.has_class("wide") else 1))
+
+    def _fixed(self) -> int:
+        """Rows of all but the cards and the host's detail: the pane's top padding, the host line,
+        the table's title, the table and its header."""
+        table = min(12, max(1, len(self._processes))) + 1
+        return 1 + 2 + 2 + table
+
+    def _fit_detail(self) -> None:
+        """The host's detail gets the rows the rest leaves, so it never makes the pane scroll:
+        without a GPU most of the screen, with GPUs what the cards' charts (capped) do not take."""
+        detail = self.query_one(HostDetail)
+        if self.has_gpus:
+            chart, cards = self._card_rows or (CHART_MAX, 0)
+            used = self._fixed() + self._card_lines(cards) * (CARD_TEXT + chart + 1)
+        else:
+            runs = len(self._processes)
+            # the pane's top padding, the no-GPU line and its margin, the host line, the runs'
+            # title and its margin, the runs table with its header (and the line saying it is empty)
+            used = 1 + 2 + 1 + 2 + min(NO_GPU_TABLE, 1 + runs) + (0 if runs else 1)
+        rows = self._height() - used
+        detail.display = rows >= MIN_ROWS
+        detail.styles.height = max(rows, MIN_ROWS)
+
     def show_runs(self, live: LiveState) -> None:
         self._cpu_runs = cpu_runs(live)
         self._fill()
+        self.query_one(HostDetail).show_top(live.top, {r.id: r.name for r in live.runs.values()})
 
     def _fill(self) -> None:
         table = self.query_one("#processes", NavTable)
@@ -195,6 +232,7 @@ class OverviewPane(VerticalScroll):
             table.move_cursor(row=table.get_row_index(str(selected.pid)))
         self._processes = {p.pid: p for p in shown + cpu}
         self._show_title(len(shown), len(cpu))
+        self._fit_detail()
 
     def _show_title(self, on_gpus: int, on_cpu: int) -> None:
         title = self.query_one("#proc-title", Static)
