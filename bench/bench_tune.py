@@ -1,14 +1,18 @@
 """`tune` against an exhaustive sweep, both with real probe processes of the training runner.
 
-The sweep probes every micro-batch that keeps the effective batch (on a GPU, each also with the
-precisions and compile settings tune tries there); the search starts where a user would
-(micro-batch 4, the spec's precision, no compile) and runs `REPEATS` times. Targets, on the median
-of those searches: the pick's samples/s ≥ 95 % of the sweep's best, in ≤ 1/3 of the sweep's time.
+The sweep probes every micro-batch from the one tune starts at (4) up to the effective batch,
+each keeping it (on a GPU, each also with the precisions and compile settings tune tries there);
+tune goes below its start only when the start does not fit, so smaller micro-batches are outside
+both, and a row checks that the sweep's best is not at the grid's lower edge (else the grid would
+be too small to prove anything). The search starts where a user would (micro-batch 4, the spec's
+precision, no compile) and runs `REPEATS` times. Targets, on the median of those searches: the
+pick's samples/s ≥ 95 % of the sweep's best, in ≤ 1/3 of the sweep's time.
 
 The sweep's best is the highest of many noisy readings, so it reads high by chance (the winner's
-curse): the pick and the sweep's best are therefore measured again, interleaved, `REPEATS` times
-each, and compared on their medians. The sweep is kept in `.bench/tune-sweep.json` for the same
-setup, so a GPU check can run it as its own step and the searches as the next one.
+curse): the picks and the sweep's best are therefore measured again, interleaved, `REPEATS` times
+each, and compared on their medians — each distinct configuration once, however many searches
+picked it. The sweep is kept in `.bench/tune-sweep.json` for the same setup, so a GPU check can
+run it as its own step and the searches as the next one.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any
 from bench.figures import REPEATS, figure_row, main_for
 from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
 from gpuwarden.core.tune.probe import SubprocessProber
-from gpuwarden.core.tune.search import Candidate, ProbeResult, Search, divisors
+from gpuwarden.core.tune.search import Candidate, ProbeResult, Search, TuneResult, divisors
 from gpuwarden.core.tune.target import Target, pick_target
 
 PINNED = {"OMP_NUM_THREADS": "2", "MALLOC_ARENA_MAX": "2"}
@@ -33,8 +37,11 @@ SWEEP_FILE = Path(".bench") / "tune-sweep.json"
 # A saved sweep is reused only this soon after it was measured: the searches must be compared
 # with a sweep taken under the same conditions (a GPU check runs the two as consecutive steps).
 SWEEP_FRESH_S = 3600.0
-# (effective batch, image model). CPU: a tiny model, the 20 divisors of 240. GPU: a model that
-# gives the card work, and 64 so that micro-batch × precision × compile stays a sweep of 28 probes.
+# Where tune's search starts: the sweep covers the micro-batches from here up.
+START_BATCH = 4
+# (effective batch, image model). CPU: a tiny model, the 17 divisors of 240 from 4. GPU: a model
+# that gives the card work, and 64 so that micro-batch (4 to 64) × precision × compile stays a
+# sweep of 20 probes.
 CPU_SETUP: tuple[int, dict[str, int]] = (240, {"base_channels": 16, "num_blocks": 2, "patch_size": 32})
 GPU_SETUP: tuple[int, dict[str, int]] = (64, {"base_channels": 96, "num_blocks": 6, "patch_size": 96})
 
@@ -82,7 +89,11 @@ def _space(target: Target, effective: int) -> list[Candidate]:
     precisions = ["fp32", *[p for p in target.precisions if p != "fp32"]]
     compiles = [False, *[c for c in target.compile_options if c]]
     return [
-        Candidate(b, effective // b, p, c) for b in divisors(effective) for p in precisions for c in compiles
+        Candidate(b, effective // b, p, c)
+        for b in divisors(effective)
+        if b >= START_BATCH
+        for p in precisions
+        for c in compiles
     ]
 
 
@@ -116,6 +127,24 @@ def _rate(r: ProbeResult) -> float:
     return r.samples_per_s
 
 
+def _searches(spec: RunSpec, target: Target, effective: int, work: Path) -> list[TuneResult]:
+    """`REPEATS` searches from where a user starts."""
+    results = []
+    for rep in range(REPEATS):
+        # On the CPU the memory that matters is the host's, which the tiny model never nears.
+        capacity = target.capacity if target.device["type"] == "cuda" else None
+        search = Search(_prober(spec, target, work / f"search-{rep}"), capacity=capacity)
+        result = search.run(
+            Candidate(START_BATCH, effective // START_BATCH, "fp32", False),
+            per_device_batch=effective,
+            precisions=target.precisions,
+            compile_options=target.compile_options,
+        )
+        assert result.best is not None, result.stopped_because
+        results.append(result)
+    return results
+
+
 def run() -> list[dict[str, Any]]:
     spec, target, effective = setup()
     swept = sweep()["results"]
@@ -123,39 +152,23 @@ def run() -> list[dict[str, Any]]:
     best_sweep = max(ok, key=lambda r: r["samples_per_s"])
     best_c = _candidate(best_sweep["candidate"])
     sweep_time = sum(float(r["wall_s"]) for r in swept)
-    shares: list[float] = []
-    times: list[float] = []
-    probes: list[float] = []
-    picks: list[str] = []
-    noise: list[float] = []
     work = Path(tempfile.mkdtemp(prefix="bench-tune-"))
     try:
-        for rep in range(REPEATS):
-            # On the CPU the memory that matters is the host's, which the tiny model never nears.
-            capacity = target.capacity if target.device["type"] == "cuda" else None
-            search = Search(_prober(spec, target, work / f"search-{rep}"), capacity=capacity)
-            result = search.run(
-                Candidate(4, effective // 4, "fp32", False),
-                per_device_batch=effective,
-                precisions=target.precisions,
-                compile_options=target.compile_options,
-            )
-            assert result.best is not None, result.stopped_because
-            pick = result.best.candidate
-            shares.append(_share(spec, target, work / f"again-{rep}", pick, best_c))
-            times.append(result.wall_s / sweep_time)
-            probes.append(len(result.trials))
-            picks.append(f"{pick.batch_size}{' ' + pick.precision if target.precisions else ''}")
-            spread = result.noise.get("repeat_spread")
-            if spread is not None:
-                noise.append(100 * spread)
+        searches = _searches(spec, target, effective, work)
+        picks = [r.best.candidate for r in searches if r.best is not None]
+        rates = _remeasured(spec, target, work / "again", [best_c, *picks])
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    shares = [statistics.median(rates[p]) / statistics.median(rates[best_c]) for p in picks]
+    times = [r.wall_s / sweep_time for r in searches]
+    probes = [len(r.trials) for r in searches]
+    noise = [100 * r.noise["repeat_spread"] for r in searches if r.noise.get("repeat_spread") is not None]
+    named = [f"{p.batch_size}{' ' + p.precision if target.precisions else ''}" for p in picks]
     space = f"{len(swept)} configurations" + (", precision and compile" if target.precisions else "")
     rows = [
         figure_row(
             f"tune vs sweep ({space}, effective batch {effective}): pick / sweep's best, samples/s "
-            f"(each re-measured {REPEATS}× interleaved, 10 steps; picks {', '.join(picks)} vs "
+            f"(each re-measured {REPEATS}× interleaved, 10 steps; picks {', '.join(named)} vs "
             f"{best_c.batch_size})",
             [100 * s for s in shares],
             "%",
@@ -170,24 +183,42 @@ def run() -> list[dict[str, Any]]:
             target="≤ 33.3",
             check=lambda v: v <= 100 / 3,
         ),
+        _inside_grid(swept, best_c),
     ]
     if len(noise) >= 3:
         rows.append(figure_row("tune: spread of the readings it repeated", noise, "%"))
     return rows
 
 
-def _share(spec: RunSpec, target: Target, work: Path, pick: Candidate, best: Candidate) -> float:
-    """Median samples/s of the pick over that of the sweep's best, measured alternately. These
-    are the benchmark's measuring instrument, not part of tune: longer runs (10 measured steps)
-    read steadier than the short probes the search is timed with."""
-    if pick == best:
-        return 1.0
+def _inside_grid(swept: list[dict[str, Any]], best: Candidate) -> dict[str, Any]:
+    """The sweep's best above the grid's smallest micro-batch: a best at the edge would leave the
+    smaller ones, which the grid omits, unexplored."""
+    smallest = min(int(r["candidate"]["batch_size"]) for r in swept)
+    return figure_row(
+        f"sweep's best micro-batch (the grid starts at {smallest})",
+        [float(best.batch_size)] * REPEATS,
+        "",
+        target=f"> {smallest}",
+        check=lambda v: v > smallest,
+    )
+
+
+def _remeasured(
+    spec: RunSpec, target: Target, work: Path, candidates: list[Candidate]
+) -> dict[Candidate, list[float]]:
+    """Samples/s of each distinct candidate, `REPEATS` readings each, taken in turns — once per
+    configuration however many searches picked it. These are the benchmark's measuring
+    instrument, not part of tune: longer runs (10 measured steps) read steadier than the short
+    probes the search is timed with."""
+    distinct = list(dict.fromkeys(candidates))
+    if len(distinct) == 1:  # every search picked the sweep's best: nothing to compare
+        return {distinct[0]: [1.0]}
     probe = _prober(spec, target, work, measure_steps=10)
-    picked, swept = [], []
+    rates: dict[Candidate, list[float]] = {c: [] for c in distinct}
     for _ in range(REPEATS):
-        picked.append(_rate(probe(pick)))
-        swept.append(_rate(probe(best)))
-    return statistics.median(picked) / statistics.median(swept)
+        for c in distinct:
+            rates[c].append(_rate(probe(c)))
+    return rates
 
 
 if __name__ == "__main__":

@@ -12,12 +12,13 @@ import sqlite3
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gpuwarden import __version__
 from gpuwarden.core.errors import UserError
 from gpuwarden.daemon import http_errors
-from gpuwarden.daemon.body_cap import BodyCap
+from gpuwarden.daemon.body_cap import BodyCap, operations_of
 from gpuwarden.daemon.http_errors import MAX_BODY_BYTES
 from gpuwarden.daemon.routes import (
     gpus,
@@ -47,8 +48,11 @@ def create_app(daemon: DaemonView) -> FastAPI:
     app.state.daemon = daemon
     for module in _ROUTERS:
         app.include_router(module.router)
-    # Each operation's body limit is read from the description: one that takes no body refuses any.
-    app.add_middleware(BodyCap, limit=MAX_BODY_BYTES, description=app.openapi)
+    # Each operation's body limit is read from its route: one that takes no body refuses any.
+    app.state.operations = operations_of(
+        r for m in _ROUTERS for r in m.router.routes if isinstance(r, APIRoute)
+    )
+    app.add_middleware(BodyCap, limit=MAX_BODY_BYTES, operations=app.state.operations)
     app.add_exception_handler(RequestValidationError, http_errors.invalid_request)  # type: ignore[arg-type]
     app.add_exception_handler(UserError, http_errors.user_error)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, http_errors.http_error)  # type: ignore[arg-type]

@@ -151,10 +151,8 @@ def allowed_methods(request: Request) -> list[str]:
     """The methods the API describes at this request's path (Starlette's own 405 names only the
     methods of the first route that matched the path), and OPTIONS. Not HEAD: the API's routes
     do not answer it (Prometheus' /metrics, a separate server, does)."""
-    methods: set[str] = set()
-    for path, operations in request.app.openapi()["paths"].items():
-        if path_pattern(path).fullmatch(request.url.path):
-            methods.update(m.upper() for m in operations)
+    path = request.url.path
+    methods = {method for method, pattern, _ in request.app.state.operations if pattern.fullmatch(path)}
     return sorted(methods | {"OPTIONS"}) if methods else []
 
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 
 from gpuwarden.core.config.settings import Settings
 from gpuwarden.core.store import sqlite_utils
+from gpuwarden.core.store.attempt_energy import Edge, EnergyReading, add_readings
 from gpuwarden.core.store.telemetry import TelemetryStore
 from gpuwarden.core.telemetry.sampler import Sampler
 from gpuwarden.core.telemetry.topology import NO_TOPOLOGY, GpuTopology
@@ -57,6 +58,8 @@ class Sampling:
         self.listeners: list[Callable[[Tick], None]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="sampler", daemon=True)
+        # The GPU reader is read by the sampler thread and by the supervisor's counter readings.
+        self._reading = threading.Lock()
 
     # -- what others read -------------------------------------------------------------------------
 
@@ -98,6 +101,27 @@ class Sampling:
     def gpu_topology(self) -> GpuTopology:
         """How the GPUs are linked, for placing multi-GPU runs (`place(..., topology=...)`)."""
         return self.sampler.topology() if self.sampler is not None else NO_TOPOLOGY
+
+    def read_energy(self, run_id: str, attempt: int, gpus: Sequence[str], edge: Edge) -> None:
+        """Read the energy counters of an attempt's GPUs now, at its `edge`, and store them with it
+        (see `EnergyReadings`). Nothing is read before sampling opens; a refused write leaves the
+        attempt's energy to its samples."""
+        sampler = self.sampler
+        if sampler is None or not gpus:
+            return
+        ts = time.time()
+        with self._reading:
+            counters = sampler.energy_mj(list(gpus))
+        readings = [EnergyReading(run_id, attempt, uuid, edge, ts, mj) for uuid, mj in counters.items()]
+        if readings:
+            self.writer.submit(lambda db: add_readings(db.conn, readings)).add_done_callback(
+                self._stored_reading
+            )
+
+    def _stored_reading(self, written: Future[None]) -> None:
+        exc = written.exception()
+        if exc is not None and self.storage.fault_of(exc) is None:
+            log.warning("an attempt's energy counter reading was not stored: %s", exc)
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -142,7 +166,8 @@ class Sampling:
         sampler, telemetry = self.sampler, self.telemetry
         assert sampler is not None and telemetry is not None
         version = sampler.gpus_version
-        tick: Tick = sampler.tick()
+        with self._reading:
+            tick: Tick = sampler.tick()
         if sampler.gpus_version != version:
             self._store_gpus()
         self.latest_tick = tick

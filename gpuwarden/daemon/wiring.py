@@ -44,9 +44,8 @@ def build_supervisor(
     backends = replace(
         local_backends(sampling.gpu_states, sampling.gpu_topology), machines=machines, user_umask=user_umask
     )
-    return Supervisor(
-        settings, paths, store, publisher, backends, _hooks(settings, paths, store, sampling, retune_hook)
-    )
+    hooks = _hooks(settings, paths, store, sampling, retune_hook)
+    return Supervisor(settings, paths, store, publisher, backends, hooks, energy=sampling)
 
 
 def _hooks(

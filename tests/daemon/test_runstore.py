@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpuwarden.core.errors import UserError
+from gpuwarden.core.store.attempt_energy import EnergyReading, add_readings
 from gpuwarden.core.store.db import open_db
 from gpuwarden.core.store.runs import RunStore
 from gpuwarden.core.submission import Submission, SubmittedRun
@@ -208,7 +209,8 @@ def test_a_v2_database_migrates_to_gangs_keeping_its_attempts(tmp_path: Path) ->
     path = tmp_path / "v2.db"
     db = open_db(path)  # the current schema, then back to what v2 had
     db.conn.executescript(
-        "DROP TABLE run_submissions; DROP TABLE run_environments; DROP TABLE rank_offsets;"
+        "DROP TABLE attempt_energy; DROP TABLE run_submissions; DROP TABLE run_environments;"
+        " DROP TABLE rank_offsets;"
         " DROP INDEX run_events_attempt_type;"
         " ALTER TABLE attempts DROP COLUMN world_size; PRAGMA user_version = 2;"
     )
@@ -220,7 +222,7 @@ def test_a_v2_database_migrates_to_gangs_keeping_its_attempts(tmp_path: Path) ->
     )
     db.conn.close()
     migrated = RunStore(open_db(path))
-    assert migrations.SCHEMA_VERSION == 5
+    assert migrations.SCHEMA_VERSION == 6
     (attempt,) = migrated.attempts("r1")
     assert attempt["world_size"] == 1 and attempt["ranks"] == []
 
@@ -228,7 +230,10 @@ def test_a_v2_database_migrates_to_gangs_keeping_its_attempts(tmp_path: Path) ->
 def test_a_v3_database_migrates_to_stored_environments_keeping_its_runs(tmp_path: Path) -> None:
     path = tmp_path / "v3.db"
     db = open_db(path)  # the current schema, then back to what v3 had
-    db.conn.executescript("DROP TABLE run_submissions; DROP TABLE run_environments; PRAGMA user_version = 3;")
+    db.conn.executescript(
+        "DROP TABLE attempt_energy; DROP TABLE run_submissions; DROP TABLE run_environments;"
+        " PRAGMA user_version = 3;"
+    )
     _run(RunStore(db), "r1", "old")
     db.conn.close()
     migrated = RunStore(open_db(path))
@@ -243,7 +248,7 @@ def test_a_v3_database_migrates_to_stored_environments_keeping_its_runs(tmp_path
 def test_a_v4_database_migrates_to_submit_keys_keeping_its_runs(tmp_path: Path) -> None:
     path = tmp_path / "v4.db"
     db = open_db(path)  # the current schema, then back to what v4 had
-    db.conn.executescript("DROP TABLE run_submissions; PRAGMA user_version = 4;")
+    db.conn.executescript("DROP TABLE attempt_energy; DROP TABLE run_submissions; PRAGMA user_version = 4;")
     _run(RunStore(db), "r1", "old")
     db.conn.close()
     migrated = RunStore(open_db(path))
@@ -257,3 +262,29 @@ def test_a_v4_database_migrates_to_submit_keys_keeping_its_runs(tmp_path: Path) 
     assert migrated.get_run("r3") is None
     migrated.delete_run("r2")
     assert migrated.submitted_as("key-00000001") is None
+
+
+def test_a_v5_database_migrates_to_attempt_energy_readings(tmp_path: Path) -> None:
+    path = tmp_path / "v5.db"
+    db = open_db(path)  # the current schema, then back to what v5 had
+    db.conn.executescript("DROP TABLE attempt_energy; PRAGMA user_version = 5;")
+    _run(RunStore(db), "r1", "old")
+    db.conn.close()
+    assert RunStore(open_db(path, readonly=True)).attempts("r1") == []  # readable as it was
+    migrated = RunStore(open_db(path))
+    migrated.add_attempt("r1", 1, stdout_path="o", stderr_path="e", events_path="v", gpus=["GPU-a", "GPU-b"])
+    migrated.add_attempt("r1", 2, stdout_path="o", stderr_path="e", events_path="v", gpus=["GPU-a"])
+    add_readings(
+        migrated.conn,
+        [
+            EnergyReading("r1", 1, "GPU-a", "start", 10.0, 5_000),
+            EnergyReading("r1", 1, "GPU-a", "end", 12.0, 7_500),
+            EnergyReading("r1", 1, "GPU-b", "start", 10.0, 9_000),  # its end was never read
+            EnergyReading("r1", 2, "GPU-a", "start", 20.0, 9_000),
+            EnergyReading("r1", 2, "GPU-a", "end", 22.0, 100),  # the driver reloaded meanwhile
+        ],
+    )
+    first, second = migrated.attempts("r1")
+    assert first["gpu_energy_j"] == {"GPU-a": 2.5} and second["gpu_energy_j"] == {}
+    migrated.delete_run("r1")
+    assert migrated.conn.execute("SELECT count(*) FROM attempt_energy").fetchone()[0] == 0

@@ -143,6 +143,11 @@ class Attempt(ApiModel):
     restart: Restart | None = Field(None, description="the restart scheduled after this attempt, if any")
     world_size: int = Field(1, description="processes of a multi-process (torchrun) attempt; 1 otherwise")
     ranks: list[RankStatus] = Field(default_factory=list, description="each rank when world_size > 1")
+    gpu_energy_j: dict[str, float] = Field(
+        default_factory=dict,
+        description="joules each GPU used between its energy counter read as the attempt started and "
+        "as it ended; empty until both are read (the run's energy then comes from the samples)",
+    )
 
 
 class AttemptList(ApiModel):

@@ -15,13 +15,7 @@ import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import tomlkit
-from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
-from ruamel.yaml.util import load_yaml_guess_indent
-from tomlkit.exceptions import TOMLKitError
+from typing import TYPE_CHECKING, Any
 
 from gpuwarden.core.command.toml_bounds import check_toml_bounds
 from gpuwarden.core.errors import UserError
@@ -34,12 +28,23 @@ from gpuwarden.core.safeload import (
     read_text_file,
 )
 
+if TYPE_CHECKING:
+    from ruamel.yaml import YAML
+
+# The round-trip libraries (65 modules, about 5 MB) are imported where a config file is read or
+# written: the daemon imports this module for every command run but reads one only for runs with
+# a `command.config_file`, and they stay out of its memory until then.
+
 _MISSING = object()
 _JSON_INDENT_RE = re.compile(r"^\{\s*\n([ \t]+)\S", re.M)
 
 
 def _yaml(text: str) -> YAML:
     """A round-trip YAML instance that writes with the file's own indentation."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+    from ruamel.yaml.util import load_yaml_guess_indent
+
     yaml = YAML()
     yaml.preserve_quotes = True
     yaml.width = 1 << 16  # never re-wrap a long line the user wrote on one line
@@ -78,7 +83,7 @@ class ConfigDocument:
             if child is _MISSING:
                 if not isinstance(node, dict):
                     raise UserError(f"{self.path}: cannot add {key!r}: {part!r} is inside a list")
-                node[part] = {} if self.fmt != "toml" else tomlkit.table()
+                node[part] = {} if self.fmt != "toml" else _tomlkit().table()
                 child = node[part]
             node = child
         last = parts[-1]
@@ -97,12 +102,18 @@ class ConfigDocument:
             _yaml(self.text).dump(self.data, out)
             return out.getvalue()
         if self.fmt == "toml":
-            return tomlkit.dumps(self.data)
+            return str(_tomlkit().dumps(self.data))
         match = _JSON_INDENT_RE.search(self.text)
         # The file's own indent; a file written on one line stays on one line.
         indent: int | str | None = match.group(1) if match else (2 if "\n" in self.text.strip() else None)
         body = json.dumps(self.data, indent=indent, ensure_ascii=False)
         return body + ("\n" if self.text.endswith("\n") else "")
+
+
+def _tomlkit() -> Any:
+    import tomlkit
+
+    return tomlkit
 
 
 def _child(node: Any, part: str) -> Any:
@@ -160,11 +171,14 @@ def load_config(path: Path) -> ConfigDocument:
     fmt = config_format(path)
     text = read_config_text(path)
     checked = _bounded_parse(text, fmt, str(path))
+    from ruamel.yaml.error import YAMLError
+    from tomlkit.exceptions import TOMLKitError
+
     try:
         if fmt == "yaml":
             data = _yaml(text).load(text)
         elif fmt == "toml":
-            data = tomlkit.parse(text)
+            data = _tomlkit().parse(text)
         else:
             data = checked  # the bounded reader's own result: json keeps the file's key order
     except (YAMLError, TOMLKitError, ValueError, RecursionError) as exc:

@@ -1,5 +1,7 @@
-"""Energy per sample of a run and of each attempt: joules over the attempts' windows (the GPU's
-energy counter as stored by the daemon) over the samples each attempt did.
+"""Energy per sample of a run and of each attempt: joules over the attempts' windows over the
+samples each attempt did. Each GPU's joules are its energy counter's difference between the
+readings taken as the attempt started and ended, exact whatever the sampling interval; without
+both readings, the sum of the sampled counter's deltas over the attempt's window.
 
 Shared by `gpuwarden report` / `compare` (from a run's recorded data) and the run detail of the
 API (from the daemon's store), so the figures agree wherever they are read.
@@ -59,13 +61,23 @@ def stored_energy(runs: RunStore, telemetry: TelemetryStore, run_id: str, now: f
     attempts = []
     for row in runs.attempts(run_id):
         start, end = row.get("started_at"), row.get("ended_at") or now
+        counted: dict[str, float] = row.get("gpu_energy_j") or {}
         readings = [
             j
             for uuid in row.get("gpus") or []
-            if uuid in known and start is not None and end > start
-            for j in [telemetry.energy_between(uuid, float(start), float(end))]
+            for j in [counted[uuid] if uuid in counted else _sampled(telemetry, known, uuid, start, end)]
             if j is not None
         ]
         number = int(row["attempt"])
         attempts.append(AttemptEnergy(number, sum(readings) if readings else None, done.get(number, 0)))
     return energy_block(attempts)
+
+
+def _sampled(
+    telemetry: TelemetryStore, known: set[str], uuid: str, start: float | None, end: float
+) -> float | None:
+    """A GPU's joules over an attempt's window from the samples: what an attempt without both
+    counter readings (one still running, one a previous daemon left) has."""
+    if uuid not in known or start is None or end <= start:
+        return None
+    return telemetry.energy_between(uuid, float(start), float(end))

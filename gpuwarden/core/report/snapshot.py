@@ -43,6 +43,8 @@ class AttemptWindow:
     classification: str | None = None
     exit_code: int | None = None
     live: bool = False
+    # Joules per GPU between the counter readings at its start and end (where both were read).
+    counted_j: dict[str, float] = field(default_factory=dict)
 
     @property
     def wall_s(self) -> float:
@@ -139,6 +141,7 @@ def _window(row: dict[str, Any], events: list[dict[str, Any]], run_final: bool, 
         classification=row.get("classification"),
         exit_code=row.get("exit_code"),
         live=live,
+        counted_j={str(k): float(v) for k, v in (row.get("gpu_energy_j") or {}).items()},
     )
 
 
@@ -179,7 +182,9 @@ def collect_run(data: RunData, ref: str, now: float | None = None) -> RunSnapsho
                     start=window.start,
                     end=window.end,
                     series=data.gpu_series(uuid, GPU_SERIES_METRICS, window.start, window.end, points),
-                    energy_j=data.energy(uuid, window.start, window.end),
+                    energy_j=window.counted_j[uuid]
+                    if uuid in window.counted_j
+                    else data.energy(uuid, window.start, window.end),
                     processes=data.processes(uuid, window.start, window.end),
                 )
             )

@@ -7,6 +7,7 @@ from collections.abc import Callable
 import sqlite_utils
 
 from gpuwarden.core.store import (
+    schema_energy,
     schema_environment,
     schema_gang,
     schema_runs,
@@ -22,6 +23,7 @@ MIGRATIONS: list[Migration] = [
     (3, "gangs: attempts.world_size, an events offset per rank", schema_gang.migrate_v3),
     (4, "runs: the environment each was submitted with", schema_environment.migrate_v4),
     (5, "runs: the key each was submitted with", schema_submissions.migrate_v5),
+    (6, "runs: energy counters read at each attempt's start and end", schema_energy.migrate_v6),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

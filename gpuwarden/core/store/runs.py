@@ -23,6 +23,7 @@ from gpuwarden.core.gang.ranks import RANK_EVENT_TYPES, rank_view
 from gpuwarden.core.report.samples import samples_done
 from gpuwarden.core.run_ref import MAX_REF_CHARS
 from gpuwarden.core.run_state import RunState, check_transition
+from gpuwarden.core.store.attempt_energy import counter_joules
 from gpuwarden.core.store.transaction import transaction
 from gpuwarden.core.submission import Submission, SubmittedRun
 
@@ -168,15 +169,18 @@ class RunStore:
 
     def attempts(self, run_id: str) -> list[dict[str, Any]]:
         """Every attempt of a run, oldest first; `restart` is the restart the run's restart policy
-        scheduled after it ({cause, restart, max, backoff_s}), or None."""
+        scheduled after it ({cause, restart, max, backoff_s}), or None; `gpu_energy_j` the joules
+        each GPU used between the counter readings at its start and end (where both were read)."""
         rows = self._query("SELECT * FROM attempts WHERE run_id = ? ORDER BY attempt", (run_id,))
         restarts = {e["attempt"]: e for e in self.events(run_id, limit=100_000, types=("restart",))}
+        measured = counter_joules(self.conn, run_id)
         out = []
         for row in rows:
             event = restarts.get(row["attempt"])
             restart = {k: event.get(k) for k in RESTART_FIELDS} if event else None
             attempt = self._decode_attempt(row)
-            out.append({**attempt, "restart": restart, "ranks": self.ranks(attempt)})
+            energy = measured.get(int(row["attempt"]), {})
+            out.append({**attempt, "restart": restart, "ranks": self.ranks(attempt), "gpu_energy_j": energy})
         return out
 
     def ranks(self, attempt: dict[str, Any]) -> list[dict[str, Any]]:

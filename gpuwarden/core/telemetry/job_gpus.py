@@ -67,5 +67,8 @@ class JobGpus:
         links = {pair: link for pair, link in self._reader.topology().links.items() if pair <= mine}
         return GpuTopology(links=links)
 
+    def energy_mj(self, uuid: str) -> int | None:
+        return self._reader.energy_mj(uuid) if uuid in self._uuids() else None
+
     def close(self) -> None:
         self._reader.close()

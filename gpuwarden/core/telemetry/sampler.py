@@ -75,6 +75,11 @@ class Sampler:
             self._refresh_static()
         return Tick(ts=ts, gpus=samples, host=host, processes=processes)
 
+    def energy_mj(self, uuids: list[str]) -> dict[str, int]:
+        """The energy counters (mJ) of these GPUs read now; those without one are left out."""
+        read = {uuid: self._gpu.energy_mj(uuid) for uuid in uuids}
+        return {uuid: mj for uuid, mj in read.items() if mj is not None}
+
     def _refresh_static(self) -> None:
         static = self._gpu.gpus()
         if static != self._static:

@@ -37,7 +37,7 @@ from gpuwarden.daemon.process import ExitStatus, ExitVerdict, Outcome
 from gpuwarden.daemon.storage_health import StorageHealth
 from gpuwarden.daemon.supervise.backends import Backends, ChildProcess
 from gpuwarden.daemon.supervise.hooks import AttemptEnd
-from gpuwarden.daemon.supervise.ports import Publisher, Store
+from gpuwarden.daemon.supervise.ports import EnergyReadings, NoEnergyReadings, Publisher, Store
 
 T = TypeVar("T")
 log = logging.getLogger("gpuwarden.daemon.supervisor")
@@ -225,12 +225,14 @@ class Context:
         writer: Store,
         broadcaster: Publisher,
         backends: Backends,
+        energy: EnergyReadings | None = None,
     ) -> None:
         self.settings = settings
         self.paths = paths
         self.writer = writer
         self.broadcaster = broadcaster
         self.backends = backends
+        self.energy: EnergyReadings = energy if energy is not None else NoEnergyReadings()
         self.clock = backends.clock
         self.lock = threading.RLock()
         self.active: dict[str, Active] = {}

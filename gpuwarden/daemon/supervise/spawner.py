@@ -125,6 +125,8 @@ def start(ctx: Context, start: Start) -> None:
     try:
         if node is not None:
             _publish(ctx, start, number, files, launch, node)
+        # The attempt's energy starts here, read now rather than at the next sample.
+        ctx.energy.read_energy(run_id, number, placement.gpus, "start")
         child = ctx.backends.processes.spawn(
             launch.argv,
             env,

@@ -40,7 +40,7 @@ from gpuwarden.daemon.supervise.context import Active, Completion, Context, Endi
 from gpuwarden.daemon.supervise.faults import contained
 from gpuwarden.daemon.supervise.gang_stop import kill_now, stop_gang
 from gpuwarden.daemon.supervise.hooks import Hooks
-from gpuwarden.daemon.supervise.ports import Publisher, Store
+from gpuwarden.daemon.supervise.ports import EnergyReadings, Publisher, Store
 from gpuwarden.daemon.supervise.pump import pump
 
 T = TypeVar("T")
@@ -60,8 +60,11 @@ class Supervisor:
         broadcaster: Publisher,
         backends: Backends,
         hooks: Hooks | None = None,
+        energy: EnergyReadings | None = None,
     ) -> None:
-        self.ctx = Context(settings, paths, writer, broadcaster, backends)
+        """`energy`: reads the GPUs' energy counters as attempts start and end (None: the
+        attempts' energy comes from the samples alone)."""
+        self.ctx = Context(settings, paths, writer, broadcaster, backends, energy)
         self.hooks = hooks or Hooks()
         # What the loop took on but the store has not recorded yet, taken up again each pass.
         self._endings: deque[Ending] = deque()
@@ -214,6 +217,8 @@ class Supervisor:
         if status is not None:
             if active.exited_at is None:
                 active.exited_at = now
+                # Its energy ends here, whenever the store takes its end.
+                self.ctx.energy.read_energy(active.run_id, active.attempt, active.gpus, "end")
             if settled:  # its record goes after what is owed
                 self._try(self._finish, active, status)
         elif active.kill_at is not None and now >= active.kill_at:
