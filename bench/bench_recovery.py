@@ -8,7 +8,7 @@
 3. Probe processes and the recovery's cost beyond the attempt that runs (probes, decision), in
    start-ups of the runner (that attempt's seconds): the first time a shape runs out of memory,
    and again with the sizes the first time measured remembered. Targets: ≤ 1 probe process the
-   first time (not met: one per size), none the second.
+   first time (one process loads the model and measures every size), none the second.
 (Tuning upward against an exhaustive sweep is in bench_tune.py.)
 
 CPU only (what this machine has); the limit makes torch's allocator fail for real.
@@ -123,7 +123,12 @@ def _gpuwarden(
 
     def step(batch: int, events: list[dict[str, Any]], spec: RunSpec) -> Any:
         prober = SubprocessProber(
-            spec, work / f"probes-{batch}", env={**os.environ, **PINNED}, warmup_steps=1, measure_steps=1
+            spec,
+            work / f"probes-{batch}",
+            env={**os.environ, **PINNED},
+            warmup_steps=1,
+            measure_steps=1,
+            session=True,
         )
 
         def probe(b: int) -> tuple[int | None, bool]:
@@ -132,13 +137,23 @@ def _gpuwarden(
 
         facts = AttemptFacts(number=1, events=events, exit_code=EXIT_OOM, host_capacity=LIMIT)
         known = sorted((remembered or {}).items())
-        plan = plan_recovery(
-            spec, facts, history=[], retunes_so_far=0, elapsed_s=0, probe=probe, remembered=known
-        )
+        try:
+            plan = plan_recovery(
+                spec,
+                facts,
+                history=[],
+                retunes_so_far=0,
+                elapsed_s=0,
+                probe=probe,
+                remembered=known,
+                probe_processes=lambda: prober.processes,
+            )
+        finally:
+            prober.close()
         assert plan.spec is not None, plan.give_up
         if remembered is not None:
             remembered.update({p["batch_size"]: p["peak"] for p in plan.probes if p["peak"] and not p["oom"]})
-        return plan.spec["train"]["batch_size"], len(plan.probes)
+        return plan.spec["train"]["batch_size"], prober.processes
 
     return step
 

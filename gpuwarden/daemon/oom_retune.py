@@ -93,7 +93,7 @@ class OomRetune:
         # Each probe is told as the run's event as it runs; none starts once the run was stopped
         # (its stop ends the probe running: the probes carry the run's tag).
         probes = WatchedProbes(notes, stopped=lambda: self._stopped(run_id), heartbeat_s=self._heartbeat_s)
-        probe = self._probe(spec, run, end, probe_dir)
+        probe, processes = self._probe(spec, run, end, probe_dir)
         key = memory_key(spec, bool(end.gpus), end.gpu_capacity if end.gpus else end.host_capacity)
         try:
             plan = plan_recovery(
@@ -106,8 +106,11 @@ class OomRetune:
                 hints=self._gpu_hints(end, events),
                 on_turn=probes.turn,
                 remembered=self._remembered(key),
+                probe_processes=processes.count if processes is not None else None,
             )
         finally:
+            if processes is not None:
+                processes.close()  # the probe session waiting for its next size
             shutil.rmtree(probe_dir, ignore_errors=True)
         self._remember(key, plan)
         if plan.give_up is not None:
@@ -144,13 +147,17 @@ class OomRetune:
         except OSError as exc:
             log.warning("could not remember the probes' memory points: %s", exc)
 
-    def _probe(self, spec: RunSpec, run: Mapping[str, Any], end: AttemptEnd, probe_dir: Path) -> Probe | None:
-        """Short processes that measure the restart's memory (None: the ladder decides unmeasured)."""
+    def _probe(
+        self, spec: RunSpec, run: Mapping[str, Any], end: AttemptEnd, probe_dir: Path
+    ) -> tuple[Probe | None, ProbeProcessCount | None]:
+        """Short processes that measure the restart's memory (None: the ladder decides
+        unmeasured), and how many of them ran where that is not one per size."""
         if spec.kind in ("train", "infer"):
-            return self._probe_for(str(run["id"]), spec, end, Path(str(run["run_dir"])), probe_dir)
+            prober = self._prober(str(run["id"]), spec, end, Path(str(run["run_dir"])), probe_dir)
+            return _probe_of(prober, spec), ProbeProcessCount(prober)
         if spec.command is not None:
-            return self._command_probe_for(spec, run, end, probe_dir)
-        return None
+            return self._command_probe_for(spec, run, end, probe_dir), None
+        return None, None
 
     def _wait_released(self, end: AttemptEnd, notes: RetuneNotes) -> None:
         """Until no process of the attempt's groups (a gang's ranks lead their own) holds GPU
@@ -185,15 +192,18 @@ class OomRetune:
             self._sleep(step)
             waited += step
 
-    def _probe_for(self, run_id: str, spec: RunSpec, end: AttemptEnd, run_dir: Path, work_dir: Path) -> Probe:
+    def _prober(
+        self, run_id: str, spec: RunSpec, end: AttemptEnd, run_dir: Path, work_dir: Path
+    ) -> SubprocessProber:
         env = run_environment.base(self._environment_of(run_id))  # as the run's attempts start
         env.update(spec.env)
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         env["CUDA_VISIBLE_DEVICES"] = ",".join(_rank_gpus(end))
         env[RUN_TAG] = run_tag(run_id, None)  # a restarted daemon finds leftover probes by it
         # What the restarted attempt will do: resume from the run's checkpoint, hold its
-        # accumulation's micro-batches, save checkpoints where that allocates (the host).
-        prober = SubprocessProber(
+        # accumulation's micro-batches, save checkpoints where that allocates (the host). A
+        # training run's sizes share one process that loads the model once.
+        return SubprocessProber(
             spec,
             work_dir,
             env=env,
@@ -202,26 +212,8 @@ class OomRetune:
             timeout_s=600,
             resume_from=find_latest_checkpoint(run_dir / "checkpoints"),
             include_saves=spec.resources.memory_limit is not None,
+            session=True,
         )
-        t = spec.train
-        i = spec.infer
-
-        def probe(batch: int) -> tuple[int | None, bool]:
-            if t is not None:
-                accum = max(1, t.batch_size * t.grad_accum_steps // batch)
-                c = Candidate(batch, accum, t.resolved_precision_request(), t.compile)
-            else:
-                assert i is not None
-                c = Candidate(batch, 1, i.precision, i.compile)
-            result = prober(c)
-            log.info(
-                "probe at micro-batch %d: %s",
-                batch,
-                "out of memory" if result.oom else f"peak {result.mem_peak}",
-            )
-            return result.mem_peak, result.oom
-
-        return probe
 
     def _command_probe_for(
         self, spec: RunSpec, run: Mapping[str, Any], end: AttemptEnd, work_dir: Path
@@ -278,6 +270,41 @@ class OomRetune:
             g for g in states if g.uuid not in failed and (need is None or g.free is None or g.free >= need)
         ]
         return {"other_gpus": sum(1 for g in states if g.uuid not in end.gpus), "usable_gpus": len(usable)}
+
+
+class ProbeProcessCount:
+    """How many processes a prober started, and the end of the one still alive."""
+
+    def __init__(self, prober: SubprocessProber) -> None:
+        self._prober = prober
+
+    def count(self) -> int:
+        return self._prober.processes
+
+    def close(self) -> None:
+        self._prober.close()
+
+
+def _probe_of(prober: SubprocessProber, spec: RunSpec) -> Probe:
+    """The prober as a retune's probe: a micro-batch with the accumulation that keeps the run's
+    effective batch."""
+    t = spec.train
+    i = spec.infer
+
+    def probe(batch: int) -> tuple[int | None, bool]:
+        if t is not None:
+            accum = max(1, t.batch_size * t.grad_accum_steps // batch)
+            c = Candidate(batch, accum, t.resolved_precision_request(), t.compile)
+        else:
+            assert i is not None
+            c = Candidate(batch, 1, i.precision, i.compile)
+        result = prober(c)
+        log.info(
+            "probe at micro-batch %d: %s", batch, "out of memory" if result.oom else f"peak {result.mem_peak}"
+        )
+        return result.mem_peak, result.oom
+
+    return probe
 
 
 def rank_events(events: Sequence[Mapping[str, Any]], end: AttemptEnd) -> list[Mapping[str, Any]]:

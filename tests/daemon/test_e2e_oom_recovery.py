@@ -79,6 +79,9 @@ def test_training_oom_is_retuned_keeping_the_effective_batch_and_matches_an_unin
     assert retune["prediction"]["batch"] >= new_batch and "fit" in retune["prediction"]["basis"]
     probed = [p["batch_size"] for p in retune["evidence"]["probes"] if not p["oom"]]
     assert new_batch in probed, retune["evidence"]["probes"]
+    # Every size measured by one probe process, which loaded the model once.
+    sizes = len(retune["evidence"]["probes"])
+    assert retune["evidence"]["decided"] == f"1 probe process, {sizes} size{'s' if sizes > 1 else ''}"
     shown_detail = gw.cli("show", "oom-recovery-cpu").stdout
     assert f"memory model: {retune['prediction']['batch']} fits with" in shown_detail
     assert f"; {new_batch} chosen" in shown_detail

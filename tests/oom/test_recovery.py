@@ -240,3 +240,17 @@ def test_sizes_remembered_from_a_run_of_the_same_shape_make_probes_unnecessary()
     assert (
         plan.evidence()["decided"] == "decided from 2 sizes remembered from a run of the same shape, no probe"
     )
+
+
+def test_sizes_measured_in_one_probe_process_are_counted_as_one() -> None:
+    m = Machine()
+    probed = plan_recovery(
+        train_spec(64, 1),
+        AttemptFacts(number=1, events=[oom_event(1)], exit_code=3, host_capacity=6 * GB),
+        history=[],
+        retunes_so_far=0,
+        elapsed_s=0,
+        probe=m,
+        probe_processes=lambda: 1,
+    )
+    assert len(m.calls) == 3 and probed.evidence()["decided"] == "1 probe process, 3 sizes"

@@ -242,18 +242,21 @@ def plan_recovery(
     hints: Mapping[str, Any] | None = None,
     on_turn: OnTurn | None = None,
     remembered: Sequence[tuple[int, int]] = (),
+    probe_processes: Callable[[], int] | None = None,
 ) -> RecoveryPlan:
     """Everything between "this attempt ran out of memory" and the next attempt's spec.
 
     `hints` are facts of the machine now that rungs read (`other_gpus`, `usable_gpus`);
     `on_turn` hears of each probe before it runs; `remembered` are (micro-batch, peak) points an
-    earlier run of the same shape measured under the same memory."""
+    earlier run of the same shape measured under the same memory; `probe_processes` says how many
+    processes `probe` started (one per size when not given)."""
     classification = classification_of(facts)
     policy = resolve_policy(spec.policy, kind=spec.kind)
     knobs = {**current_knobs(spec), **_spec_hints(spec), **(hints or {})}
     host = classification.verdict == "host_oom"
     capacity = facts.host_capacity if host else facts.gpu_capacity
-    measured = _measure(spec, facts, classification, knobs, capacity, probe, on_turn, remembered)
+    probing = _Probes(probe, on_turn, probe_processes)
+    measured = _measure(spec, facts, classification, knobs, capacity, probing, remembered)
     points, ooms = measured.points, measured.ooms
     batch = knobs.get("batch_size")
     decision = decide(
@@ -292,14 +295,25 @@ class _Measured:
     decided: str
 
 
+@dataclass(frozen=True)
+class _Probes:
+    """How a retune may measure: the probe, who hears of each turn, how many processes it took."""
+
+    probe: Probe | None
+    on_turn: OnTurn | None
+    processes: Callable[[], int] | None
+
+    def count(self, sizes: int) -> int:
+        return self.processes() if self.processes is not None else sizes
+
+
 def _measure(
     spec: RunSpec,
     facts: AttemptFacts,
     classification: Classification,
     knobs: dict[str, Any],
     capacity: int | None,
-    probe: Probe | None,
-    on_turn: OnTurn | None,
+    probing: _Probes,
     remembered: Sequence[tuple[int, int]],
 ) -> _Measured:
     """What is already known (the run's own steps, every attempt's; an earlier run of the same
@@ -308,6 +322,7 @@ def _measure(
     steps = memory_points(facts.events, host)
     points = steps + [p for p in remembered if p[0] > 0 and p[1] > 0]
     batch = knobs.get("batch_size")
+    probe = probing.probe
     if probe is None or not isinstance(batch, int) or not _worth_probing(classification, batch, points):
         return _Measured(points, [], (), decided_text(len(steps), len(points) - len(steps), 0))
     policy = resolve_policy(spec.policy, kind=spec.kind)
@@ -318,16 +333,18 @@ def _measure(
         return predict_max_batch(points + measured, limit, policy.headroom, failed, on).batch
 
     per_device = _per_device_batch(spec, knobs, batch)
-    found = _probe_points(probe, batch, per_device, policy.min_micro_batch, fits, on_turn)
-    decided = decided_text(len(steps), len(points) - len(steps), len(found.log))
+    found = _probe_points(probe, batch, per_device, policy.min_micro_batch, fits, probing.on_turn)
+    sizes = len(found.log)
+    decided = decided_text(len(steps), len(points) - len(steps), sizes, probing.count(sizes))
     return _Measured(points + found.points, found.log, tuple(found.ooms[1:]), decided)
 
 
-def decided_text(steps: int, remembered: int, probes: int) -> str:
-    """`decided from 2 measured steps, no probe` / `2 probe processes, 2 sizes`."""
+def decided_text(steps: int, remembered: int, probes: int, processes: int | None = None) -> str:
+    """`decided from 2 measured steps, no probe` / `1 probe process, 3 sizes` (`probes` sizes
+    measured in `processes` processes, one per size when not given)."""
     if probes:
-        # One process per size: each resumes the run as its restart will.
-        return f"{_count(probes, 'probe process', 'es')}, {_count(probes, 'size')}"
+        started = probes if processes is None else processes
+        return f"{_count(started, 'probe process', 'es')}, {_count(probes, 'size')}"
     known = [
         *([_count(steps, "measured step")] if steps else []),
         *([_count(remembered, "size") + " remembered from a run of the same shape"] if remembered else []),

@@ -36,6 +36,7 @@ from gpuwarden.core.errors import UserError
 from gpuwarden.core.events import EXIT_OOM, EXIT_USER_ERROR, decode
 from gpuwarden.core.rlimit import limited_argv
 from gpuwarden.core.tune.energy import EnergyCounter, EnergyTrace
+from gpuwarden.core.tune.probe_process import ProbeProcesses, SizeRequest
 from gpuwarden.core.tune.search import Candidate, ProbeResult
 
 
@@ -55,6 +56,7 @@ class SubprocessProber:
         resume_from: Path | None = None,
         include_saves: bool = False,
         energy: EnergyCounter | None = None,
+        session: bool = False,
     ) -> None:
         tunable = spec.train is not None or (spec.infer is not None and spec.infer.task == "generate")
         if not tunable:
@@ -75,6 +77,27 @@ class SubprocessProber:
         self.first_step = checkpoint_step(self.resume_from) if self.resume_from is not None else 0
         self.energy = energy
         self.count = 0
+        # Training probes in one process that loads the model once (`probe_process.py`); other
+        # probes (and those asked for one by one) each start the runner afresh.
+        self._session: ProbeProcesses | None = None
+        if session and spec.train is not None:
+            limit = spec.resources.memory_limit
+            stderr = work_dir / "session-stderr.log"
+            self._session = ProbeProcesses(self._env(), int(limit) if limit else None, stderr)
+        self._launched = 0
+
+    @property
+    def processes(self) -> int:
+        """Probe processes started so far."""
+        return self._session.started if self._session is not None else self._launched
+
+    def close(self) -> None:
+        """End the probe process still alive, if any (a session waits for its next size)."""
+        if self._session is not None:
+            self._session.close()
+
+    def _env(self) -> dict[str, str]:
+        return dict(os.environ if self.env is None else self.env)
 
     def _probe_spec(self, c: Candidate, run_dir: Path) -> dict[str, Any]:
         data = self.spec.model_dump(mode="json", exclude_none=True)
@@ -135,43 +158,34 @@ class SubprocessProber:
         spec_path = run_dir / "probe.yaml"
         spec_path.write_text(yaml.safe_dump(self._probe_spec(c, run_dir), sort_keys=False))
         events_path = run_dir / "events.jsonl"
-        argv = [
-            sys.executable,
-            "-m",
-            "gpuwarden.runners",
-            "--spec",
-            str(spec_path),
-            "--run-dir",
-            str(run_dir),
-        ]
-        argv += ["--attempt", "1", "--events", str(events_path)]
-        env = dict(os.environ if self.env is None else self.env)
-        limit = self.spec.resources.memory_limit
-        argv = limited_argv(argv, int(limit) if limit else None)
         start = time.monotonic()
         trace = EnergyTrace(self.energy) if self.energy is not None else None
-        with (
-            open(run_dir / "stderr.log", "wb") as err,
-            open(run_dir / "stdout.log", "wb") as out,
-            trace if trace is not None else contextlib.nullcontext(),
-        ):
-            proc = subprocess.Popen(
-                argv,
-                stdout=out,
-                stderr=err,
-                env=env,
-                start_new_session=True,
-            )
-            try:
-                code = proc.wait(timeout=self.timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                code = None
+        with trace if trace is not None else contextlib.nullcontext():
+            if self._session is not None:
+                request = SizeRequest(spec_path, run_dir, events_path)
+                code = self._session.measure(request, self.timeout_s)
+            else:
+                code = self._launch(spec_path, run_dir, events_path)
         result = self._result(c, code, events_path, run_dir, time.monotonic() - start, trace)
         if self.on_result is not None:
             self.on_result(self.count, result)
         return result
+
+    def _launch(self, spec_path: Path, run_dir: Path, events_path: Path) -> int | None:
+        """One runner process for this probe alone; its exit status (None: killed at the timeout)."""
+        argv = [sys.executable, "-m", "gpuwarden.runners", "--spec", str(spec_path)]
+        argv += ["--run-dir", str(run_dir), "--attempt", "1", "--events", str(events_path)]
+        limit = self.spec.resources.memory_limit
+        argv = limited_argv(argv, int(limit) if limit else None)
+        self._launched += 1
+        with open(run_dir / "stderr.log", "wb") as err, open(run_dir / "stdout.log", "wb") as out:
+            proc = subprocess.Popen(argv, stdout=out, stderr=err, env=self._env(), start_new_session=True)
+            try:
+                return proc.wait(timeout=self.timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                return None
 
     def _result(
         self,
@@ -199,7 +213,8 @@ class SubprocessProber:
             return ProbeResult(c, ok=False, wall_s=wall, error=f"timed out after {self.timeout_s:.0f} s")
         if code != 0:
             errors = [str(e.get("message")) for e in events if e["type"] == "error"]
-            tail = _read_lines(run_dir / "stderr.log")[-1:] or [f"exit {code}"]
+            stderr = run_dir / "stderr.log" if self._session is None else self.work_dir / "session-stderr.log"
+            tail = _read_lines(stderr)[-1:] or [f"exit {code}"]
             error = (errors or tail)[-1][:300]
             return ProbeResult(c, ok=False, wall_s=wall, error=error, spec_error=code == EXIT_USER_ERROR)
         measured = self._measured(progress)

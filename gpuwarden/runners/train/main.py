@@ -6,6 +6,7 @@ gang whose size must be `train.world_size`; started alone, world_size must be 1.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from gpuwarden.core.config.spec import RunSpec
@@ -59,8 +60,15 @@ def precision_warning(train: TrainSpec, precision: PrecisionChoice) -> Warning |
     return None
 
 
-def run(spec: RunSpec, run_dir: Path, attempt: int, events: EventWriter) -> int:
-    """Train as `spec.train` says, resuming from the run's newest checkpoint; returns the exit code."""
+def run(
+    spec: RunSpec,
+    run_dir: Path,
+    attempt: int,
+    events: EventWriter,
+    prepare: Callable[[RunSpec], PreparedTask] = prepare_task,
+) -> int:
+    """Train as `spec.train` says, resuming from the run's newest checkpoint; returns the exit code.
+    `prepare` builds the model and data (a probe session hands out the one it built already)."""
     train = spec.train
     if train is None:
         raise UserError("kind 'train' needs a `train:` section", code="invalid_config")
@@ -77,7 +85,7 @@ def run(spec: RunSpec, run_dir: Path, attempt: int, events: EventWriter) -> int:
     # that fails later shows up as a failed collective in the others
     gang = open_gang(ranks, device, train.collective_timeout)
     try:
-        task = prepare_task(spec)
+        task = prepare(spec)
         trainer = Trainer(
             train,
             task,
