@@ -142,6 +142,10 @@ def serve(requests: IO[str], replies: IO[str]) -> int:
 
 
 def main() -> int:
+    # torch.cuda.is_available() (libraries building a model ask it) otherwise asks the CUDA runtime,
+    # which initialises the driver in this process, and a driver initialised before a fork fails
+    # in the fork ("initialization error"). Asked through NVML instead, nothing of CUDA starts here.
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     STOP.install()
     # Answers go to the real stdout; whatever the model's libraries print goes to stderr.
     replies = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8")
