@@ -38,6 +38,11 @@ class TuneOutcome:
     result: dict[str, Any]  # TuneResult.to_dict(), or the remembered one
 
     @property
+    def uncertain(self) -> bool:
+        """True when noise could have made the pick (then it was not remembered)."""
+        return bool(self.result.get("uncertain"))
+
+    @property
     def summary(self) -> str:
         best = self.result["best"]
         c = best["candidate"]
@@ -59,6 +64,9 @@ class TuneOutcome:
         seen = [f"{what} {100 * value:.1f} %" for what, value in known]
         if seen:
             text += f"; noise seen: {', '.join(seen)}"
+        settling = self.result.get("settling") or {}
+        if settling.get("says"):
+            text += "\n" + str(settling["says"])
         sweep = self.result.get("power_sweep") or {}
         if sweep.get("recommendation") or sweep.get("needs"):
             text += "\n" + str(sweep.get("recommendation") or sweep.get("needs"))
@@ -194,7 +202,7 @@ def tune_spec(
     if outcome.best is None:
         raise UserError(f"{spec.name}: no configuration ran: {outcome.stopped_because}")
     knobs = tuned_knobs(spec, outcome.best.candidate)
-    cache.put(fp, inputs, result, knobs)
+    cache.put(fp, inputs, result, knobs, uncertain=outcome.uncertain)
     return TuneOutcome(fp, False, knobs, result)
 
 
