@@ -87,11 +87,13 @@ def rivals(
 
 
 def names(labels: list[str]) -> str:
-    """"a", "a and b", "a, b and c"."""
+    """ "a", "a and b", "a, b and c"."""
     return labels[0] if len(labels) == 1 else f"{', '.join(labels[:-1])} and {labels[-1]}"
 
 
-def within_noise_line(labels: list[str], noise: float | None, kept: str, rounds: int, *, kept_own: bool) -> str:
+def within_noise_line(
+    labels: list[str], noise: float | None, kept: str, rounds: int, *, kept_own: bool
+) -> str:
     """What a tune says of an uncertain pick, in one line."""
     seen = f"{100 * noise:.1f} % between repeated readings" if noise is not None else "unknown"
     after = f" after {rounds} interleaved re-measure round{'s' if rounds != 1 else ''}" if rounds else ""
