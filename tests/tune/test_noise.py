@@ -31,8 +31,8 @@ class Readings:
         return ProbeResult(c, ok=True, samples_per_s=rate, mem_peak=GB, wall_s=10.0)
 
 
-def _search(probe: Readings, **kwargs: int) -> Search:
-    return Search(probe, capacity=80 * GB, **kwargs)
+def _search(probe: Readings, settle_rounds: int = 2) -> Search:
+    return Search(probe, capacity=80 * GB, settle_rounds=settle_rounds)
 
 
 def test_the_band_narrows_with_readings_and_a_rival_must_reach_past_min_gain() -> None:
