@@ -15,6 +15,7 @@ from gpuwarden.core.config.resolve import resolve_relative_paths
 from gpuwarden.core.config.spec import load_spec
 from gpuwarden.runners.infer.example_models import write_prompts
 from gpuwarden.runners.testing_models import build_tiny_causal_lm
+from tests.tune.scripted_program import scripted_spec
 
 SPEC = """\
 # my run
@@ -261,47 +262,11 @@ def test_a_prompt_line_that_is_not_json_is_named_by_its_line(tmp_path: Path) -> 
     )
 
 
-# A user's own program that reports its progress with the rate the test chooses for each of its
-# runs (the probe reads samples/s from the progress events' times): the noise of every reading
-# is the test's, whatever the machine's load.
-SCRIPTED_PROGRAM = """\
-import json, os, sys
-from pathlib import Path
-
-bs, acc, steps, rates_file = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[5])
-count = rates_file.with_name(f"read-{bs}")
-n = int(count.read_text()) if count.exists() else 0
-count.write_text(str(n + 1))
-rates = json.loads(rates_file.read_text())[str(bs)]
-rate = rates[min(n, len(rates) - 1)]
-with open(os.environ["GPUWARDEN_EVENTS_FILE"], "a") as events:
-    for step in range(1, steps + 1):
-        seen = step * bs * acc
-        events.write(json.dumps({"v": 1, "type": "progress", "ts": seen / rate, "step": step,
-                                 "samples_seen": seen}) + "\\n")
-"""
-
-
-def _scripted_spec(tmp_path: Path, rates: dict[int, list[float]]) -> Path:
-    (tmp_path / "train.py").write_text(SCRIPTED_PROGRAM)
-    (tmp_path / "rates.json").write_text(json.dumps(rates))
-    argv = f'["{sys.executable}", train.py, "{{bs}}", "{{acc}}", "{{steps}}", "{{out}}", rates.json]'
-    roles = "{micro_batch: bs, accum_steps: acc, max_steps: steps, output_dir: out}"
-    spec = tmp_path / "own.yaml"
-    spec.write_text(
-        f"name: own\nkind: command\nresources: {{gpus: 0}}\ncommand:\n  cwd: .\n  argv: {argv}\n"
-        f"  roles: {roles}\nknobs: {{bs: 1, acc: 4, steps: 100, out: o}}\n"
-    )
-    for old in tmp_path.glob("read-*"):
-        old.unlink()  # each tune's readings start from the first
-    return spec
-
-
 def test_a_pick_within_the_noise_is_said_and_not_remembered(tmp_path: Path) -> None:
     # Micro-batch 4 reads 16.25 samples/s once, at a quiet moment; read again beside the spec's
     # own 1 × 4, the two read alike.
     rates = {1: [5.0, 5.1, 5.2], 4: [16.25, 5.2, 5.0], 2: [4.89, 5.1, 5.2]}
-    spec = _scripted_spec(tmp_path, rates)
+    spec = scripted_spec(tmp_path, rates)
     first = _tune(tmp_path, str(spec))
     assert first.returncode == 0, first.stderr
     said = (
@@ -312,7 +277,7 @@ def test_a_pick_within_the_noise_is_said_and_not_remembered(tmp_path: Path) -> N
     assert said in first.stdout
     assert yaml.safe_load((tmp_path / "own.tuned.yaml").read_text())["knobs"]["bs"] == 1
     # Not reused: the next tune measures again (and, read alike again, says so again).
-    spec = _scripted_spec(tmp_path, rates)
+    spec = scripted_spec(tmp_path, rates)
     again = _tune(tmp_path, str(spec), "--json")
     assert again.returncode == 0, again.stderr
     out = json.loads(again.stdout)
@@ -323,7 +288,7 @@ def test_a_pick_within_the_noise_is_said_and_not_remembered(tmp_path: Path) -> N
 
 
 def test_a_clear_winner_is_remembered(tmp_path: Path) -> None:
-    spec = _scripted_spec(tmp_path, {1: [5.0, 5.05], 4: [10.0, 10.1, 10.0], 2: [7.0, 7.1]})
+    spec = scripted_spec(tmp_path, {1: [5.0, 5.05], 4: [10.0, 10.1, 10.0], 2: [7.0, 7.1]})
     first = _tune(tmp_path, str(spec), "--json")
     assert first.returncode == 0, first.stderr
     out = json.loads(first.stdout)
