@@ -1,14 +1,19 @@
-"""`tune` against an exhaustive sweep, both with real probe processes of the training runner.
+"""`tune` against an exhaustive sweep, both with real probe processes of the training runner,
+measured in the same run.
 
 The sweep probes every micro-batch that keeps the effective batch (on a GPU, each also with the
 precisions and compile settings tune tries there); the search starts where a user would
-(micro-batch 4, the spec's precision, no compile) and runs `REPEATS` times. Targets, on the median
-of those searches: the pick's samples/s ≥ 95 % of the sweep's best, in ≤ 1/3 of the sweep's time.
+(micro-batch 4, the spec's precision, no compile). Sweep rounds and searches alternate, `REPEATS`
+of each (sweep round, search, sweep round, search, …), so a change of the machine's load weighs
+on both: a sweep cached from another hour once made a cold run's figures say nothing. Each
+configuration's figure is the median of its sweep readings; a pick is scored by its own
+configuration's figure against the best one's (`tune_report.py`, which also says when the
+readings spread too much for a verdict). Targets, on the medians: the pick's samples/s ≥ 95 % of
+the sweep's best, in ≤ 1/3 of a sweep round's time.
 
-The sweep's best is the highest of many noisy readings, so it reads high by chance (the winner's
-curse): the pick and the sweep's best are therefore measured again, interleaved, `REPEATS` times
-each, and compared on their medians. The sweep is kept in `.bench/tune-sweep.json` for the same
-setup, so a GPU check can run it as its own step and the searches as the next one.
+A GPU check runs the sweep as a step of its own (`sweep()`, kept in `.bench/tune-sweep.json`);
+the searches' step then uses that sweep, when fresh, as its first round and names when it was
+measured.
 """
 
 from __future__ import annotations
@@ -16,22 +21,23 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import statistics
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from bench.figures import REPEATS, figure_row, main_for
+from bench import tune_report
+from bench.figures import REPEATS, main_for
+from bench.tune_report import SearchRun
 from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
 from gpuwarden.core.tune.probe import SubprocessProber
-from gpuwarden.core.tune.search import Candidate, ProbeResult, Search, divisors
+from gpuwarden.core.tune.search import Candidate, Search, divisors
 from gpuwarden.core.tune.target import Target, pick_target
 
 PINNED = {"OMP_NUM_THREADS": "2", "MALLOC_ARENA_MAX": "2"}
 SWEEP_FILE = Path(".bench") / "tune-sweep.json"
-# A saved sweep is reused only this soon after it was measured: the searches must be compared
-# with a sweep taken under the same conditions (a GPU check runs the two as consecutive steps).
+# A saved sweep serves as the first round only this soon after it was measured (a GPU check runs
+# the sweep and the searches as consecutive steps); the report names when it was.
 SWEEP_FRESH_S = 3600.0
 # (effective batch, image model). CPU: a tiny model, the 20 divisors of 240. GPU: a model that
 # gives the card work, and 64 so that micro-batch × precision × compile stays a sweep of 28 probes.
@@ -89,17 +95,15 @@ def _space(target: Target, effective: int) -> list[Candidate]:
 def sweep() -> dict[str, Any]:
     """Probe the whole space once (or reuse the sweep saved for this setup)."""
     spec, target, effective = setup()
-    key = {"device": target.device, "spec": spec.model_dump(mode="json")}
-    if SWEEP_FILE.exists():
-        saved = json.loads(SWEEP_FILE.read_text())
-        if saved.get("key") == key and time.time() - float(saved.get("time", 0)) < SWEEP_FRESH_S:
-            return dict(saved)
+    fresh = _saved_sweep(spec, target)
+    if fresh is not None:
+        return fresh
     work = Path(tempfile.mkdtemp(prefix="bench-tune-sweep-"))
     try:
-        probe = _prober(spec, target, work)
-        results = [probe(c).to_dict() for c in _space(target, effective)]
+        results = _sweep_round(spec, target, effective, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    key = {"device": target.device, "spec": spec.model_dump(mode="json")}
     saved = {"key": key, "time": time.time(), "results": results}
     SWEEP_FILE.parent.mkdir(exist_ok=True)
     SWEEP_FILE.write_text(json.dumps(saved, indent=2))
@@ -110,84 +114,81 @@ def _candidate(d: dict[str, Any]) -> Candidate:
     return Candidate(d["batch_size"], d["grad_accum_steps"], d["precision"], d["compile"])
 
 
-def _rate(r: ProbeResult) -> float:
-    if not r.ok or not r.samples_per_s:
-        raise RuntimeError(f"a re-measure failed: {r.error or 'no throughput'} ({r.candidate})")
-    return r.samples_per_s
+def _name(c: Candidate, target: Target) -> str:
+    """A configuration as the report names it: the micro-batch, and on a GPU what else varies."""
+    return f"{c.batch_size}{f' {c.precision}' if target.precisions else ''}{', compile' if c.compile else ''}"
+
+
+def _saved_sweep(spec: RunSpec, target: Target) -> dict[str, Any] | None:
+    """The sweep the GPU check's own step saved for this setup, when fresh."""
+    if not SWEEP_FILE.exists():
+        return None
+    saved = json.loads(SWEEP_FILE.read_text())
+    key = {"device": target.device, "spec": spec.model_dump(mode="json")}
+    if saved.get("key") == key and time.time() - float(saved.get("time", 0)) < SWEEP_FRESH_S:
+        return dict(saved)
+    return None
+
+
+def _sweep_round(spec: RunSpec, target: Target, effective: int, work: Path) -> list[dict[str, Any]]:
+    """Every configuration probed once."""
+    probe = _prober(spec, target, work)
+    return [probe(c).to_dict() for c in _space(target, effective)]
+
+
+def _as_round(results: list[dict[str, Any]], target: Target) -> tuple[dict[str, float | None], float]:
+    """(configuration name → samples/s or None, the round's probe time)."""
+    rates = {
+        _name(_candidate(r["candidate"]), target): (r["samples_per_s"] if r["ok"] else None) for r in results
+    }
+    return rates, sum(float(r["wall_s"]) for r in results)
+
+
+def _search(spec: RunSpec, target: Target, effective: int, work: Path) -> SearchRun:
+    # On the CPU the memory that matters is the host's, which the tiny model never nears.
+    capacity = target.capacity if target.device["type"] == "cuda" else None
+    result = Search(_prober(spec, target, work), capacity=capacity).run(
+        Candidate(4, effective // 4, "fp32", False),
+        per_device_batch=effective,
+        precisions=target.precisions,
+        compile_options=target.compile_options,
+    )
+    assert result.best is not None, result.stopped_because
+    return SearchRun(
+        _name(result.best.candidate, target),
+        result.wall_s,
+        len(result.trials),
+        result.uncertain,
+        result.noise.get("repeat_spread"),
+    )
 
 
 def run() -> list[dict[str, Any]]:
     spec, target, effective = setup()
-    swept = sweep()["results"]
-    ok = [r for r in swept if r["ok"] and r["samples_per_s"]]
-    best_sweep = max(ok, key=lambda r: r["samples_per_s"])
-    best_c = _candidate(best_sweep["candidate"])
-    sweep_time = sum(float(r["wall_s"]) for r in swept)
-    shares: list[float] = []
-    times: list[float] = []
-    probes: list[float] = []
-    picks: list[str] = []
-    noise: list[float] = []
+    saved = _saved_sweep(spec, target)
+    rounds: list[dict[str, float | None]] = []
+    walls: list[float] = []
+    searches: list[SearchRun] = []
     work = Path(tempfile.mkdtemp(prefix="bench-tune-"))
     try:
         for rep in range(REPEATS):
-            # On the CPU the memory that matters is the host's, which the tiny model never nears.
-            capacity = target.capacity if target.device["type"] == "cuda" else None
-            search = Search(_prober(spec, target, work / f"search-{rep}"), capacity=capacity)
-            result = search.run(
-                Candidate(4, effective // 4, "fp32", False),
-                per_device_batch=effective,
-                precisions=target.precisions,
-                compile_options=target.compile_options,
+            results = (
+                saved["results"]
+                if rep == 0 and saved is not None
+                else _sweep_round(spec, target, effective, work / f"sweep-{rep}")
             )
-            assert result.best is not None, result.stopped_because
-            pick = result.best.candidate
-            shares.append(_share(spec, target, work / f"again-{rep}", pick, best_c))
-            times.append(result.wall_s / sweep_time)
-            probes.append(len(result.trials))
-            picks.append(f"{pick.batch_size}{' ' + pick.precision if target.precisions else ''}")
-            spread = result.noise.get("repeat_spread")
-            if spread is not None:
-                noise.append(100 * spread)
+            rates, wall = _as_round(results, target)
+            rounds.append(rates)
+            walls.append(wall)
+            searches.append(_search(spec, target, effective, work / f"search-{rep}"))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    space = f"{len(swept)} configurations" + (", precision and compile" if target.precisions else "")
-    rows = [
-        figure_row(
-            f"tune vs sweep ({space}, effective batch {effective}): pick / sweep's best, samples/s "
-            f"(each re-measured {REPEATS}× interleaved, 10 steps; picks {', '.join(picks)} vs "
-            f"{best_c.batch_size})",
-            [100 * s for s in shares],
-            "%",
-            target="≥ 95",
-            check=lambda v: v >= 95,
-        ),
-        figure_row(
-            f"tune vs sweep: time ({statistics.median(probes):.0f} vs {len(swept)} probes; sweep "
-            f"{sweep_time:.0f} s)",
-            [100 * t for t in times],
-            "% of the sweep's",
-            target="≤ 33.3",
-            check=lambda v: v <= 100 / 3,
-        ),
-    ]
-    if len(noise) >= 3:
-        rows.append(figure_row("tune: spread of the readings it repeated", noise, "%"))
-    return rows
-
-
-def _share(spec: RunSpec, target: Target, work: Path, pick: Candidate, best: Candidate) -> float:
-    """Median samples/s of the pick over that of the sweep's best, measured alternately. These
-    are the benchmark's measuring instrument, not part of tune: longer runs (10 measured steps)
-    read steadier than the short probes the search is timed with."""
-    if pick == best:
-        return 1.0
-    probe = _prober(spec, target, work, measure_steps=10)
-    picked, swept = [], []
-    for _ in range(REPEATS):
-        picked.append(_rate(probe(pick)))
-        swept.append(_rate(probe(best)))
-    return statistics.median(picked) / statistics.median(swept)
+    space = f"{len(rounds[0])} configurations" + (", precision and compile" if target.precisions else "")
+    measured = f"effective batch {effective}; sweep rounds and searches alternated in this run"
+    if saved is not None:
+        when = time.strftime("%H:%M UTC", time.gmtime(float(saved["time"])))
+        measured += f", its first sweep round the GPU check's, measured at {when}"
+    return tune_report.rows(rounds, walls, searches, space=space, measured=measured)
 
 
 if __name__ == "__main__":
