@@ -101,8 +101,8 @@ def test_a_clear_winner_is_checked_once_and_not_uncertain() -> None:
     assert not result.uncertain
     assert result.best is not None and result.best.candidate.batch_size == 4
     assert result.settling.rounds == 1 and probe.calls[3:] == [4, 2]
-    assert (
-        result.settling.says == "re-measured 4 × 1 and 2 × 2 once, interleaved: 4 × 1 leads beyond the noise"
+    assert result.settling.says == (
+        "re-measured 4 × 1 and 2 × 2 once, interleaved: 4 × 1 kept, no other within the noise of beating it by 5 %"
     )
 
 

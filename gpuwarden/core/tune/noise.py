@@ -104,7 +104,10 @@ def within_noise_line(
     )
 
 
-def settled_line(labels: list[str], pick: str, rounds: int) -> str:
+def settled_line(labels: list[str], pick: str, rounds: int, min_gain: float) -> str:
     """What a tune says when re-measuring settled the pick."""
     times = "once" if rounds == 1 else f"{rounds} times"
-    return f"re-measured {names(labels)} {times}, interleaved: {pick} leads beyond the noise"
+    return (
+        f"re-measured {names(labels)} {times}, interleaved: {pick} kept, no other within the noise "
+        f"of beating it by {100 * min_gain:.0f} %"
+    )

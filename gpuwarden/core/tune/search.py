@@ -360,8 +360,8 @@ class Search:
 
     def _settle(self, pick: Candidate) -> Candidate:
         """Measure the pick and its strongest rivals again, interleaved (so that drift weighs on
-        all), at most `settle_rounds` times; a pick still with rivals keeps the first measured of
-        them, uncertain."""
+        all), at most `settle_rounds` times. A pick still with rivals is uncertain: the setting
+        tuned from stays when it is one of them, else the search's pick."""
         rivals = self._rivals(pick)
         while rivals and self.settling.rounds < self.settle_rounds:
             group = [pick, *rivals[:MAX_RIVALS]]
@@ -378,7 +378,7 @@ class Search:
         if not rivals:
             if self._settle_from:
                 self.settling.says = noise_rule.settled_line(
-                    self.settling.remeasured, _plain_label(pick, every), self.settling.rounds
+                    self.settling.remeasured, _plain_label(pick, every), self.settling.rounds, self.min_gain
                 )
             return pick
         close = [c for c in every if c == pick or c in rivals]  # in the order first measured

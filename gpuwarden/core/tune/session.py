@@ -38,11 +38,6 @@ class TuneOutcome:
     result: dict[str, Any]  # TuneResult.to_dict(), or the remembered one
 
     @property
-    def uncertain(self) -> bool:
-        """True when noise could have made the pick (then it was not remembered)."""
-        return bool(self.result.get("uncertain"))
-
-    @property
     def summary(self) -> str:
         best = self.result["best"]
         c = best["candidate"]
