@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -163,6 +164,11 @@ def _search(spec: RunSpec, target: Target, effective: int, work: Path) -> Search
     )
 
 
+def _say(line: str) -> None:
+    """Progress on stderr: a round on a loaded CPU takes minutes."""
+    print(f"  tune: {line}", file=sys.stderr, flush=True)
+
+
 def run() -> list[dict[str, Any]]:
     spec, target, effective = setup()
     saved = _saved_sweep(spec, target)
@@ -180,7 +186,10 @@ def run() -> list[dict[str, Any]]:
             rates, wall = _as_round(results, target)
             rounds.append(rates)
             walls.append(wall)
+            _say(f"sweep round {rep + 1}: {len(results)} probes, {wall:.0f} s")
             searches.append(_search(spec, target, effective, work / f"search-{rep}"))
+            found = searches[-1]
+            _say(f"search {rep + 1}: picked {found.pick} in {found.probes} probes, {found.wall_s:.0f} s")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     space = f"{len(rounds[0])} configurations" + (", precision and compile" if target.precisions else "")
