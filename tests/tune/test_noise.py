@@ -73,7 +73,7 @@ def test_a_noisy_pair_is_said_and_uncertain_and_the_setting_tuned_from_is_kept()
     assert settling.within_noise == ["1 × 4", "4 × 1"]
     assert result.best is not None and result.best.candidate.batch_size == 1
     assert settling.says == (
-        "micro-batch 1 × 4 and 4 × 1 are within the noise (4.2 % between repeated readings) after 2 "
+        "micro-batch 1 × 4 and 4 × 1 are within the noise (repeated readings typically 4.2 % apart) after 2 "
         "interleaved re-measure rounds: kept 1 × 4, the setting tuned from; not remembered — the next "
         "tune measures again"
     )

@@ -270,7 +270,7 @@ def test_a_pick_within_the_noise_is_said_and_not_remembered(tmp_path: Path) -> N
     first = _tune(tmp_path, str(spec))
     assert first.returncode == 0, first.stderr
     said = (
-        "micro-batch 1 × 4 and 4 × 1 are within the noise (4.2 % between repeated readings) after 2 "
+        "micro-batch 1 × 4 and 4 × 1 are within the noise (repeated readings typically 4.2 % apart) after 2 "
         "interleaved re-measure rounds: kept 1 × 4, the setting tuned from; not remembered — the next "
         "tune measures again"
     )

@@ -95,7 +95,8 @@ def within_noise_line(
     labels: list[str], noise: float | None, kept: str, rounds: int, *, kept_own: bool
 ) -> str:
     """What a tune says of an uncertain pick, in one line."""
-    seen = f"{100 * noise:.1f} % between repeated readings" if noise is not None else "unknown"
+    # The median spread, not the largest a tune reports as the noise seen: what the rule used.
+    seen = f"repeated readings typically {100 * noise:.1f} % apart" if noise is not None else "unknown"
     after = f" after {rounds} interleaved re-measure round{'s' if rounds != 1 else ''}" if rounds else ""
     which = "the setting tuned from" if kept_own else "the search's pick"
     return (
