@@ -11,8 +11,11 @@ pick's samples/s ≥ 95 % of the sweep's best, in ≤ 1/3 of the sweep's time.
 The sweep's best is the highest of many noisy readings, so it reads high by chance (the winner's
 curse): the picks and the sweep's best are therefore measured again, interleaved, `REPEATS` times
 each, and compared on their medians — each distinct configuration once, however many searches
-picked it. The sweep is kept in `.bench/tune-sweep.json` for the same setup, so a GPU check can
-run it as its own step and the searches as the next one.
+picked it. So the throughput row rests on readings of one run, taken in turns, whatever the load
+was when the sweep ran; a row whose readings spread more than its comparison can resolve says so
+instead of a verdict (`tune_report.py`). The sweep is kept in `.bench/tune-sweep.json` for the
+same setup (the row says when it was measured), so a GPU check can run it as its own step and
+the searches as the next one inside one short GPU window each.
 """
 
 from __future__ import annotations
@@ -20,13 +23,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import statistics
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from bench import tune_report
 from bench.figures import REPEATS, figure_row, main_for
+from bench.tune_report import SearchRun
 from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
 from gpuwarden.core.tune.probe import SubprocessProber
 from gpuwarden.core.tune.search import Candidate, ProbeResult, Search, TuneResult, divisors
@@ -147,10 +151,10 @@ def _searches(spec: RunSpec, target: Target, effective: int, work: Path) -> list
 
 def run() -> list[dict[str, Any]]:
     spec, target, effective = setup()
-    swept = sweep()["results"]
+    saved = sweep()
+    swept = saved["results"]
     ok = [r for r in swept if r["ok"] and r["samples_per_s"]]
-    best_sweep = max(ok, key=lambda r: r["samples_per_s"])
-    best_c = _candidate(best_sweep["candidate"])
+    best_c = _candidate(max(ok, key=lambda r: r["samples_per_s"])["candidate"])
     sweep_time = sum(float(r["wall_s"]) for r in swept)
     work = Path(tempfile.mkdtemp(prefix="bench-tune-"))
     try:
@@ -159,35 +163,36 @@ def run() -> list[dict[str, Any]]:
         rates = _remeasured(spec, target, work / "again", [best_c, *picks])
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    shares = [statistics.median(rates[p]) / statistics.median(rates[best_c]) for p in picks]
-    times = [r.wall_s / sweep_time for r in searches]
-    probes = [len(r.trials) for r in searches]
-    noise = [100 * r.noise["repeat_spread"] for r in searches if r.noise.get("repeat_spread") is not None]
-    named = [f"{p.batch_size}{' ' + p.precision if target.precisions else ''}" for p in picks]
+    rounds = [{_name(c, target): readings[i] for c, readings in rates.items()} for i in range(_count(rates))]
+    runs = [_search_run(r, target) for r in searches]
     space = f"{len(swept)} configurations" + (", precision and compile" if target.precisions else "")
-    rows = [
-        figure_row(
-            f"tune vs sweep ({space}, effective batch {effective}): pick / sweep's best, samples/s "
-            f"(each re-measured {REPEATS}× interleaved, 10 steps; picks {', '.join(named)} vs "
-            f"{best_c.batch_size})",
-            [100 * s for s in shares],
-            "%",
-            target="≥ 95",
-            check=lambda v: v >= 95,
-        ),
-        figure_row(
-            f"tune vs sweep: time ({statistics.median(probes):.0f} vs {len(swept)} probes; sweep "
-            f"{sweep_time:.0f} s)",
-            [100 * t for t in times],
-            "% of the sweep's",
-            target="≤ 33.3",
-            check=lambda v: v <= 100 / 3,
-        ),
-        _inside_grid(swept, best_c),
-    ]
-    if len(noise) >= 3:
-        rows.append(figure_row("tune: spread of the readings it repeated", noise, "%"))
-    return rows
+    when = time.strftime("%H:%M UTC", time.gmtime(float(saved["time"])))
+    measured = (
+        f"effective batch {effective}; the picks and the sweep's best ({_name(best_c, target)}) "
+        f"re-measured {REPEATS}× in turns in this run; the sweep measured at {when}"
+    )
+    rows = tune_report.rows(rounds, [sweep_time], runs, space=space, measured=measured)
+    return [*rows, _inside_grid(swept, best_c)]
+
+
+def _count(rates: dict[Candidate, list[float]]) -> int:
+    return min(len(readings) for readings in rates.values())
+
+
+def _name(c: Candidate, target: Target) -> str:
+    """A configuration as the report names it: the micro-batch, and on a GPU what else varies."""
+    return f"{c.batch_size}{f' {c.precision}' if target.precisions else ''}{', compile' if c.compile else ''}"
+
+
+def _search_run(result: TuneResult, target: Target) -> SearchRun:
+    assert result.best is not None, result.stopped_because
+    return SearchRun(
+        _name(result.best.candidate, target),
+        result.wall_s,
+        len(result.trials),
+        result.uncertain,
+        result.noise.get("repeat_spread"),
+    )
 
 
 def _inside_grid(swept: list[dict[str, Any]], best: Candidate) -> dict[str, Any]:

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--force", is_flag=True, help="Probe again even if this setup was tuned before.")
 @click.option("--max-trials", type=click.IntRange(1, 64), default=12, show_default=True,
-              help="Most probe runs to spend (each is a short real run).")  # fmt: skip
+              help="Most probe runs the search spends (each is a short real run); re-measuring a "
+                   "pick that is within the noise of another adds at most 6.")  # fmt: skip
 @click.option("--headroom", type=click.FloatRange(0.0, 0.5), default=0.08, show_default=True,
               help="Fraction of memory kept free.")  # fmt: skip
 @click.option("--min-gain", type=click.FloatRange(0.0, 1.0), default=0.05, show_default=True,

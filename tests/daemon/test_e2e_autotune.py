@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gpuwarden.core.errors import UserError
 from tests.daemon.conftest import DaemonHandle
+from tests.tune.scripted_program import scripted_spec
 
 
 # Submitting goes through the CLI, as a user does; what the daemon then holds is read with the
@@ -128,5 +130,37 @@ def test_autotune_probes_once_then_remembers(daemon_factory: Any) -> None:
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     b = _detail(gw, "tuned-b")
     (again,) = _events(gw, b["id"], "autotuned")
-    assert "remembered result" in again["message"]
-    assert b["spec"]["train"]["batch_size"] == t["batch_size"]
+    # Real probes on a shared machine: a pick the noise could have made is probed again (the
+    # test with a scripted program below checks that outcome exactly).
+    if "within the noise" in tuned["message"]:
+        assert "probed" in again["message"]
+    else:
+        assert "remembered result" in again["message"]
+        assert b["spec"]["train"]["batch_size"] == t["batch_size"]
+
+
+@pytest.mark.slow
+def test_autotune_keeps_the_spec_s_setting_when_the_pick_is_within_the_noise(
+    daemon_factory: Any, tmp_path: Path
+) -> None:
+    # The program's micro-batch 4 reads 16.25 samples/s once; beside the spec's own 1 × 4 it
+    # reads alike: the run starts with 1 × 4, and the next run probes again.
+    gw: DaemonHandle = daemon_factory({"GPUWARDEN_FAKE_NVML": "none"})
+    rates = {1: [5.0, 5.1, 5.2], 4: [16.25, 5.2, 5.0], 2: [4.89, 5.1, 5.2]}
+    spec = scripted_spec(tmp_path, rates, extra="autotune: true\n")
+    result = gw.cli("run", str(spec), "--follow", timeout=400)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    detail = _detail(gw, "own")
+    (tuned,) = _events(gw, detail["id"], "autotuned")
+    assert "probed" in tuned["message"]
+    assert "micro-batch 1 × 4 and 4 × 1 are within the noise" in tuned["message"]
+    assert "kept 1 × 4, the setting tuned from" in tuned["message"]
+    assert (detail["spec"]["knobs"]["bs"], detail["spec"]["knobs"]["acc"]) == (1, 4)
+
+    spec = scripted_spec(tmp_path, rates, extra="autotune: true\n")
+    result = gw.cli("run", str(spec), "--follow", timeout=400)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    with gw.client() as client:
+        (second,) = [r for r in client.runs() if r.id != detail["id"]]
+    (again,) = _events(gw, second.id, "autotuned")
+    assert "probed" in again["message"]

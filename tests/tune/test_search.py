@@ -157,7 +157,7 @@ def test_a_lucky_first_reading_does_not_end_the_search() -> None:
     assert probe.calls[:4] == [4, 12, 4, 40]  # the incumbent measured again before stopping
     assert result.best is not None and result.best.candidate.batch_size >= 12
     assert result.noise["repeat_spread"] == pytest.approx(0.5)  # 1000 and 600 around a mean of 800
-    assert result.noise["repeated"] == {"4×60 fp32": pytest.approx(0.5)}
+    assert result.noise["repeated"]["4×60 fp32"] == pytest.approx(0.5)
 
 
 def test_one_slow_reading_of_a_faster_batch_is_measured_again() -> None:
@@ -170,7 +170,7 @@ def test_one_slow_reading_of_a_faster_batch_is_measured_again() -> None:
 
 
 def test_a_confirmed_tie_stops_and_says_what_noise_it_saw() -> None:
-    probe = Scripted({4: [800, 780], 12: [820], 8: [790], 6: [790]})
+    probe = Scripted({4: [800, 780], 12: [810], 8: [790], 6: [790]})
     result = Search(probe, capacity=80 * GB).run(Candidate(4, 60, "fp32", False), per_device_batch=240)
     assert probe.calls[:3] == [4, 12, 4]
     assert result.best is not None and result.best.candidate.batch_size == 4

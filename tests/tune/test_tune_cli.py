@@ -15,6 +15,7 @@ from gpuwarden.core.config.resolve import resolve_relative_paths
 from gpuwarden.core.config.spec import load_spec
 from gpuwarden.runners.infer.example_models import write_prompts
 from gpuwarden.runners.testing_models import build_tiny_causal_lm
+from tests.tune.scripted_program import scripted_spec
 
 SPEC = """\
 # my run
@@ -70,8 +71,12 @@ def test_tune_writes_a_tuned_spec_and_remembers_it(tmp_path: Path) -> None:
     again = _tune(tmp_path, str(spec), "--json")
     assert again.returncode == 0, again.stderr
     remembered = json.loads(again.stdout)
-    assert remembered["cached"] is True and remembered["fingerprint"] == out["fingerprint"]
-    assert remembered["knobs"] == out["knobs"]
+    assert remembered["fingerprint"] == out["fingerprint"]
+    # Real probes on a shared machine: a pick the noise could have made is measured again (the
+    # tests with a scripted program check both outcomes exactly).
+    assert remembered["cached"] is not out["uncertain"]
+    if remembered["cached"]:
+        assert remembered["knobs"] == out["knobs"]
 
 
 def test_tune_of_a_command_run_without_roles_says_what_to_name(tmp_path: Path) -> None:
@@ -255,3 +260,42 @@ def test_a_prompt_line_that_is_not_json_is_named_by_its_line(tmp_path: Path) -> 
     assert result.stderr.splitlines()[-1] == (
         f"gpuwarden: {prompts}:3: not valid JSON (Expecting value) — one JSON object per line"
     )
+
+
+def test_a_pick_within_the_noise_is_said_and_not_remembered(tmp_path: Path) -> None:
+    # Micro-batch 4 reads 16.25 samples/s once, at a quiet moment; read again beside the spec's
+    # own 1 × 4, the two read alike.
+    rates = {1: [5.0, 5.1, 5.2], 4: [16.25, 5.2, 5.0], 2: [4.89, 5.1, 5.2]}
+    spec = scripted_spec(tmp_path, rates)
+    first = _tune(tmp_path, str(spec))
+    assert first.returncode == 0, first.stderr
+    said = (
+        "micro-batch 1 × 4 and 4 × 1 are within the noise (repeated readings typically 4.2 % apart) after 2 "
+        "interleaved re-measure rounds: kept 1 × 4, the setting tuned from; not remembered — the next "
+        "tune measures again"
+    )
+    assert said in first.stdout
+    assert yaml.safe_load((tmp_path / "own.tuned.yaml").read_text())["knobs"]["bs"] == 1
+    # Not reused: the next tune measures again (and, read alike again, says so again).
+    spec = scripted_spec(tmp_path, rates)
+    again = _tune(tmp_path, str(spec), "--json")
+    assert again.returncode == 0, again.stderr
+    out = json.loads(again.stdout)
+    assert out["cached"] is False and out["uncertain"] is True
+    assert len(out["trials"]) == 8  # 3 searching, then 2 + 3 re-measures
+    assert out["settling"]["groups"] == [["4 × 1", "1 × 4"], ["4 × 1", "1 × 4", "2 × 2"]]
+    assert out["settling"]["says"] == said
+
+
+def test_a_clear_winner_is_remembered(tmp_path: Path) -> None:
+    spec = scripted_spec(tmp_path, {1: [5.0, 5.05], 4: [10.0, 10.1, 10.0], 2: [7.0, 7.1]})
+    first = _tune(tmp_path, str(spec), "--json")
+    assert first.returncode == 0, first.stderr
+    out = json.loads(first.stdout)
+    assert out["uncertain"] is False and out["knobs"] == {"bs": 4, "acc": 1}
+    assert out["settling"]["says"] == (
+        "re-measured 4 × 1 and 2 × 2 once, interleaved: 4 × 1 kept, no other within the noise of beating it by 5 %"
+    )
+    again = _tune(tmp_path, str(spec))
+    assert again.returncode == 0, again.stderr
+    assert "this setup was tuned before" in again.stderr

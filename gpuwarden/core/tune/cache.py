@@ -21,18 +21,32 @@ class TuneCache:
         return self.directory / f"{fp}.json"
 
     def get(self, fp: str) -> dict[str, Any] | None:
-        """The stored entry, or None; an unreadable entry is treated as absent (and re-tuned)."""
+        """The stored entry, or None; an unreadable entry is treated as absent (and re-tuned), and
+        so is an uncertain one: noise could have made its pick, so the next tune measures again."""
         try:
             data = read_json_file(self._path(fp), what="tuning result")
         except UserError:
             return None
-        return data if isinstance(data, dict) and data.get("fingerprint") == fp else None
+        if not isinstance(data, dict) or data.get("fingerprint") != fp or data.get("uncertain"):
+            return None
+        return data
 
-    def put(self, fp: str, inputs: dict[str, Any], result: dict[str, Any], knobs: dict[str, Any]) -> Path:
-        """Store atomically (temp file + rename) so a crash never leaves half an entry."""
+    def put(
+        self,
+        fp: str,
+        inputs: dict[str, Any],
+        result: dict[str, Any],
+        knobs: dict[str, Any],
+        *,
+        uncertain: bool = False,
+    ) -> Path:
+        """Store atomically (temp file + rename) so a crash never leaves half an entry. An
+        uncertain result is stored too (it replaces an older answer, and says what was seen) but
+        `get` does not return it."""
         ensure_private_dir(self.directory)
         entry = {
             "fingerprint": fp,
+            "uncertain": uncertain,
             "created": time.time(),
             "inputs": inputs,
             "knobs": knobs,

@@ -14,6 +14,9 @@ Rules, from the failures of other finders:
   Before stopping it measures once more — the miss when it read clearly slower than the
   incumbent, else the incumbent — and a miss whose mean then gains `min_gain` takes the lead and
   the ladder goes on above it. The spread of repeated readings is reported as the noise the search saw;
+- a pick that noise could have made is not trusted (`noise.py`): the pick and its rivals are
+  measured again, interleaved, at most `settle_rounds` times; one still within the noise keeps the
+  first measured of them and is marked uncertain (the session does not remember it);
 - with the effective batch kept, candidates are the divisors of the per-device batch, so that
   micro-batch × accumulation stays exactly equal.
 """
@@ -27,6 +30,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from gpuwarden.core.oom.memory_model import DEFAULT_HEADROOM, predict_max_batch
+from gpuwarden.core.tune import noise as noise_rule
 from gpuwarden.core.tune.objective import Objective, samples_per_kwh, score
 
 
@@ -82,6 +86,30 @@ class ProbeResult:
 
 ProbeFn = Callable[[Candidate], ProbeResult]
 
+# Rivals re-measured beside the pick in one round (the best ones): a bound on the extra probes.
+MAX_RIVALS = 2
+
+
+@dataclass
+class Settling:
+    """How the pick was checked against the noise: the rounds of interleaved re-measures, the
+    probes they took, and — when uncertain — the candidates still within the noise."""
+
+    rounds: int = 0
+    probes: int = 0
+    groups: list[list[str]] = field(default_factory=list)  # each round's probes, in order
+    remeasured: list[str] = field(default_factory=list)
+    within_noise: list[str] = field(default_factory=list)
+    kept: str | None = None
+    says: str | None = None
+
+    @property
+    def uncertain(self) -> bool:
+        return bool(self.within_noise)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "uncertain": self.uncertain}
+
 
 @dataclass
 class TuneResult:
@@ -92,6 +120,12 @@ class TuneResult:
     headroom: float = DEFAULT_HEADROOM
     objective: Objective = "throughput"
     noise: dict[str, Any] = field(default_factory=dict)
+    settling: Settling = field(default_factory=Settling)
+
+    @property
+    def uncertain(self) -> bool:
+        """True when noise could have made the pick: it must not be remembered."""
+        return self.settling.uncertain
 
     @property
     def wall_s(self) -> float:
@@ -106,6 +140,8 @@ class TuneResult:
             "headroom": self.headroom,
             "objective": self.objective,
             "noise": self.noise,
+            "settling": self.settling.to_dict(),
+            "uncertain": self.uncertain,
             "wall_s": self.wall_s,
         }
 
@@ -175,8 +211,13 @@ class Search:
         factor: float = 3.0,
         patience: int = 0,
         objective: Objective = "throughput",
+        settle_rounds: int = 2,
     ) -> None:
         self._probe = probe
+        self.settle_rounds = settle_rounds
+        self.settling = Settling()
+        # Where each re-measured candidate's readings beside the pick begin.
+        self._settle_from: dict[Candidate, int] = {}
         self.factor = factor
         self.patience = patience
         self.capacity = capacity
@@ -259,7 +300,8 @@ class Search:
         compile_options: list[bool] | None = None,
     ) -> TuneResult:
         """Search micro-batch upward from `start` (shrinking first if `start` does not fit), then
-        the other precisions and compile settings at the best micro-batch."""
+        the other precisions and compile settings at the best micro-batch; then the pick is
+        checked against the noise (`_settle`)."""
         best, why = self._search_batch(start, per_device_batch, max_batch)
         if best is not None:
             best = self._refine(best, start, per_device_batch, max_batch)
@@ -269,10 +311,103 @@ class Search:
             for comp in compile_options or []:
                 if len(self.trials) < self.max_trials and comp != best.compile:
                     best = self._challenge(best, replace(best, compile=comp))
+            best = self._settle(best)
         chosen = self._result(best) if best is not None else None
         return TuneResult(
-            chosen, list(self.trials), why, self.capacity, self.headroom, self.objective, self.noise()
+            chosen,
+            list(self.trials),
+            why,
+            self.capacity,
+            self.headroom,
+            self.objective,
+            self.noise(),
+            self.settling,
         )
+
+    # ---- the pick against the noise --------------------------------------------------------------
+
+    def _standing(self, c: Candidate, group: list[Candidate]) -> noise_rule.Standing | None:
+        """The candidate's scores — since the re-measure rounds began when it is re-measured in
+        them, so that it is compared on readings taken beside the pick's — or None when one of
+        its readings did not fit or failed."""
+        readings = self._readings.get(c, [])
+        if not readings or not all(self._fits(r) for r in readings):
+            return None
+        scores = [self._score(r) for r in readings[self._settle_from.get(c, 0) :]]
+        return noise_rule.Standing(_plain_label(c, group), tuple(s for s in scores if s is not None))
+
+    def _rule_noise(self) -> float | None:
+        return noise_rule.noise_level(list(self.noise()["repeated"].values()))
+
+    def _rivals(self, pick: Candidate) -> list[Candidate]:
+        """The candidates noise could have put ahead of the pick, strongest first."""
+        group = list(self._readings)
+        mine = self._standing(pick, group)
+        if mine is None:
+            return []
+        others = {c: s for c in group if c != pick and (s := self._standing(c, group)) is not None}
+        start = _plain_label(group[0], group) if group[0] != pick else None
+        found = noise_rule.rivals(
+            mine,
+            list(others.values()),
+            self._rule_noise(),
+            self.min_gain,
+            start=start,
+            read_once=len(self._readings[pick]) == 1,
+        )
+        by_label = {s.label: c for c, s in others.items()}
+        return [by_label[s.label] for s in found]
+
+    def _settle(self, pick: Candidate) -> Candidate:
+        """Measure the pick and its strongest rivals again, interleaved (so that drift weighs on
+        all), at most `settle_rounds` times. A pick still with rivals is uncertain: the setting
+        tuned from stays when it is one of them, else the search's pick."""
+        rivals = self._rivals(pick)
+        while rivals and self.settling.rounds < self.settle_rounds:
+            group = [pick, *rivals[:MAX_RIVALS]]
+            for c in group:
+                self._settle_from.setdefault(c, len(self._readings.get(c, [])))
+                self._run(c)
+            self.settling.rounds += 1
+            self.settling.probes += len(group)
+            self.settling.groups.append([_plain_label(c, list(self._readings)) for c in group])
+            pick = self._leader(pick, group)
+            rivals = self._rivals(pick)
+        every = list(self._readings)
+        self.settling.remeasured = [_plain_label(c, every) for c in self._settle_from]
+        if not rivals:
+            if self._settle_from:
+                self.settling.says = noise_rule.settled_line(
+                    self.settling.remeasured, _plain_label(pick, every), self.settling.rounds, self.min_gain
+                )
+            return pick
+        close = [c for c in every if c == pick or c in rivals]  # in the order first measured
+        # Without evidence beyond the noise nothing changes: the setting tuned from stays when it
+        # is one of them; else the search's own pick.
+        kept = every[0] if every[0] in close else pick
+        self.settling.within_noise = [_plain_label(c, every) for c in close]
+        self.settling.kept = _plain_label(kept, every)
+        self.settling.says = noise_rule.within_noise_line(
+            self.settling.within_noise,
+            self._rule_noise(),
+            self.settling.kept,
+            self.settling.rounds,
+            kept_own=kept == every[0],
+        )
+        return kept
+
+    def _leader(self, pick: Candidate, group: list[Candidate]) -> Candidate:
+        """After a round: the pick, unless another of the group now gains `min_gain` over it on
+        the readings taken side by side (or the pick failed its re-measure)."""
+        every = list(self._readings)
+        standings = {c: self._standing(c, every) for c in group}
+        means = {c: s.mean for c, s in standings.items() if s is not None}
+        if not means:
+            return pick
+        best = max(means, key=lambda c: means[c])
+        if pick not in means or means[best] >= means[pick] * (1.0 + self.min_gain):
+            return best
+        return pick
 
     def _challenge(self, best: Candidate, other: Candidate) -> Candidate:
         r = self._run(other)
@@ -455,6 +590,17 @@ class Search:
         if self._score(r) is None:
             return "gave no energy reading (the objective needs the GPU's energy counter)"
         return "exceeded the memory headroom"
+
+
+def _plain_label(c: Candidate, group: list[Candidate]) -> str:
+    """`4 × 2` as a user reads a candidate, with its precision and compile setting only where
+    the candidates it is named among differ in them."""
+    text = f"{c.batch_size} × {c.grad_accum_steps}"
+    if len({g.precision for g in group}) > 1:
+        text += f" {c.precision}"
+    if len({g.compile for g in group}) > 1 and c.compile:
+        text += ", compile"
+    return text
 
 
 def _label(c: Candidate) -> str:

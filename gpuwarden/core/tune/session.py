@@ -59,6 +59,9 @@ class TuneOutcome:
         seen = [f"{what} {100 * value:.1f} %" for what, value in known]
         if seen:
             text += f"; noise seen: {', '.join(seen)}"
+        settling = self.result.get("settling") or {}
+        if settling.get("says"):
+            text += "\n" + str(settling["says"])
         sweep = self.result.get("power_sweep") or {}
         if sweep.get("recommendation") or sweep.get("needs"):
             text += "\n" + str(sweep.get("recommendation") or sweep.get("needs"))
@@ -194,7 +197,7 @@ def tune_spec(
     if outcome.best is None:
         raise UserError(f"{spec.name}: no configuration ran: {outcome.stopped_because}")
     knobs = tuned_knobs(spec, outcome.best.candidate)
-    cache.put(fp, inputs, result, knobs)
+    cache.put(fp, inputs, result, knobs, uncertain=outcome.uncertain)
     return TuneOutcome(fp, False, knobs, result)
 
 
