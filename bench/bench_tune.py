@@ -171,7 +171,9 @@ def run() -> list[dict[str, Any]]:
         f"effective batch {effective}; the picks and the sweep's best ({_name(best_c, target)}) "
         f"re-measured {REPEATS}× in turns in this run; the sweep measured at {when}"
     )
-    rows = tune_report.rows(rounds, [sweep_time], runs, space=space, measured=measured)
+    rows = tune_report.rows(
+        rounds, [sweep_time], runs, space=space, measured=measured, configurations=len(swept)
+    )
     return [*rows, _inside_grid(swept, best_c)]
 
 

@@ -77,8 +77,10 @@ def rows(
     *,
     space: str,
     measured: str,
+    configurations: int | None = None,
 ) -> list[dict[str, Any]]:
-    """The benchmark's rows: pick / sweep's best, tune's time / a sweep round's, the noise."""
+    """The benchmark's rows: pick / sweep's best, tune's time / a sweep round's, the noise.
+    `configurations`: how many a sweep round probes (default: as many as a round holds)."""
     figures = medians(rounds)
     if not figures:
         raise RuntimeError("no configuration of the sweep ran in every round")
@@ -89,7 +91,7 @@ def rows(
     highest = {name: max(float(r[name] or 0.0) for r in rounds) for name in figures}
     out = [
         _share_row(figures, highest, spreads, searches, f"tune vs sweep ({space}; {measured})"),
-        _time_row(round_walls, searches, len(rounds[0])),
+        _time_row(round_walls, searches, configurations or len(rounds[0])),
     ]
     if len(spreads) >= 3:
         name = "sweep: spread of one configuration's readings over the rounds"
