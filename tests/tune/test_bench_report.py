@@ -3,12 +3,17 @@ run, and no verdict where the readings spread more than the comparison can resol
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from bench.figures import table
 from bench.tune_report import SearchRun, medians, rows
 
-WHAT = {"space": "3 configurations", "measured": "effective batch 240; alternated in this run"}
+WHAT: dict[str, Any] = {
+    "space": "3 configurations",
+    "measured": "effective batch 240; alternated in this run",
+}
 
 
 def _rounds(*readings: dict[str, float | None]) -> list[dict[str, float | None]]:
