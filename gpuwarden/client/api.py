@@ -96,6 +96,11 @@ class ApiClient:
     def close(self) -> None:
         self._client.close()
 
+    def _closed(self) -> UserError:
+        """A call on a client another thread closed (a host judged down, a dashboard closing):
+        httpx says so with a RuntimeError, which is no bug of the caller's."""
+        return UserError("the connection to the gpuwarden daemon was closed", code="closed")
+
     def __enter__(self) -> ApiClient:
         return self
 
@@ -110,6 +115,10 @@ class ApiClient:
             self.check_version()
         try:
             response = self._send(method, path, **kwargs)
+        except RuntimeError:
+            if self._client.is_closed:
+                raise self._closed() from None
+            raise
         except (httpx.ConnectError, FileNotFoundError, ConnectionRefusedError):
             raise self._not_running() from None
         except httpx.TimeoutException:
@@ -342,6 +351,10 @@ class ApiClient:
                         _decode(response)
                     yield from parse_sse(response.iter_lines())
                 return
+            except RuntimeError:
+                if self._client.is_closed:
+                    raise self._closed() from None
+                raise
             except (httpx.ConnectError, FileNotFoundError, ConnectionRefusedError):
                 raise self._not_running() from None
             except STALE_CONNECTION:

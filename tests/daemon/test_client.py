@@ -64,6 +64,23 @@ def test_answers_are_models_and_a_foreign_shape_is_one_line() -> None:
     assert "GET /v1/runs" in str(err.value) and "runs.0." in str(err.value) and "\n" not in str(err.value)
 
 
+def test_a_client_closed_by_another_thread_answers_one_line_not_a_traceback() -> None:
+    # A dashboard over several hosts closes a host's client when it judges the host down, while
+    # that host's stream thread may be about to open its stream again.
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"api_version": "1.0"})
+
+    client = _client(httpx.MockTransport(handler))
+    client.check_version()
+    client.close()
+    with pytest.raises(UserError) as err:
+        next(iter(client.stream()))
+    assert err.value.code == "closed"
+    with pytest.raises(UserError) as err:
+        client.runs()
+    assert err.value.code == "closed" and "\n" not in str(err.value)
+
+
 def test_absent_daemon_is_one_line_with_the_fix(tmp_path: Path) -> None:
     with pytest.raises(UserError) as err, ApiClient(tmp_path / "api.sock") as client:
         client.health()
