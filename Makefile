@@ -45,10 +45,11 @@ unit: $(STAMP)
 test: lint unit
 
 # The inner loop while changing code: every test not marked `slow` (those run real training and
-# inference, a Slurm, an sshd, several machines), no lint. CI runs the whole `make test`.
+# inference, a Slurm, an sshd, several machines), no lint. CI runs the whole `make test`. When
+# every serial test is also slow, pytest collects none and says so with exit status 5: not a failure.
 test-fast: export PYTHONDONTWRITEBYTECODE :=
 test-fast: $(STAMP)
-	$(if $(SERIAL_MODULES),$(BIN)/pytest -q -p no:xdist -m "serial and not slow" $(SERIAL_MODULES))
+	$(if $(SERIAL_MODULES),$(BIN)/pytest -q -p no:xdist -m "serial and not slow" $(SERIAL_MODULES) || [ $$? -eq 5 ])
 	$(BIN)/pytest -q -n $(JOBS) --dist loadfile -m "not serial and not slow"
 
 bench: $(STAMP)

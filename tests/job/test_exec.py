@@ -283,6 +283,7 @@ def test_bad_invocations_are_one_line(job: Job, tmp_path: Path) -> None:
     assert not job.runs.exists() or job.folders() == []
 
 
+@pytest.mark.slow
 def test_the_same_command_starts_the_run_in_its_folder_then_takes_it_up(job: Job) -> None:
     """What an engine does: it starts the same command again after exit 75, so `--run DIR` with a
     spec starts the run there the first time and goes on with it every time after."""

@@ -136,6 +136,7 @@ def _reference(tree: Path, tmp_path: Path) -> dict[str, Any]:
     return load_final_weights(run_dir)
 
 
+@pytest.mark.slow
 def test_a_run_over_machines_is_asked_for_plainly(job: Job, tmp_path: Path) -> None:
     spec = tmp_path / "two.yaml"
     spec.write_text(EXAMPLE.read_text().replace("world_size: 2 ", "world_size: 3 "))

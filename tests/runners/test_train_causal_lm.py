@@ -31,6 +31,9 @@ from tests.runners.conftest import (
     write_spec,
 )
 
+# Every test here trains a real model: the inner loop (`make test-fast`) leaves them out.
+pytestmark = pytest.mark.slow
+
 STEPS = 12
 MID = 6
 STOP_AT = 4  # where the SIGTERM test stops its run: before MID, so it resumes from its own checkpoint
@@ -99,7 +102,6 @@ def test_causal_lm_trains_to_finished_with_report(reference: RunResult) -> None:
     assert "Traceback" not in reference.stderr
 
 
-@pytest.mark.slow
 def test_resume_with_other_micro_batch_matches_within_tolerance(
     reference: RunResult, assets: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -116,7 +118,6 @@ def test_resume_with_other_micro_batch_matches_within_tolerance(
     assert sum(not torch.equal(weights[k], start[k]) for k in weights) == len(weights)
 
 
-@pytest.mark.slow
 def test_sigterm_checkpoints_then_resume_is_bitwise_equal(
     reference: RunResult, assets: dict[str, Path], tmp_path: Path
 ) -> None:

@@ -84,6 +84,7 @@ def test_impossible_requests_are_user_errors(
     assert result.stderr == f"gpuwarden: {message}\n"
 
 
+@pytest.mark.slow
 def test_bf16_on_cpu_warns_and_runs(run_runner: RunRunner) -> None:
     result = run_runner(image_section(precision="bf16", max_steps=2, log_interval=1))
     assert result.rc == EXIT_OK, result.stderr

@@ -12,6 +12,9 @@ import torch
 from gpuwarden.core.events import EXIT_OK
 from tests.runners.conftest import RunResult, RunRunner, load_final_weights, report_of, run_attempt
 
+# Every test here trains a real model: the inner loop (`make test-fast`) leaves them out.
+pytestmark = pytest.mark.slow
+
 
 def image_section(**overrides: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
@@ -79,7 +82,6 @@ def test_image_task_trains_to_finished(
     assert_trained_to_finished(result, mode, source, 2 if data == "images" else 0)
 
 
-@pytest.mark.slow
 def test_image_resume_exact_and_with_other_micro_batches(reference: RunResult, tmp_path: Path) -> None:
     """Gradient checkpointing and channels_last on: resuming the reference from its step-3
     checkpoint with the same micro-batch is bitwise equal; with 2×4 instead of 4×2 (a retune's

@@ -211,6 +211,7 @@ async def footer_cuts(pilot: Pilot[Any]) -> list[str]:
     return [line, *(k for k in keys if k not in line)]
 
 
+@pytest.mark.slow
 def test_every_key_in_the_footer_is_whole_at_80_columns() -> None:
     """The runs tab and the run's screen of runs in every state, on each of the run's tabs: the
     most keys the footer offers at once."""
