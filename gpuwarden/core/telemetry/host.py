@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import pwd
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -11,6 +10,7 @@ from dataclasses import dataclass
 import psutil
 
 from gpuwarden.core.telemetry.types import GpuProcess, HostSample
+from gpuwarden.core.telemetry.user_names import UserNames
 
 _MEMINFO = "/proc/meminfo"
 _MEMINFO_KEYS = (b"MemTotal:", b"MemAvailable:", b"SwapTotal:", b"SwapFree:")
@@ -119,7 +119,7 @@ class ProcessEnricher:
 
     def __init__(self) -> None:
         self._procs: dict[int, psutil.Process] = {}
-        self._users: dict[int, str | None] = {}
+        self._user = UserNames()
 
     def __call__(self, rows: list[GpuProcess]) -> None:
         """Enrich `rows` in place."""
@@ -169,12 +169,3 @@ class ProcessEnricher:
             except psutil.Error:
                 user = None
         return _ProcInfo(name, cmdline, user, None if first else cpu, rss)
-
-    def _user(self, uid: int) -> str | None:
-        # getpwuid goes through NSS (files, LDAP...): cache it, a uid's name does not change.
-        if uid not in self._users:
-            try:
-                self._users[uid] = pwd.getpwuid(uid).pw_name
-            except KeyError:
-                self._users[uid] = str(uid)
-        return self._users[uid]

@@ -7,7 +7,6 @@ one scan every few seconds, a daemon nobody watches costs nothing.
 
 from __future__ import annotations
 
-import pwd
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -17,6 +16,7 @@ from typing import Any, Protocol
 import psutil
 
 from gpuwarden.core.telemetry.types import HostProcess
+from gpuwarden.core.telemetry.user_names import UserNames
 
 READ_EVERY_S = 2.0  # one scan serves every request this close to it
 # A process's CPU share is measured from the previous scan: after a longer pause (nobody watched)
@@ -63,7 +63,7 @@ class TopReader:
         self._handles: dict[int, ProcessHandle] = {}
         self._reads: list[_Read] = []
         self._scanned_at: float | None = None
-        self._users: dict[int, str] = {}
+        self._user = UserNames()
         self._commands: dict[int, str | None] = {}
 
     def heaviest(self, count: int) -> list[HostProcess]:
@@ -118,15 +118,6 @@ class TopReader:
             except psutil.Error:
                 self._commands[pid] = None  # denied, or a kernel thread's empty one
         return replace(read.process, cmdline=self._commands[pid])
-
-    def _user(self, uid: int) -> str:
-        # getpwuid goes through NSS (files, LDAP...): cache it, a uid's name does not change.
-        if uid not in self._users:
-            try:
-                self._users[uid] = pwd.getpwuid(uid).pw_name
-            except KeyError:
-                self._users[uid] = str(uid)
-        return self._users[uid]
 
 
 def ranked(reads: list[_Read], count: int) -> list[_Read]:
