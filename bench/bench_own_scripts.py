@@ -17,6 +17,11 @@ retries, finder trials), wall time, effective batch at the end, distance of the 
 the same script's uninterrupted run at micro-batch 16 × 1 without a limit (‖w − w_ref‖ / ‖w_ref‖),
 and the peak RSS of the process that finished. Target: gpuwarden keeps the effective batch,
 matches the uninterrupted run, and needs no more attempts than the best finder.
+
+Each repetition also runs the script uninterrupted (16 × 1, no limit), timing its wall and its
+start-up (launch to the Trainer loop's first start). gpuwarden's recovery overhead is its wall time
+minus the uninterrupted run's, against a target of one start-up plus 10 %: an out-of-process
+recovery pays one restart and nothing more.
 """
 
 from __future__ import annotations
@@ -59,6 +64,14 @@ class Outcome:
     peak_rss: int | None
     note: str = ""
     probes: int = 0
+
+
+@dataclass
+class Uninterrupted:
+    """The script run once through without a limit: its wall time and its start-up."""
+
+    wall_s: float
+    startup_s: float
 
 
 @dataclass
@@ -204,6 +217,19 @@ def _gpuwarden(daemon: Daemon, assets: Path, work: Path, n: int, reference: dict
     )
 
 
+def _uninterrupted(assets: Path, work: Path, n: int) -> Uninterrupted:
+    out = work / f"uninterrupted-{n}"
+    out.mkdir(parents=True)
+    starts = out / "starts.jsonl"
+    argv = [sys.executable, str(RECORDER), str(starts), str(HF_SCRIPT), *_hf_args(assets, out)]
+    launched = time.time()
+    code, wall, _ = _measured(argv, None, out / "log.txt")
+    seen = _starts(starts)
+    if code != 0 or not seen:
+        raise RuntimeError(f"the uninterrupted run failed (exit {code}): see {out / 'log.txt'}")
+    return Uninterrupted(wall, float(seen[0]["ts"]) - launched)
+
+
 def _auto_find(assets: Path, work: Path, n: int, reference: dict[str, Any]) -> Outcome:
     out = work / f"auto-find-{n}"
     out.mkdir(parents=True)
@@ -321,6 +347,7 @@ def run() -> list[dict[str, Any]]:
 
     work = Path(tempfile.mkdtemp(prefix="bench-own-scripts-"))
     arms = [Arm("gpuwarden"), Arm("HF auto_find_batch_size"), Arm("Lightning scale_batch_size")]
+    plain: list[Uninterrupted] = []
     daemon: Daemon | None = None
     try:
         assets = work / "assets"
@@ -328,6 +355,7 @@ def run() -> list[dict[str, Any]]:
         hf_reference, lightning_reference = _references(assets, work)
         daemon = Daemon(work / "daemon")
         for n in range(REPEATS):  # interleaved, so load changes touch every arm alike
+            plain.append(_uninterrupted(assets, work, n))
             arms[0].outcomes.append(_gpuwarden(daemon, assets, work, n, hf_reference))
             arms[1].outcomes.append(_auto_find(assets, work, n, hf_reference))
             arms[2].outcomes.append(_lightning(assets, work, n, lightning_reference))
@@ -337,7 +365,7 @@ def run() -> list[dict[str, Any]]:
             daemon.stop()
         shutil.rmtree(work, ignore_errors=True)
     print(markdown(arms), file=sys.stderr, flush=True)
-    return _rows(arms)
+    return _rows(arms) + overhead_rows(arms, plain)
 
 
 def _rows(arms: list[Arm]) -> list[dict[str, Any]]:
@@ -366,6 +394,35 @@ def _rows(arms: list[Arm]) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def overhead_rows(arms: list[Arm], plain: list[Uninterrupted]) -> list[dict[str, Any]]:
+    """gpuwarden's recovery overhead (its wall minus the uninterrupted run's, per repetition)
+    against one start-up of the script plus 10 %, and its wall against HF's finder's."""
+    ours, hf = arms[0], arms[1]
+    overhead = [o.wall_s - u.wall_s for o, u in zip(ours.outcomes, plain, strict=True)]
+    startup = [u.startup_s for u in plain]
+    bound = 1.1 * statistics.median(startup)
+    ratio = [o.wall_s / h.wall_s for o, h in zip(ours.outcomes, hf.outcomes, strict=True) if h.wall_s > 0]
+    return [
+        {
+            "benchmark": "own script OOM: gpuwarden's recovery overhead (its wall − the uninterrupted run's)",
+            "value": _fmt(overhead, "{:.1f}", " s"),
+            "unit": (
+                f"one start-up of the script {_fmt(startup, '{:.1f}', ' s')}; "
+                f"uninterrupted wall {_fmt([u.wall_s for u in plain], '{:.1f}', ' s')}"
+            ),
+            "target": f"≤ one start-up + 10 % ({bound:.1f} s)",
+            "ok": statistics.median(overhead) <= bound,
+        },
+        {
+            "benchmark": "own script OOM: gpuwarden's wall / HF auto_find_batch_size's",
+            "value": _fmt(ratio, "{:.2f}", "×"),
+            "unit": "same repetition, side by side",
+            "target": "",
+            "ok": None,
+        },
+    ]
 
 
 if __name__ == "__main__":

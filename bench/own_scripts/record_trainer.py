@@ -3,8 +3,9 @@
     python bench/own_scripts/record_trainer.py STARTS.jsonl SCRIPT ARGS…
 
 `auto_find_batch_size` restarts the Trainer's inner loop in the same process at a smaller batch;
-a callback added to the Trainer's default callbacks appends each start's batch size and
-accumulation to STARTS.jsonl, so the benchmark counts attempts without reading logs. The script
+a callback added to the Trainer's default callbacks appends each start's batch size,
+accumulation and wall-clock time to STARTS.jsonl, so the benchmark counts attempts without
+reading logs and times the script's start-up (its launch to its training loop's first start). The script
 itself runs as `__main__`, as it would from the command line.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import runpy
 import sys
+import time
 from typing import Any
 
 import transformers.trainer
@@ -24,7 +26,11 @@ class RecordStarts(TrainerCallback):
         self.path = path
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        start = {"batch_size": state.train_batch_size, "accum": args.gradient_accumulation_steps}
+        start = {
+            "batch_size": state.train_batch_size,
+            "accum": args.gradient_accumulation_steps,
+            "ts": time.time(),
+        }
         with open(self.path, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(start) + "\n")
 

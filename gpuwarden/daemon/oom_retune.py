@@ -2,9 +2,14 @@
 
 Runs on the `retune-<run>` thread the supervisor starts while the run is `retuning`, so probes
 and waits never hold up other runs. It waits until the failed attempt's GPU memory is released,
-plans the restart with `core.oom.recovery` (probing with short runner processes where the run has
-no memory figures of its own), applies waits and GPU moves, and returns the next attempt's spec
-and the record to store — or raises `RetuneGiveUp` with the reason the run must fail.
+plans the restart with `core.oom.recovery` (probing in one short runner process where a built-in
+run has no memory figures of its own), applies waits and GPU moves, and returns the next attempt's
+spec and the record to store — or raises `RetuneGiveUp` with the reason the run must fail.
+
+A user's own program is never probed on a restart: a probe of it is a start of the same program
+(its imports, its model load, its resume), as costly as the restart, so the restart itself is the
+measurement — when the size fits, the run goes on with nothing spent; when it does not, its
+failure is the next retune's evidence, as a probe's would have been.
 
 A gang is retuned from the evidence of the rank that ran out of memory (its `oom` event, its
 progress, its stderr); the one decision applies to every rank, since they all run one spec. Its
@@ -25,7 +30,6 @@ from gpuwarden.core.checkpoints import find_latest_checkpoint
 from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
 from gpuwarden.core.oom.recovery import AttemptFacts, RecoveryPlan, plan_recovery
 from gpuwarden.core.telemetry.types import GpuProcess
-from gpuwarden.core.tune.command_probe import recovery_probe
 from gpuwarden.core.tune.memory_points import MemoryPoints, memory_key
 from gpuwarden.core.tune.probe import SubprocessProber
 from gpuwarden.core.tune.search import Candidate
@@ -107,6 +111,7 @@ class OomRetune:
                 on_turn=probes.turn,
                 remembered=self._remembered(key),
                 probe_processes=processes.count if processes is not None else None,
+                restart_measures=spec.command is not None,
             )
         finally:
             if processes is not None:
@@ -150,13 +155,12 @@ class OomRetune:
     def _probe(
         self, spec: RunSpec, run: Mapping[str, Any], end: AttemptEnd, probe_dir: Path
     ) -> tuple[Probe | None, ProbeProcessCount | None]:
-        """Short processes that measure the restart's memory (None: the ladder decides
-        unmeasured), and how many of them ran where that is not one per size."""
+        """Short processes that measure a built-in run's restart memory, and how many of them ran
+        where that is not one per size (None: the evidence and the ladder decide, and a command
+        run's restart measures its own size)."""
         if spec.kind in ("train", "infer"):
             prober = self._prober(str(run["id"]), spec, end, Path(str(run["run_dir"])), probe_dir)
             return _probe_of(prober, spec), ProbeProcessCount(prober)
-        if spec.command is not None:
-            return self._command_probe_for(spec, run, end, probe_dir), None
         return None, None
 
     def _wait_released(self, end: AttemptEnd, notes: RetuneNotes) -> None:
@@ -213,33 +217,6 @@ class OomRetune:
             resume_from=find_latest_checkpoint(run_dir / "checkpoints"),
             include_saves=spec.resources.memory_limit is not None,
             session=True,
-        )
-
-    def _command_probe_for(
-        self, spec: RunSpec, run: Mapping[str, Any], end: AttemptEnd, work_dir: Path
-    ) -> Probe | None:
-        """The user's program itself as the probe (None when its spec does not name the knobs
-        a probe needs: then the ladder decides without measurements)."""
-        env = run_environment.base(self._environment_of(str(run["id"])))  # as the run's attempts start
-        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(_rank_gpus(end))
-        env[RUN_TAG] = run_tag(str(run["id"]), None)  # a restarted daemon finds leftover probes by it
-
-        def gpu_used(pgid: int) -> int | None:
-            held = [
-                p.used_memory for p in self._gpu_processes() if _in_groups(p.pid, {pgid}) and p.used_memory
-            ]
-            return sum(held) if held else None
-
-        return recovery_probe(
-            spec,
-            str(run["id"]),
-            Path(str(run["run_dir"])),
-            end.number + 1,
-            work_dir,
-            env=env,
-            on_gpu=bool(end.gpus),
-            gpu_used=gpu_used if end.gpus else None,
         )
 
     def _move(self, plan: RecoveryPlan, end: AttemptEnd) -> None:

@@ -114,10 +114,11 @@ def test_plain_script_with_the_sdk_is_recovered_from_its_own_checkpoint(
     result = gw.cli("run", str(EXAMPLES / "own-script-plain-cpu.yaml"), "--follow", timeout=500)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     detail = _check_recovered_plain(gw, "own-script-plain-cpu", resumed_step=3)
-    # The restart probed the script itself (resumed from checkpoint-3) at 1/8 of 16, then at the
-    # largest size the model then said fits: the size it chose was measured.
-    probes = detail["retunes"][0]["evidence"]["probes"]
-    assert [(p["batch_size"], p["oom"]) for p in probes] == [(2, False), (8, False)]
+    # No probe process: a probe of the script is a start of it, as costly as the restart, so the
+    # restart measures the size the steps before the OOM point to (the largest divisor of 16 below it).
+    evidence = detail["retunes"][0]["evidence"]
+    assert evidence["probes"] == []
+    assert evidence["decided"] == "decided from 3 measured steps, no probe: the restart measures its size itself"
     # The guard saved step 3 at the OOM (the script itself checkpoints every 2 steps).
     assert "attempt 2 resumes from" in result.stderr and "checkpoint-3 (step 3)" in result.stderr
     # No optimizer step redone: attempt 2 starts after the checkpoint and ends at max_steps.
@@ -140,9 +141,8 @@ def test_a_script_that_reports_nothing_is_recovered_from_stderr_exit_status_and_
     gw: DaemonHandle, plain_reference: dict[str, torch.Tensor], tmp_path: Path
 ) -> None:
     # The same script with its SDK silenced: no events at all, only stderr, the exit status and
-    # the checkpoint folders it writes (found by the spec's glob). Nor does its spec name the
-    # max_steps role, so the daemon cannot probe the script: the ladder alone halves the
-    # micro-batch (the test above covers the restart's probes).
+    # the checkpoint folders it writes (found by the spec's glob); with no memory figure at all
+    # the ladder halves the micro-batch. Nor does its spec name the max_steps role.
     text = (EXAMPLES / "own-script-plain-cpu.yaml").read_text()
     spec = tmp_path / "configs" / "examples" / "silent.yaml"
     spec.parent.mkdir(parents=True)

@@ -274,3 +274,47 @@ def test_a_shape_measured_before_is_retuned_from_what_was_remembered_without_a_p
     )
     # Another limit is another shape's memory: nothing remembered there.
     assert memory_key(spec_from_mapping(spec), on_gpu=False, capacity=2 * GIB) != key
+
+
+def test_a_users_program_is_not_probed_the_restart_measures_its_size(tmp_path: Path) -> None:
+    # The shipped plain-script example names every role a probe needs, yet a probe of it would be a
+    # start of the program, as costly as the restart: none starts (one would find the run stopped
+    # and give up), and the restart takes the size its three measured steps point to.
+    spec = yaml.safe_load((REPO / "configs" / "examples" / "own-script-plain-cpu.yaml").read_text())
+    spec["command"]["cwd"] = str(REPO)
+    spec["command"]["config_file"] = str(REPO / "examples" / "plain_pytorch" / "config.yaml")
+    spec["knobs"].update(batch_size=16, grad_accum=1, max_steps=4)  # as submitted: read from its config
+    limit = int(1.25 * GIB)
+    end = AttemptEnd(
+        number=1, outcome="oom", reason="oom", exit_code=3, signal=None, oom_kill=None,
+        stderr_tail="RuntimeError: DefaultCPUAllocator: can't allocate memory: you tried to allocate 268435456 bytes.",
+        gpus=[], gpu_capacity=None, host_capacity=limit, adopted=False, pid=None,
+    )  # fmt: skip
+    steps = [
+        {"type": "progress", "attempt": 1, "source": "runner", "step": step, "batch_size": 16,
+         "vm_peak": 900 * (1 << 20), "mem_peak": 400 * (1 << 20)}
+        for step in (1, 2, 3)
+    ]  # fmt: skip
+    oom = {
+        "type": "oom",
+        "attempt": 1,
+        "source": "runner",
+        "verdict": "host_oom",
+        "batch_size": 16,
+        "step": 4,
+    }
+    hook = OomRetune(
+        gpu_states=lambda: [],
+        gpu_processes=lambda: [],
+        retunes_of=lambda run_id: [],
+        stopped=lambda run_id: True,
+    )
+    decision = hook({"id": "r3", "run_dir": str(tmp_path), "spec": spec}, end, [*steps, oom])
+    assert decision is not None
+    assert decision.to == {"knobs.batch_size": 8, "knobs.grad_accum": 2}
+    assert decision.evidence is not None and decision.evidence["probes"] == []
+    assert (
+        decision.evidence["decided"]
+        == "decided from 3 measured steps, no probe: the restart measures its size itself"
+    )
+    assert not (tmp_path / "probes").exists()

@@ -5,19 +5,17 @@ from the process itself."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gpuwarden.core.command.checkpoints import FoundCheckpoint
 from gpuwarden.core.command.complete import complete_command
 from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.tune.cache import TuneCache
-from gpuwarden.core.tune.command_probe import CommandProber, probe_blocker, recovery_probe
+from gpuwarden.core.tune.command_probe import CommandProber, probe_blocker
 from gpuwarden.core.tune.fingerprint import fingerprint, fingerprint_inputs
 from gpuwarden.core.tune.search import Candidate
 from gpuwarden.core.tune.session import tune_spec
@@ -84,28 +82,6 @@ def test_a_probe_is_the_program_with_its_role_knobs_set(tmp_path: Path) -> None:
     assert written == ["checkpoint-1", "checkpoint-2"]
 
 
-def test_a_restart_probe_resumes_from_the_runs_checkpoint_without_touching_it(tmp_path: Path) -> None:
-    spec = _spec(tmp_path)
-    spec = spec.model_copy(update={"knobs": {**spec.knobs, "steps": 5, "out": str(tmp_path / "run-out")}})
-    checkpoint = tmp_path / "run-out" / "checkpoint-3"
-    checkpoint.mkdir(parents=True)
-    (checkpoint / "state.json").write_text('{"step": 3}')
-    run_dir = tmp_path / "run"
-    (run_dir / "attempts" / "1").mkdir(parents=True)
-    event = {"v": 1, "type": "checkpoint", "ts": 1, "path": str(checkpoint), "step": 3, "samples_seen": 48}
-    (run_dir / "attempts" / "1" / "events.jsonl").write_text(json.dumps(event) + "\n")
-    probe = recovery_probe(spec, "r", run_dir, 2, tmp_path / "probes", env=dict(os.environ), on_gpu=False)
-    assert probe is not None
-    peak, oom = probe(4)
-    assert not oom and peak is not None
-    log = (tmp_path / "probes" / "probe-1" / "attempts" / "1" / "stdout.log").read_text()
-    assert "start at step 3" in log  # resumed, and ran to step 5 (3 + 2, within the run's 5)
-    written = sorted(p.name for p in (tmp_path / "probes" / "probe-1" / "output").iterdir())
-    assert written == ["checkpoint-4", "checkpoint-5"]
-    assert sorted(p.name for p in (tmp_path / "run-out").iterdir()) == ["checkpoint-3"]
-    assert (checkpoint / "state.json").read_text() == '{"step": 3}'
-
-
 def test_tune_of_a_program_keeps_its_effective_batch(tmp_path: Path) -> None:
     spec = _spec(tmp_path)
     target = Target({"type": "cpu", "name": "cpu", "memory_total": LIMIT}, LIMIT, {}, [], [])
@@ -156,12 +132,6 @@ def test_tune_refuses_what_it_cannot_keep(tmp_path: Path) -> None:
         tune_spec(no_accum, target, cache, tmp_path / "w", env={})
     with pytest.raises(UserError, match="learning rate"):
         tune_spec(_spec(tmp_path), target, cache, tmp_path / "w", env={}, change_effective_batch=True)
-
-
-def test_a_finished_probe_reports_its_checkpoint_step(tmp_path: Path) -> None:
-    found = FoundCheckpoint(tmp_path / "c", None, "glob", 0.0)
-    prober = CommandProber(_spec(tmp_path), tmp_path / "p", resume=found)
-    assert prober.first_step == 0 and prober.resume is None  # no step: the probe starts fresh
 
 
 def test_an_energy_objective_is_refused_for_a_programs_probes(tmp_path: Path) -> None:

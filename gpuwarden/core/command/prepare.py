@@ -137,25 +137,8 @@ def _builtins(spec: RunSpec, run_id: str, run_dir: Path, attempt: int) -> dict[s
     }
 
 
-def resume_point(spec: RunSpec, run_id: str, run_dir: Path, attempt: int) -> FoundCheckpoint | None:
-    """The checkpoint attempt `attempt` will resume from (None on a first attempt, when no
-    complete one exists, or when its command passes it nowhere): what `{resume_from}` becomes,
-    for those who must know it beforehand."""
-    assert spec.command is not None
-    values = template_values(spec, _builtins(spec, run_id, run_dir, attempt))
-    if not passes_resume(spec.command, spec.knobs):
-        return None  # the attempt starts from the beginning, whatever is on disk
-    cwd = spec.command.cwd or run_dir
-    return _find_resume(spec, values, run_dir, attempt, cwd, _first_started(run_dir, attempt, time.time()))
-
-
-def prepare_attempt(
-    spec: RunSpec, run_id: str, run_dir: Path, attempt: int, *, resume: FoundCheckpoint | None = None
-) -> PreparedAttempt:
-    """Everything attempt `attempt` of a command run starts with; its record is written.
-
-    `resume` names the checkpoint to start from instead of looking for the run's newest (a probe
-    of a restart passes the run's checkpoint this way)."""
+def prepare_attempt(spec: RunSpec, run_id: str, run_dir: Path, attempt: int) -> PreparedAttempt:
+    """Everything attempt `attempt` of a command run starts with; its record is written."""
     command = spec.command
     if command is None:
         raise ValueError("prepare_attempt is for command runs")
@@ -166,7 +149,7 @@ def prepare_attempt(
     builtins = _builtins(spec, run_id, run_dir, attempt)
     events_file = Path(builtins["events_file"])
     copy = Path(builtins["config_file"]) if command.config_file is not None else None
-    found = resume or _find_resume(
+    found = _find_resume(
         spec, template_values(spec, builtins), run_dir, attempt, cwd, _first_started(run_dir, attempt, now)
     )
     builtins["resume_from"] = str(found.path) if found is not None else ""

@@ -243,19 +243,21 @@ def plan_recovery(
     on_turn: OnTurn | None = None,
     remembered: Sequence[tuple[int, int]] = (),
     probe_processes: Callable[[], int] | None = None,
+    restart_measures: bool = False,
 ) -> RecoveryPlan:
     """Everything between "this attempt ran out of memory" and the next attempt's spec.
 
     `hints` are facts of the machine now that rungs read (`other_gpus`, `usable_gpus`);
     `on_turn` hears of each probe before it runs; `remembered` are (micro-batch, peak) points an
     earlier run of the same shape measured under the same memory; `probe_processes` says how many
-    processes `probe` started (one per size when not given)."""
+    processes `probe` started (one per size when not given); `restart_measures` says that no probe
+    runs because the restart itself measures its size (a user's own program)."""
     classification = classification_of(facts)
     policy = resolve_policy(spec.policy, kind=spec.kind)
     knobs = {**current_knobs(spec), **_spec_hints(spec), **(hints or {})}
     host = classification.verdict == "host_oom"
     capacity = facts.host_capacity if host else facts.gpu_capacity
-    probing = _Probes(probe, on_turn, probe_processes)
+    probing = _Probes(probe, on_turn, probe_processes, restart_measures)
     measured = _measure(spec, facts, classification, knobs, capacity, probing, remembered)
     points, ooms = measured.points, measured.ooms
     batch = knobs.get("batch_size")
@@ -302,6 +304,7 @@ class _Probes:
     probe: Probe | None
     on_turn: OnTurn | None
     processes: Callable[[], int] | None
+    restart_measures: bool = False
 
     def count(self, sizes: int) -> int:
         return self.processes() if self.processes is not None else sizes
@@ -324,7 +327,14 @@ def _measure(
     batch = knobs.get("batch_size")
     probe = probing.probe
     if probe is None or not isinstance(batch, int) or not _worth_probing(classification, batch, points):
-        return _Measured(points, [], (), decided_text(len(steps), len(points) - len(steps), 0))
+        decided = decided_text(len(steps), len(points) - len(steps), 0)
+        if (
+            probing.restart_measures
+            and isinstance(batch, int)
+            and _worth_probing(classification, batch, points)
+        ):
+            decided += ": the restart measures its size itself"  # a probe would be a start of the program too
+        return _Measured(points, [], (), decided)
     policy = resolve_policy(spec.policy, kind=spec.kind)
     limit = memory_capacity(classification, capacity)
     on = headroom_on(classification.verdict)

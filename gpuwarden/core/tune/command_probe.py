@@ -4,8 +4,8 @@ A probe is never a re-implementation. It is the run's own argv, config-file copy
 environment, prepared exactly as an attempt is (`prepare_attempt`), with only the knobs that play
 a role changed: the micro-batch and accumulation to the candidate, `max_steps` to a few steps,
 `output_dir` into the probe's own folder (nothing a probe writes can then pass for one of the
-run's checkpoints). A probe for a restart also resumes from the run's newest checkpoint, as the
-restarted attempt will, so it meets the same data and loads the same state.
+run's checkpoints). A restart after an out-of-memory is never probed this way: a probe is a start
+of the program, as costly as the restart, so the restart measures its own size.
 
 Peak memory comes from the program's progress events (the SDK or a framework callback) when it
 sends any, else from the process itself (`process_peak`): its address-space high-water mark
@@ -18,12 +18,10 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from gpuwarden.core.command.checkpoints import FoundCheckpoint
-from gpuwarden.core.command.prepare import prepare_attempt, resume_point
+from gpuwarden.core.command.prepare import prepare_attempt
 from gpuwarden.core.command.record import attempt_dir
 from gpuwarden.core.config.spec import RunSpec
 from gpuwarden.core.config.templating import BUILTINS, render, template_values
@@ -75,25 +73,6 @@ def probe_blocker(spec: RunSpec) -> str | None:
     return None
 
 
-def _link_or_copy(src: str, dst: str) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
-
-
-def _linked(found: FoundCheckpoint, folder: Path) -> FoundCheckpoint:
-    """The checkpoint hard-linked into the probe's folder: the probe reads the run's state but
-    can neither change nor rotate away the run's own files."""
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / found.path.name
-    if found.path.is_dir():
-        shutil.copytree(found.path, target, copy_function=_link_or_copy)
-    else:
-        _link_or_copy(str(found.path), str(target))
-    return replace(found, path=target)
-
-
 def _lines(path: Path) -> list[str]:
     try:
         with open(path, "rb") as fh:
@@ -116,8 +95,6 @@ class CommandProber:
         measure_steps: int = 3,
         timeout_s: float = 900.0,
         on_result: Callable[[int, ProbeResult], None] | None = None,
-        resume: FoundCheckpoint | None = None,
-        last_step: int | None = None,
         on_gpu: bool = False,
         gpu_used: GpuUsed | None = None,
     ) -> None:
@@ -133,20 +110,13 @@ class CommandProber:
         self.measure_steps = measure_steps
         self.timeout_s = timeout_s
         self.on_result = on_result
-        # A checkpoint without a step cannot say how far `max_steps` must reach: start fresh.
-        self.resume = resume if resume is not None and resume.step is not None else None
-        self.first_step = self.resume.step if self.resume is not None and self.resume.step else 0
-        self.last_step = last_step
         self.on_gpu = on_gpu
         self.gpu_used = gpu_used
         self.count = 0
 
     def steps(self) -> int:
-        """The probe's `max_steps`: a few past its starting step, within the run's own end."""
-        steps = self.first_step + self.warmup_steps + self.measure_steps
-        if self.last_step is not None:
-            steps = max(self.first_step + 1, min(steps, self.last_step))
-        return steps
+        """The probe's `max_steps`: its warm-up and measured steps."""
+        return self.warmup_steps + self.measure_steps
 
     def probe_spec(self, c: Candidate, folder: Path) -> RunSpec:
         """The run's spec with the role knobs set for this candidate and this probe."""
@@ -166,9 +136,8 @@ class CommandProber:
         folder = self.work_dir / f"probe-{self.count}"
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
-        resume = _linked(self.resume, folder / "resume") if self.resume is not None else None
         spec = self.probe_spec(c, folder)
-        prepared = prepare_attempt(spec, f"probe-{self.count}", folder, 1, resume=resume)
+        prepared = prepare_attempt(spec, f"probe-{self.count}", folder, 1)
         env = dict(os.environ if self.env is None else self.env)
         env.update(self.spec.env)
         env.update(prepared.env)
@@ -223,60 +192,15 @@ class CommandProber:
         """Samples/s between the warm-up's end and the last reported step; without progress
         events, over the whole probe (start-up included: a lower figure, alike for every
         candidate)."""
-        after = [e for e in progress if int(e.get("step", 0)) >= self.first_step + self.warmup_steps]
+        after = [e for e in progress if int(e.get("step", 0)) >= self.warmup_steps]
         if len(after) >= 2:
             first, last = after[0], after[-1]
             dt = float(last["ts"]) - float(first["ts"])
             ds = int(last["samples_seen"]) - int(first["samples_seen"])
             if dt > 0 and ds > 0:
                 return ds / dt
-        samples = (self.steps() - self.first_step) * c.batch_size * c.grad_accum_steps
+        samples = self.steps() * c.batch_size * c.grad_accum_steps
         return samples / wall if wall > 0 else None
 
 
-Probe = Callable[[int], tuple[int | None, bool]]
-
-
-def recovery_probe(
-    spec: RunSpec,
-    run_id: str,
-    run_dir: Path,
-    next_attempt: int,
-    work_dir: Path,
-    *,
-    env: dict[str, str],
-    on_gpu: bool,
-    gpu_used: GpuUsed | None = None,
-) -> Probe | None:
-    """The memory probe of a restart (micro-batch → peak, out of memory?), or None when the
-    spec does not say enough to probe its program. Each probe resumes from the checkpoint the
-    next attempt will use and keeps the effective batch, so it sees the data that attempt sees."""
-    if spec.command is None or probe_blocker(spec) is not None:
-        return None
-    roles = spec.command.roles.knob_names()
-    micro = int(spec.knobs[roles["micro_batch"]])
-    accum = int(spec.knobs[roles["accum_steps"]]) if "accum_steps" in roles else None
-    run_steps = spec.knobs[roles["max_steps"]]
-    precision = str(spec.knobs[roles["precision"]]) if "precision" in roles else "auto"
-    prober = CommandProber(
-        spec,
-        work_dir,
-        env=env,
-        warmup_steps=1,
-        measure_steps=1,
-        timeout_s=600.0,
-        resume=resume_point(spec, run_id, run_dir, next_attempt),
-        last_step=run_steps if isinstance(run_steps, int) else None,
-        on_gpu=on_gpu,
-        gpu_used=gpu_used,
-    )
-
-    def probe(batch: int) -> tuple[int | None, bool]:
-        steps = max(1, micro * accum // batch) if accum is not None else 1
-        result = prober(Candidate(batch, steps, precision, False))
-        return result.mem_peak, result.oom
-
-    return probe
-
-
-__all__ = ["CommandProber", "probe_blocker", "recovery_probe"]
+__all__ = ["CommandProber", "probe_blocker"]
