@@ -118,7 +118,9 @@ def test_plain_script_with_the_sdk_is_recovered_from_its_own_checkpoint(
     # restart measures the size the steps before the OOM point to (the largest divisor of 16 below it).
     evidence = detail["retunes"][0]["evidence"]
     assert evidence["probes"] == []
-    assert evidence["decided"] == "decided from 3 measured steps, no probe: the restart measures its size itself"
+    assert (
+        evidence["decided"] == "decided from 3 measured steps, no probe: the restart measures its size itself"
+    )
     # The guard saved step 3 at the OOM (the script itself checkpoints every 2 steps).
     assert "attempt 2 resumes from" in result.stderr and "checkpoint-3 (step 3)" in result.stderr
     # No optimizer step redone: attempt 2 starts after the checkpoint and ends at max_steps.
