@@ -20,6 +20,7 @@ from gpuwarden.core.command.help_check import (
     help_argv,
     lists_flag,
     run_help,
+    without_flag,
 )
 from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
 
@@ -185,3 +186,33 @@ def test_the_real_runner_is_bounded(tmp_path: Path, body: str, timeout: float, p
 def test_the_real_runner_says_when_the_program_is_not_there(tmp_path: Path) -> None:
     out = run_help([str(tmp_path / "nothing-here"), "--help"], {}, tmp_path, 5)
     assert out.text is None and out.problem.startswith("could not start: ")
+
+
+def test_without_flag_takes_back_the_pair_the_preset_appended() -> None:
+    spec = spec_from_mapping(
+        {
+            "name": "x",
+            "kind": "command",
+            "command": {
+                "argv": [
+                    "python",
+                    "train.py",
+                    "--ckpt_path",
+                    "{resume_from?}",
+                    "--x",
+                    "--ckpt_path",
+                    "{resume_from?}",
+                ],
+                "framework": "lightning",
+            },
+        }
+    )
+    off = without_flag(spec, "--ckpt_path")
+    assert off.command is not None and off.command.resume_flag is False
+    assert off.command.argv == [
+        "python",
+        "train.py",
+        "--ckpt_path",
+        "{resume_from?}",
+        "--x",
+    ]  # the last pair only

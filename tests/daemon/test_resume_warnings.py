@@ -64,12 +64,83 @@ def test_checkpoints_the_command_passes_nowhere_are_one_warning_line(
 def test_a_preset_flag_the_scripts_help_does_not_list_is_left_out(gw: DaemonHandle, tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(textwrap.dedent(NO_CKPT_FLAG))
     script = [sys.executable, "train.py", "--batch_size", "4"]
-    run_id, printed = _run(gw, tmp_path, "--framework", "lightning", "--", *script)
+    # Read beside the first attempt, the help's verdict reaches `run --follow` as the run goes.
+    done = gw.cli(
+        "run",
+        "--gpus",
+        "0",
+        "--name",
+        "no-flag",
+        "--framework",
+        "lightning",
+        "--follow",
+        "--",
+        *script,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    run_id = gw.cli_json("show", "no-flag")["id"]
     (warning,) = _warnings(gw, run_id)
-    assert warning["code"] == "resume_flag_missing" and printed.strip() == f"warning: {warning['message']}"
+    assert warning["code"] == "resume_flag_missing" and warning["message"] in done.stderr
     assert warning["message"].startswith(
         f"`{Path(sys.executable).name} train.py --help` does not list --ckpt_path"
     )
     detail = gw.cli_json("show", run_id)
     assert detail["spec"]["command"]["resume_flag"] is False
     assert "--ckpt_path" not in detail["spec"]["command"]["argv"]
+
+
+# A script whose help comes only once its first attempt has started: read at submit, in front of
+# the attempt, the help would never come (the submit would say it did not finish); read beside it,
+# it lists no --ckpt_path. Its first attempt writes a checkpoint and fails with 7, restarted at
+# once: started before the help is read, the restart would pass `--ckpt_path ckpt/step-1.ckpt`,
+# which the script refuses — so it waits for the help, and runs without the flag.
+HELP_AFTER_START = """
+    import argparse, os, sys, time
+    if "--help" in sys.argv:
+        for _ in range(600):
+            if os.path.exists("started"):
+                break
+            time.sleep(0.05)
+        time.sleep(1.0)  # the first attempt has failed by now: its restart waits for this help
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batch_size", type=int, default=4)
+    parser.add_argument("--accumulate_grad_batches", type=int, default=1)
+    parser.parse_args()
+    if not os.path.exists("started"):
+        os.makedirs("ckpt", exist_ok=True)
+        open("ckpt/step-1.ckpt", "w").close()
+        open("started", "w").close()
+        sys.exit(7)
+"""
+
+
+def test_the_scripts_help_is_read_beside_the_first_attempt_and_a_restart_waits_for_it(
+    gw: DaemonHandle, tmp_path: Path
+) -> None:
+    (tmp_path / "train.py").write_text(textwrap.dedent(HELP_AFTER_START))
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        textwrap.dedent(
+            f"""
+            name: help-beside
+            kind: command
+            resources: {{gpus: 0}}
+            restart: {{on: [{{exit_code: [7]}}], max: 1, backoff: 0}}
+            command:
+              cwd: {tmp_path}
+              framework: lightning
+              argv: [{sys.executable}, train.py, --batch_size, "4"]
+              checkpoints: {{glob: "ckpt/*.ckpt"}}
+            """
+        )
+    )
+    done = gw.cli("run", str(spec), "--follow", cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    detail = gw.cli_json("show", "help-beside")
+    assert detail["state"] == "succeeded"
+    (warning,) = _warnings(gw, detail["id"])
+    assert warning["code"] == "resume_flag_missing", warning["message"]
+    first, second = (a["prepared"]["argv"] for a in detail["attempts"])
+    assert "--ckpt_path" not in first and "--ckpt_path" not in second
+    assert detail["spec"]["command"]["resume_flag"] is False

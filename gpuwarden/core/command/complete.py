@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from gpuwarden.core.command.config_file import ConfigDocument, load_config
-from gpuwarden.core.command.help_check import HELP_TIMEOUT_S, HelpRunner, check_resume_flag
+from gpuwarden.core.command.help_check import (
+    HELP_TIMEOUT_S,
+    FlagCheck,
+    HelpAsk,
+    HelpRunner,
+    ask_resume_flag,
+    judge_help,
+    run_help,
+)
 from gpuwarden.core.command.presets import apply_preset
 from gpuwarden.core.command.resume import NOWHERE_CODE, nowhere_warning
 from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
@@ -186,6 +194,7 @@ class Submitted:
 
     spec: RunSpec
     warnings: list[tuple[str, str]] = field(default_factory=list)
+    help: HelpAsk | None = None  # the script's help, left to read beside the first attempt
 
 
 def complete_submitted(
@@ -194,15 +203,24 @@ def complete_submitted(
     *,
     help_timeout_s: float = HELP_TIMEOUT_S,
     help_runner: HelpRunner | None = None,
+    defer_help: bool = False,
 ) -> Submitted:
     """`complete_command`, and what only a submit does: a preset's resume flag is asked of the
-    script's own `--help` (run with `environment`), and a run that would restart from the
+    script's own `--help` (run with `environment`; with `defer_help`, only said what to run, for
+    the caller to read beside the first attempt), and a run that would restart from the
     beginning whatever it checkpointed is told so. The spec is checked first, so a spec that is
     refused anyway runs nothing."""
     completed = complete_command(spec)
     if spec.command is None:
         return Submitted(completed)
-    checked = check_resume_flag(spec, environment, help_runner, help_timeout_s)
+    ask = ask_resume_flag(spec, environment, help_timeout_s)
+    if isinstance(ask, HelpAsk) and defer_help:
+        return Submitted(completed, help=ask)
+    checked = (
+        ask
+        if isinstance(ask, FlagCheck)
+        else judge_help(spec, ask, (help_runner or run_help)(ask.argv, ask.env, ask.cwd, help_timeout_s))
+    )
     if checked.spec is not spec:
         completed = complete_command(checked.spec)
     if checked.code is not None and checked.message is not None:

@@ -3,8 +3,10 @@
 A preset appends `--ckpt_path {resume_from?}` (Lightning) or `--resume_from_checkpoint
 {resume_from?}` (Trainer) so that a restart continues from the newest checkpoint. A script that
 has no such flag refuses it (`unrecognized arguments`) on its second attempt, and the run ends
-failed, so before counting on the flag the script's own help is read once, at submit: run with the
-run's interpreter and environment, no shell, no GPU, bounded in time and output. A help that does
+failed, so before counting on the flag the script's own help is read once: run with the run's
+interpreter and environment, no shell, no GPU, bounded in time and output. The daemon reads it
+beside the first attempt, which the flag never reaches (`{resume_from?}` vanishes there), so the
+run starts without waiting one start-up of the script for its help; a restart waits for it. A help that does
 not list the flag turns it off (`command.resume_flag: false`); a help that cannot be read leaves
 it on, as before, and says it was not checked. Either way the user reads one line with the fix.
 
@@ -58,14 +60,20 @@ class FlagCheck:
     message: str | None = None
 
 
-def check_resume_flag(
-    spec: RunSpec,
-    environment: Mapping[str, str],
-    runner: HelpRunner | None = None,
-    timeout_s: float = HELP_TIMEOUT_S,
-) -> FlagCheck:
-    """Ask the script's help before a preset adds its resume flag; the spec unchanged when no
-    preset would add one (no preset, the user's own placeholder, an args file's key)."""
+@dataclass(frozen=True)
+class HelpAsk:
+    """A script's `--help` still to be read before its preset's resume flag is counted on: what
+    to run, where and with which environment."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: Path
+    flag: str
+
+
+def ask_resume_flag(spec: RunSpec, environment: Mapping[str, str], timeout_s: float) -> FlagCheck | HelpAsk:
+    """The answer where none needs the script (no preset would add a flag, or its help cannot
+    be run), else the help to read."""
     command = spec.command
     preset = PRESETS.get(command.framework) if command is not None else None
     if command is None or preset is None or not _adds_flag(spec, preset):
@@ -77,8 +85,16 @@ def check_resume_flag(
         return _unchecked(spec, preset, "its `--help` was not run: the command names no working folder")
     if timeout_s < 1:
         return _unchecked(spec, preset, "its `--help` was not run: the submit had no time left for it")
-    out = (runner or run_help)(argv, _help_env(spec, environment), command.cwd, timeout_s)
-    shown = shlex.join([Path(argv[0]).name, *argv[1:]])
+    return HelpAsk(argv, _help_env(spec, environment), command.cwd, preset.resume_flag)
+
+
+def judge_help(spec: RunSpec, ask: HelpAsk, out: HelpOutput) -> FlagCheck:
+    """What the script's help says of the flag: the spec unchanged where it lists the flag (or
+    could not be read: then said unchecked), else with the flag turned off and the line why."""
+    command = spec.command
+    preset = PRESETS.get(command.framework) if command is not None and command.framework else None
+    assert command is not None and preset is not None
+    shown = shlex.join([Path(ask.argv[0]).name, *ask.argv[1:]])
     if out.text is None:
         return _unchecked(spec, preset, f"`{shown}` {out.problem}")
     if lists_flag(out.text, preset.resume_flag):
@@ -91,6 +107,34 @@ def check_resume_flag(
         f"({preset.sdk_resume}), or give the script a {flag} flag"
     )
     return FlagCheck(spec.model_copy(update={"command": off}), MISSING_CODE, message)
+
+
+def check_resume_flag(
+    spec: RunSpec,
+    environment: Mapping[str, str],
+    runner: HelpRunner | None = None,
+    timeout_s: float = HELP_TIMEOUT_S,
+) -> FlagCheck:
+    """Ask the script's help before a preset adds its resume flag; the spec unchanged when no
+    preset would add one (no preset, the user's own placeholder, an args file's key)."""
+    ask = ask_resume_flag(spec, environment, timeout_s)
+    if isinstance(ask, FlagCheck):
+        return ask
+    return judge_help(spec, ask, (runner or run_help)(ask.argv, ask.env, ask.cwd, timeout_s))
+
+
+def without_flag(spec: RunSpec, flag: str) -> RunSpec:
+    """A completed spec with its preset's resume flag taken back out (the pair it appended, the
+    last in argv) and turned off, so no later completion adds it again."""
+    command = spec.command
+    assert command is not None
+    argv = list(command.argv)
+    for i in range(len(argv) - 2, -1, -1):
+        if argv[i] == flag and argv[i + 1] == "{resume_from?}":
+            del argv[i : i + 2]
+            break
+    off = command.model_copy(update={"resume_flag": False, "argv": argv})
+    return spec.model_copy(update={"command": off})
 
 
 def _adds_flag(spec: RunSpec, preset: Preset) -> bool:

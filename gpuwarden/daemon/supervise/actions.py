@@ -17,7 +17,6 @@ from typing import Any
 import yaml
 
 from gpuwarden.core.command.complete import Submitted, complete_command, complete_submitted
-from gpuwarden.core.command.help_check import HELP_TIMEOUT_S
 from gpuwarden.core.config.inputs import require_inputs
 from gpuwarden.core.config.knob_edit import check_knob_names, merged_knobs
 from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
@@ -29,12 +28,11 @@ from gpuwarden.core.submission import Submission
 from gpuwarden.core.tune.command_tune import tune_blocker
 from gpuwarden.daemon import run_environment
 from gpuwarden.daemon.placement import check_feasible
+from gpuwarden.daemon.supervise import help_reader
 from gpuwarden.daemon.supervise.context import Batch, Conflict, Context, spec_document
 from gpuwarden.daemon.supervise.hooks import ProfileHook
 
 log = logging.getLogger("gpuwarden.daemon.supervisor")
-# What a submit needs after a script's `--help` has run (the profile, the store's writes).
-_SUBMIT_RESERVE_S = 5.0
 
 
 def _check_machines(ctx: Context, spec: RunSpec) -> None:
@@ -74,7 +72,8 @@ def submit(
     `run_id`: the id, when the host chose it (a job's store lives in the run's folder)."""
     if (earlier := _submitted_before(ctx, submission)) is not None:
         return earlier
-    submitted = _completed(spec, environment, submission)
+    spec_before_completion = spec
+    submitted = _completed(spec, environment)
     spec = submitted.spec
     _check_machines(ctx, spec)
     if check_inputs:
@@ -108,6 +107,8 @@ def submit(
         created.event(run_id, None, "warning", code=code, message=message)
     if (earlier := _queue(ctx, created, run_dir, text, submission)) is not None:
         return earlier
+    if submitted.help is not None:
+        help_reader.read_later(ctx, run_id, spec_before_completion, submitted.help)
     with ctx.lock:
         run = ctx.run(run_id)
         ctx.publish_run(run)
@@ -115,22 +116,12 @@ def submit(
     return run
 
 
-def _completed(
-    spec: RunSpec, environment: Mapping[str, str] | None, submission: Submission | None
-) -> Submitted:
-    """Command runs: preset knobs, config values, placeholders; the preset's resume flag asked of
-    the script's help (run as its attempts run: from the submitter's environment); what would
-    make a restart start from the beginning."""
+def _completed(spec: RunSpec, environment: Mapping[str, str] | None) -> Submitted:
+    """Command runs: preset knobs, config values, placeholders; the preset's resume flag to be
+    asked of the script's help (run as its attempts run: from the submitter's environment),
+    beside the first attempt; what would make a restart start from the beginning."""
     env = run_environment.base(run_environment.submitted(environment))
-    return complete_submitted(spec, env, help_timeout_s=_help_time(submission))
-
-
-def _help_time(submission: Submission | None) -> float:
-    """Seconds a script's `--help` may take at submit: its bound, within the client's wait less
-    what the rest of the submit needs."""
-    if submission is None or submission.deadline is None:
-        return HELP_TIMEOUT_S
-    return min(HELP_TIMEOUT_S, -submission.late_by() - _SUBMIT_RESERVE_S)
+    return complete_submitted(spec, env, defer_help=True)
 
 
 def _queue(

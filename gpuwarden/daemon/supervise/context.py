@@ -240,6 +240,8 @@ class Context:
         self.held: dict[str, list[str]] = {}
         # Queued runs that wait out a restart policy's backoff: not started before this time.
         self.not_before: dict[str, float] = {}
+        # Runs whose script help is still being read (`help_reader`): set when it is recorded.
+        self.help_pending: dict[str, threading.Event] = {}
         self._done: queue.SimpleQueue[Completion] = queue.SimpleQueue()
         self._owed: deque[Batch] = deque()
         self.wakeup = threading.Event()

@@ -13,6 +13,7 @@ from typing import Any
 from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
 from gpuwarden.core.errors import UserError, one_line
 from gpuwarden.core.run_state import RunState
+from gpuwarden.daemon.supervise import help_reader
 from gpuwarden.daemon.supervise.context import Context, Start, spec_document
 from gpuwarden.daemon.supervise.hooks import AttemptEnd, NextAttempt, RetuneGiveUp, RetuneHook, RetuneNotes
 
@@ -29,6 +30,7 @@ def begin(
     ctx.held[run_id] = list(end.gpus)
 
     def work() -> None:
+        help_reader.wait(ctx, run_id)  # the next attempt's argv depends on what the help said
         decision, why = decide(ctx, run_id, end, message, hook)
         ctx.hand_back(run_id, lambda: apply(ctx, run_id, end, decision, why))
 

@@ -9,6 +9,7 @@ from typing import Any
 from gpuwarden.core.config.spec import spec_from_mapping
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.run_state import RunState
+from gpuwarden.daemon.supervise import help_reader
 from gpuwarden.daemon.supervise.context import Context, Start
 from gpuwarden.daemon.supervise.faults import contained
 
@@ -30,6 +31,8 @@ def due(ctx: Context, *, can_tune: bool) -> list[Scheduled]:
     for run in reversed(queued):  # oldest first
         if run["id"] in ctx.active or run["id"] in ctx.held or ctx.not_before.get(run["id"], now) > now:
             continue
+        if run["attempt"] and help_reader.pending(ctx, str(run["id"])):
+            continue  # a restart's argv depends on what the script's help says: woken when read
         scheduled = contained(ctx, str(run["id"]), _schedule, ctx, run, busy, can_tune)
         if scheduled is not None:
             out.append(scheduled)

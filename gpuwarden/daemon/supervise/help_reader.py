@@ -1,0 +1,79 @@
+"""A preset run's script help, read beside its first attempt.
+
+A framework preset appends its resume flag only once the script's `--help` lists it. Reading that
+help costs a start of the script (its imports: seconds for a Trainer script), and the flag never
+reaches the first attempt (`{resume_from?}` vanishes there), so the help is read on a thread of
+its own while the first attempt runs, not in front of it. What it finds is recorded before any
+restart starts: a help that does not list the flag takes it out of the run's stored spec, with a
+`warning` event saying why; one that cannot be read leaves it in, said unchecked. A retune waits
+for it (`wait`), and so does a restart the scheduler would start (`pending`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from gpuwarden.core.command.help_check import HELP_TIMEOUT_S, HelpAsk, judge_help, run_help, without_flag
+from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
+from gpuwarden.core.errors import UserError, one_line
+from gpuwarden.core.store.runs import RunStore
+from gpuwarden.daemon.supervise.context import Context, spec_document
+
+log = logging.getLogger("gpuwarden.daemon.supervisor")
+
+# A help is bounded by HELP_TIMEOUT_S; what a waiter allows beyond it for the record to be written.
+_WAIT_MARGIN_S = 10.0
+
+
+def read_later(ctx: Context, run_id: str, submitted: RunSpec, ask: HelpAsk) -> None:
+    """Read the script's help on a thread and record what it says of the flag."""
+    done = threading.Event()
+    ctx.help_pending[run_id] = done
+
+    def work() -> None:
+        try:
+            out = run_help(ask.argv, ask.env, ask.cwd, HELP_TIMEOUT_S)
+            checked = judge_help(submitted, ask, out)
+            if checked.code is not None and checked.message is not None:
+                _record(ctx, run_id, ask, checked.code, checked.message, off=checked.spec is not submitted)
+        except Exception as exc:
+            log.warning("run %s: the script's help was not recorded: %s", run_id, one_line(exc))
+        finally:
+            ctx.help_pending.pop(run_id, None)
+            done.set()
+            ctx.wake()  # a restart held for it may start now
+
+    ctx.backends.start_thread(f"help-{run_id}", work)
+
+
+def _record(ctx: Context, run_id: str, ask: HelpAsk, code: str, message: str, *, off: bool) -> None:
+    """The warning, and the flag out of the stored spec as it is then (read and written in one
+    transaction, so an edit made meanwhile is kept)."""
+    if ctx.find(run_id) is None:
+        return  # deleted meanwhile
+    batch = ctx.batch().write(lambda s: _flag_off(s, run_id, ask.flag)) if off else ctx.batch()
+    batch.event(run_id, None, "warning", code=code, message=message).commit()
+
+
+def _flag_off(store: RunStore, run_id: str, flag: str) -> None:
+    run = store.get_run(run_id)
+    if run is None:
+        return
+    try:
+        spec = spec_from_mapping(dict(run["spec"]))
+    except UserError:
+        return  # a spec that no longer validates fails in the queue anyway
+    store.update_run(run_id, spec=spec_document(without_flag(spec, flag)))
+
+
+def pending(ctx: Context, run_id: str) -> bool:
+    """Whether the run's script help is still being read."""
+    return run_id in ctx.help_pending
+
+
+def wait(ctx: Context, run_id: str) -> None:
+    """Until the run's script help is recorded (bounded): off the loop only (a retune's thread)."""
+    done = ctx.help_pending.get(run_id)
+    if done is not None and not done.wait(HELP_TIMEOUT_S + _WAIT_MARGIN_S):
+        log.warning("run %s: its script's help still unread; restarting with the flag unchecked", run_id)
