@@ -206,7 +206,7 @@ class OomRetune:
         env[RUN_TAG] = run_tag(run_id, None)  # a restarted daemon finds leftover probes by it
         # What the restarted attempt will do: resume from the run's checkpoint, hold its
         # accumulation's micro-batches, save checkpoints where that allocates (the host). A
-        # training run's sizes share one process that loads the model once.
+        # run's sizes share one process (a training run's loads the model once).
         return SubprocessProber(
             spec,
             work_dir,

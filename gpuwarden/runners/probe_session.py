@@ -1,4 +1,4 @@
-"""One probe process that measures several micro-batches of a training run:
+"""One probe process that measures several micro-batches of a training or inference run:
 
     python -m gpuwarden.runners.probe_session
 
@@ -17,11 +17,16 @@ reset in a process that ran an earlier size) start where a fresh runner's stood 
 built the same model, and what a size allocates goes with its fork. A size that runs out of
 memory (the limit applies to each fork) ends only its fork. The parent never touches CUDA: a
 CUDA context does not survive a fork, so each size's fork opens its own, as a fresh runner does.
+
+An inference run's sizes share the imports (torch, transformers: most of a probe's start) but
+each fork loads the model itself: loading it places it (a device map, offload, 8-bit), which would
+open CUDA in this process.
 """
 
 from __future__ import annotations
 
 import gc
+import importlib
 import json
 import os
 import sys
@@ -57,6 +62,9 @@ class TaskCache:
         self._task: Any = None
 
     def __call__(self, spec: RunSpec) -> Any:
+        if spec.infer is not None:
+            _import_inference(spec)
+            return None
         from gpuwarden.runners.train.main import prepare_task
 
         assert spec.train is not None
@@ -67,6 +75,15 @@ class TaskCache:
             self._task = prepare_task(spec)
             self._key = key
         return self._task
+
+
+def _import_inference(spec: RunSpec) -> None:
+    """What every size of an inference run imports, once for all of them (nothing touches CUDA)."""
+    from gpuwarden.runners.infer.common import quiet_transformers
+
+    quiet_transformers()
+    task = "generate" if spec.infer is not None and spec.infer.task == "generate" else "image_to_text"
+    importlib.import_module(f"gpuwarden.runners.infer.{task}")  # torch, transformers
 
 
 def _request(line: str) -> tuple[Path, Path, Path]:
@@ -81,8 +98,8 @@ def _request(line: str) -> tuple[Path, Path, Path]:
 def _load(spec_path: Path, tasks: TaskCache) -> RunSpec:
     """The size's spec, its model and data built (once for every size of the same task)."""
     spec = load_spec(spec_path)
-    if spec.train is None:
-        raise UserError("a probe session measures training runs only", code="unsupported")
+    if spec.train is None and spec.infer is None:
+        raise UserError("a probe session measures training and inference runs only", code="unsupported")
     tasks(spec)
     return spec
 
@@ -90,9 +107,14 @@ def _load(spec_path: Path, tasks: TaskCache) -> RunSpec:
 def _run_size(spec: RunSpec, run_dir: Path, events: EventWriter, tasks: TaskCache) -> int:
     """In the fork: the size's attempt, every failure an event, as the runner's entry point does."""
     from gpuwarden.runners.__main__ import report_failure
-    from gpuwarden.runners.train.main import run
 
     try:
+        if spec.infer is not None:
+            from gpuwarden.runners.infer.main import run as run_inference
+
+            return run_inference(spec, run_dir, 1, events)
+        from gpuwarden.runners.train.main import run
+
         return run(spec, run_dir, 1, events, prepare=tasks)
     except (KeyboardInterrupt, SystemExit):
         return EXIT_USER_ERROR

@@ -144,6 +144,10 @@ def test_inference_oom_is_retuned_with_no_item_lost_or_duplicated(gw: DaemonHand
     assert detail["state"] == "succeeded"
     assert detail["retunes"][0]["verdict"] == "host_oom"
     assert detail["retunes"][0]["to"]["infer.batch_size"] < 8
+    # Its sizes were measured in one probe process, which imported torch and transformers once.
+    evidence = detail["retunes"][0]["evidence"]
+    sizes = len(evidence["probes"])
+    assert sizes >= 1 and evidence["decided"] == f"1 probe process, {sizes} size{'s' if sizes > 1 else ''}"
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     ids = [r["id"] for r in rows]
     expected = [json.loads(line).get("id", i) for i, line in enumerate(prompts.read_text().splitlines())]

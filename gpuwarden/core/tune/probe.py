@@ -77,10 +77,10 @@ class SubprocessProber:
         self.first_step = checkpoint_step(self.resume_from) if self.resume_from is not None else 0
         self.energy = energy
         self.count = 0
-        # Training probes in one process that loads the model once (`probe_process.py`); other
-        # probes (and those asked for one by one) each start the runner afresh.
+        # Probes in one process that imports once (and builds a training run's model once:
+        # `probe_process.py`); probes asked for one by one each start the runner afresh.
         self._session: ProbeProcesses | None = None
-        if session and spec.train is not None:
+        if session:
             limit = spec.resources.memory_limit
             stderr = work_dir / "session-stderr.log"
             self._session = ProbeProcesses(self._env(), int(limit) if limit else None, stderr)
