@@ -128,6 +128,15 @@ def retuning_lines(detail: RunDetail, events: list[RunEvent]) -> Iterator[str]:
         yield f"    {latest[0]}"
 
 
+def warning_lines(events: list[RunEvent]) -> Iterator[str]:
+    """The run's own warnings (how a restart would resume, what its script's help said): said at
+    submit, or once the help beside the first attempt was read — kept here for whoever looks later."""
+    for e in events:
+        message = (e.model_extra or {}).get("message")
+        if e.type == "warning" and e.attempt is None and isinstance(message, str) and message:
+            yield f"warning:  {message}"
+
+
 def detail_lines(detail: RunDetail, events: list[RunEvent]) -> Iterator[str]:
     yield f"{detail.id}  {detail.name}  ({detail.kind})"
     yield f"state:    {detail.state} — {detail.message or ''}"
@@ -135,6 +144,7 @@ def detail_lines(detail: RunDetail, events: list[RunEvent]) -> Iterator[str]:
     yield f"run dir:  {detail.run_dir}"
     if detail.effective_batch is not None:
         yield f"effective batch: {detail.effective_batch}"
+    yield from warning_lines(events)
     for a in detail.attempts:
         yield from attempt_lines(a)
     phases = oom_phases(events)

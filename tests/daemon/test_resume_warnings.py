@@ -82,6 +82,8 @@ def test_a_preset_flag_the_scripts_help_does_not_list_is_left_out(gw: DaemonHand
     run_id = gw.cli_json("show", "no-flag")["id"]
     (warning,) = _warnings(gw, run_id)
     assert warning["code"] == "resume_flag_missing" and warning["message"] in done.stderr
+    shown = gw.cli("show", run_id, env={"COLUMNS": "1000"}).stdout
+    assert f"warning:  {warning['message']}" in shown  # for whoever looks later
     assert warning["message"].startswith(
         f"`{Path(sys.executable).name} train.py --help` does not list --ckpt_path"
     )
