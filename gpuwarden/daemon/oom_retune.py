@@ -86,11 +86,6 @@ class OomRetune:
         events = rank_events(events, end)
         self._wait_released(end, notes)
         retunes = self._retunes_of(run_id)
-        history = [
-            r["evidence"]["decision"]
-            for r in retunes
-            if isinstance(r.get("evidence"), dict) and "decision" in r["evidence"]
-        ]
         first_oom = min((float(r["ts"]) for r in retunes), default=self._clock())
         run_dir = Path(str(run["run_dir"]))
         probe_dir = run_dir / "probes" / f"after-{end.number}"
@@ -103,7 +98,7 @@ class OomRetune:
             plan = plan_recovery(
                 spec,
                 _facts(end, events),
-                history=history,
+                history=_decisions(retunes),
                 retunes_so_far=len(retunes),
                 elapsed_s=self._clock() - first_oom,
                 probe=probes.watch(probe) if probe is not None else None,
@@ -282,6 +277,15 @@ def _probe_of(prober: SubprocessProber, spec: RunSpec) -> Probe:
         return result.mem_peak, result.oom
 
     return probe
+
+
+def _decisions(retunes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The decisions of the run's earlier retunes, oldest first (the ladder counts its rungs)."""
+    return [
+        r["evidence"]["decision"]
+        for r in retunes
+        if isinstance(r.get("evidence"), dict) and "decision" in r["evidence"]
+    ]
 
 
 def rank_events(events: Sequence[Mapping[str, Any]], end: AttemptEnd) -> list[Mapping[str, Any]]:
