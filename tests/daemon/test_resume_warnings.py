@@ -8,7 +8,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from tests.daemon.conftest import DaemonHandle
+from tests.daemon.conftest import DaemonHandle, wait_for
 
 # Lightning's batch flags but no --ckpt_path, so `--framework lightning` must not add one.
 NO_CKPT_FLAG = """
@@ -146,3 +146,51 @@ def test_the_scripts_help_is_read_beside_the_first_attempt_and_a_restart_waits_f
     first, second = (a["prepared"]["argv"] for a in detail["attempts"])
     assert "--ckpt_path" not in first and "--ckpt_path" not in second
     assert detail["spec"]["command"]["resume_flag"] is False
+
+
+# Its help answers once `release` exists; its first attempt runs until `finish` exists.
+HELP_ON_RELEASE = """
+    import argparse, os, sys, time
+    gate = "release" if "--help" in sys.argv else "finish"
+    for _ in range(1200):
+        if os.path.exists(gate):
+            break
+        time.sleep(0.05)
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batch_size", type=int, default=4)
+    parser.add_argument("--accumulate_grad_batches", type=int, default=1)
+    parser.parse_args()
+"""
+
+
+def test_a_daemon_killed_while_the_help_is_read_reads_it_again_when_restarted(
+    gw: DaemonHandle, tmp_path: Path
+) -> None:
+    (tmp_path / "train.py").write_text(textwrap.dedent(HELP_ON_RELEASE))
+    script = [sys.executable, "train.py", "--batch_size", "4"]
+    done = gw.cli(
+        "run",
+        "--gpus",
+        "0",
+        "--name",
+        "killed-reading",
+        "--framework",
+        "lightning",
+        "--",
+        *script,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    detail = gw.wait_state("killed-reading", ("running",))
+    pending = Path(detail["run_dir"]) / "help-pending.json"
+    wait_for(pending.exists, "the help being read")
+    gw.kill9()
+    gw.start()
+    (tmp_path / "release").touch()  # both helps answer: the killed daemon's and the new one's
+    warnings = wait_for(lambda: _warnings(gw, detail["id"]), "the help's verdict, read again")
+    assert [w["code"] for w in warnings] == ["resume_flag_missing"]
+    assert gw.cli_json("show", detail["id"])["spec"]["command"]["resume_flag"] is False
+    wait_for(lambda: not pending.exists(), "the pending note removed")
+    (tmp_path / "finish").touch()
+    final = gw.wait_state(detail["id"])
+    assert final["state"] == "succeeded", final["message"]  # the adopted attempt ran on

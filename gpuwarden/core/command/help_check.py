@@ -85,7 +85,7 @@ def ask_resume_flag(spec: RunSpec, environment: Mapping[str, str], timeout_s: fl
         return _unchecked(spec, preset, "its `--help` was not run: the command names no working folder")
     if timeout_s < 1:
         return _unchecked(spec, preset, "its `--help` was not run: the submit had no time left for it")
-    return HelpAsk(argv, _help_env(spec, environment), command.cwd, preset.resume_flag)
+    return HelpAsk(argv, help_env(spec, environment), command.cwd, preset.resume_flag)
 
 
 def judge_help(spec: RunSpec, ask: HelpAsk, out: HelpOutput) -> FlagCheck:
@@ -185,7 +185,7 @@ def help_argv(argv: list[str]) -> list[str] | None:
     return [*program, "--help"]
 
 
-def _help_env(spec: RunSpec, environment: Mapping[str, str]) -> dict[str, str]:
+def help_env(spec: RunSpec, environment: Mapping[str, str]) -> dict[str, str]:
     """The run's environment for its help: no GPU (a script that ignores `--help` and starts
     training must not take one another run holds), and no gpuwarden variable, so its SDK stays
     silent."""

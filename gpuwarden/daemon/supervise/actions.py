@@ -72,7 +72,6 @@ def submit(
     `run_id`: the id, when the host chose it (a job's store lives in the run's folder)."""
     if (earlier := _submitted_before(ctx, submission)) is not None:
         return earlier
-    spec_before_completion = spec
     submitted = _completed(spec, environment)
     spec = submitted.spec
     _check_machines(ctx, spec)
@@ -108,7 +107,7 @@ def submit(
     if (earlier := _queue(ctx, created, run_dir, text, submission)) is not None:
         return earlier
     if submitted.help is not None:
-        help_reader.read_later(ctx, run_id, spec_before_completion, submitted.help)
+        help_reader.read_later(ctx, run_id, run_dir, spec, submitted.help)
     with ctx.lock:
         run = ctx.run(run_id)
         ctx.publish_run(run)

@@ -28,6 +28,7 @@ from gpuwarden.daemon.supervise import (
     adoption,
     faults,
     finisher,
+    help_reader,
     restarts,
     retuner,
     scheduler,
@@ -159,6 +160,7 @@ class Supervisor:
         """After a restart: watch live attempts again, finish those that ended meanwhile, and
         decide again the retunes the previous daemon was deciding."""
         found = adoption.adopt(self.ctx)
+        help_reader.read_again(self.ctx)  # before any retune decided again waits for one
         for g in found.gone:
             contained(self.ctx, g.active.run_id, self._gone, g)
         for e in found.ended:
