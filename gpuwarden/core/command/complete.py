@@ -21,8 +21,7 @@ from gpuwarden.core.command.help_check import (
     HelpAsk,
     HelpRunner,
     ask_resume_flag,
-    judge_help,
-    run_help,
+    check_resume_flag,
 )
 from gpuwarden.core.command.presets import apply_preset
 from gpuwarden.core.command.resume import NOWHERE_CODE, nowhere_warning
@@ -216,11 +215,10 @@ def complete_submitted(
     ask = ask_resume_flag(spec, environment, help_timeout_s)
     if isinstance(ask, HelpAsk) and defer_help:
         return Submitted(completed, help=ask)
-    checked = (
-        ask
-        if isinstance(ask, FlagCheck)
-        else judge_help(spec, ask, (help_runner or run_help)(ask.argv, ask.env, ask.cwd, help_timeout_s))
-    )
+    if isinstance(ask, FlagCheck):
+        checked = ask
+    else:
+        checked = check_resume_flag(spec, environment, help_runner, help_timeout_s)
     if checked.spec is not spec:
         completed = complete_command(checked.spec)
     if checked.code is not None and checked.message is not None:
