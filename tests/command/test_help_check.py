@@ -114,14 +114,12 @@ def test_an_args_file_gets_the_key_not_the_flag_so_no_help_is_run(tmp_path: Path
     assert check_resume_flag(spec, {}, runner).message is None and runner.calls == []
 
 
-def test_the_help_is_not_run_without_a_known_program_or_time(tmp_path: Path) -> None:
+def test_the_help_is_not_run_without_a_known_program(tmp_path: Path) -> None:
     runner = Runner(LIGHTNING_HELP)
     placeholder = check_resume_flag(_spec(["python", "{run_dir}/train.py"], tmp_path), {}, runner)
-    late = check_resume_flag(_spec(["python", "train.py"], tmp_path), {}, runner, timeout_s=0.5)
     assert runner.calls == []
-    assert placeholder.code == late.code == UNCHECKED_CODE
+    assert placeholder.code == UNCHECKED_CODE
     assert "the program is known only once it starts" in str(placeholder.message)
-    assert "no time left" in str(late.message)
 
 
 def test_help_argv_takes_the_program_and_its_subcommand() -> None:

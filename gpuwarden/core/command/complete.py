@@ -212,7 +212,7 @@ def complete_submitted(
     completed = complete_command(spec)
     if spec.command is None:
         return Submitted(completed)
-    ask = ask_resume_flag(spec, environment, help_timeout_s)
+    ask = ask_resume_flag(spec, environment)
     if isinstance(ask, HelpAsk) and defer_help:
         return Submitted(completed, help=ask)
     if isinstance(ask, FlagCheck):

@@ -6,9 +6,9 @@ has no such flag refuses it (`unrecognized arguments`) on its second attempt, an
 failed, so before counting on the flag the script's own help is read once: run with the run's
 interpreter and environment, no shell, no GPU, bounded in time and output. The daemon reads it
 beside the first attempt, which the flag never reaches (`{resume_from?}` vanishes there), so the
-run starts without waiting one start-up of the script for its help; a restart waits for it. A help that does
-not list the flag turns it off (`command.resume_flag: false`); a help that cannot be read leaves
-it on, as before, and says it was not checked. Either way the user reads one line with the fix.
+run starts without waiting one start-up of the script for its help; a restart waits for it. A
+help that does not list the flag turns it off (`command.resume_flag: false`); a help that cannot
+be read leaves it on, as before, and says it was not checked. Either way the user reads one line with the fix.
 
 The runner is injected, so the decision can be tested without a process.
 """
@@ -71,7 +71,7 @@ class HelpAsk:
     flag: str
 
 
-def ask_resume_flag(spec: RunSpec, environment: Mapping[str, str], timeout_s: float) -> FlagCheck | HelpAsk:
+def ask_resume_flag(spec: RunSpec, environment: Mapping[str, str]) -> FlagCheck | HelpAsk:
     """The answer where none needs the script (no preset would add a flag, or its help cannot
     be run), else the help to read."""
     command = spec.command
@@ -83,8 +83,6 @@ def ask_resume_flag(spec: RunSpec, environment: Mapping[str, str], timeout_s: fl
         return _unchecked(spec, preset, "its `--help` was not run: the program is known only once it starts")
     if command.cwd is None:
         return _unchecked(spec, preset, "its `--help` was not run: the command names no working folder")
-    if timeout_s < 1:
-        return _unchecked(spec, preset, "its `--help` was not run: the submit had no time left for it")
     return HelpAsk(argv, help_env(spec, environment), command.cwd, preset.resume_flag)
 
 
@@ -117,7 +115,7 @@ def check_resume_flag(
 ) -> FlagCheck:
     """Ask the script's help before a preset adds its resume flag; the spec unchanged when no
     preset would add one (no preset, the user's own placeholder, an args file's key)."""
-    ask = ask_resume_flag(spec, environment, timeout_s)
+    ask = ask_resume_flag(spec, environment)
     if isinstance(ask, FlagCheck):
         return ask
     return judge_help(spec, ask, (runner or run_help)(ask.argv, ask.env, ask.cwd, timeout_s))
