@@ -1,10 +1,13 @@
 """Out-of-memory recovery end to end: a real daemon, real runner processes, real allocation
-failures (an address-space limit makes torch's CPU allocator fail), real restarts."""
+failures (an address-space limit makes torch's CPU allocator fail), real restarts — each retune
+seen as it happens, each probe an event with never more than a few seconds of silence between."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -14,10 +17,11 @@ from typing import Any
 import pytest
 import torch
 
+from gpuwarden.core.api import RunEvent
 from gpuwarden.core.rlimit import limited_argv
 from gpuwarden.runners.infer.example_models import write_prompts
 from gpuwarden.runners.testing_models import build_tiny_causal_lm
-from tests.daemon.conftest import DaemonHandle
+from tests.daemon.conftest import DaemonHandle, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 PINNED = {"OMP_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "2"}  # as the example pins them
@@ -25,6 +29,9 @@ PINNED = {"OMP_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "2"}  # as the example pin
 # The shipped example is what this test runs: micro-batch 32 under a 1.4 GiB address-space limit.
 TRAIN_SPEC = (REPO / "configs" / "examples" / "oom-recovery-cpu.yaml").read_text()
 EFFECTIVE = 32
+SILENCE_S = 5.0  # the longest a retuning run may go without an event
+# `probe 2 of 2: micro-batch 16 → peak 1.3 GiB, fits (9.8 s)`
+PROBE_ENDED = re.compile(r"probe (\d) of 2: micro-batch (\d+) → peak [\d.]+ [KMG]iB, fits \([\d.]+ s\)$")
 
 
 def _final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
@@ -49,16 +56,98 @@ def _runs_under_the_limit(folder: Path, micro: int) -> bool:
     return done.returncode == 0
 
 
+def _events(gw: DaemonHandle, run_id: str) -> list[RunEvent]:
+    with gw.client() as client:
+        return client.events(run_id, limit=10_000).events
+
+
+def _retuning(gw: DaemonHandle, run_id: str) -> list[RunEvent]:
+    """The run's events from its move to `retuning` to its `retuned` (or the last so far)."""
+    events = _events(gw, run_id)
+    start = next(
+        (
+            i
+            for i, e in enumerate(events)
+            if e.type == "state" and (e.model_extra or {})["state"] == "retuning"
+        ),
+        None,
+    )
+    if start is None:
+        return []
+    end = next((i for i, e in enumerate(events) if e.type == "retuned"), len(events) - 1)
+    return events[start : end + 1]
+
+
+def _probe_messages(events: list[RunEvent], phase: str) -> list[str]:
+    return [
+        str((e.model_extra or {})["message"])
+        for e in events
+        if e.type == "probe" and (e.model_extra or {}).get("phase") == phase
+    ]
+
+
+def _follow_the_example_through_its_retune(gw: DaemonHandle, tmp_path: Path) -> tuple[str, str]:
+    """`run --follow` of the shipped example; while its retune probes, `show` says which probe runs.
+    Returns the run's id and what the follower printed."""
+    spec = gw.write_spec("oom-recovery-cpu", TRAIN_SPEC)
+    followed = tmp_path / "follow-output.txt"
+    with followed.open("w") as out:
+        follow = subprocess.Popen(
+            [sys.executable, "-m", "gpuwarden", "run", str(spec), "--follow"],
+            env=gw.env,
+            cwd=gw.root,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    run_id = wait_for(lambda: [r.id for r in gw.client().runs()], "the run submitted")[0]
+
+    def probing_or_over() -> bool:
+        return bool(_probe_messages(_retuning(gw, run_id), "started")) or follow.poll() is not None
+
+    wait_for(probing_or_over, "a probe starting", timeout=300)
+    shown = gw.cli("show", run_id)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert "state:    retuning" in shown.stdout, shown.stdout
+    at = lines.index("retuning after attempt 1:")
+    assert lines[at + 1].startswith("    probe 1 of 2: micro-batch 4"), shown.stdout
+    assert follow.wait(timeout=800) == 0, followed.read_text()[-3000:]
+    return run_id, followed.read_text()
+
+
+def _each_probe_was_told_as_it_ran(gw: DaemonHandle, run_id: str, followed: str) -> None:
+    """Never silent while retuning, and every reader says each probe: the follower as they came,
+    `events` and `show` afterwards."""
+    retune = _retuning(gw, run_id)
+    assert retune[-1].type == "retuned"
+    gaps = [round(b.ts - a.ts, 2) for a, b in itertools.pairwise(retune)]
+    assert max(gaps) <= SILENCE_S, list(zip([e.type for e in retune[1:]], gaps, strict=True))
+    ended = _probe_messages(retune, "ended")
+    assert [PROBE_ENDED.match(m).groups() for m in ended] == [("1", "4"), ("2", "16")], ended  # type: ignore[union-attr]
+    assert _probe_messages(retune, "started") == [
+        "probe 1 of 2: micro-batch 4 × 8 starting",
+        "probe 2 of 2: micro-batch 16 × 2 starting",
+    ]
+    assert all(e.attempt == 1 and e.source == "daemon" for e in retune if e.type == "probe")
+    assert all(f"probe: {message}" in followed for message in ended), followed
+    listed = gw.cli("events", run_id).stdout
+    assert all(f"probe: {message}" in listed for message in ended), listed
+    shown_after = gw.cli("show", run_id).stdout.splitlines()
+    under = shown_after.index(next(line for line in shown_after if line.startswith("retune after attempt 1")))
+    assert shown_after[under + 2 : under + 4] == [f"    {message}" for message in ended], shown_after
+
+
+# One real recovery of the shipped example, read every way a user reads it: as it happens (each
+# probe told, never silent), what it decided (the largest size that runs), and what it trained
+# (the weights of an uninterrupted run).
 @pytest.mark.slow
 @pytest.mark.timeout(1200)  # the probes run the attempt's whole accumulation, resumed from its checkpoint
 def test_training_oom_is_retuned_keeping_the_effective_batch_and_matches_an_uninterrupted_run(
     gw: DaemonHandle, tmp_path: Path
 ) -> None:
-    spec_path = gw.write_spec("oom-recovery-cpu", TRAIN_SPEC)
-    result = gw.cli("run", str(spec_path), "--follow", timeout=800)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-    shown = result.stdout + result.stderr
-    assert "host_oom" in shown and "retuned" in shown
+    run_id, followed = _follow_the_example_through_its_retune(gw, tmp_path)
+    assert "host_oom" in followed and "retuned" in followed
+    _each_probe_was_told_as_it_ran(gw, run_id, followed)
 
     detail = gw.cli_json("show", "oom-recovery-cpu")
     assert detail["state"] == "succeeded"

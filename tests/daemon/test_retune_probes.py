@@ -1,5 +1,5 @@
 """A retune's probes told as they run: a note when each starts, while it runs, and when it ends
-(the real retune's events: tests/daemon/test_e2e_retune_progress.py)."""
+(the real retune's events: tests/daemon/test_e2e_oom_recovery.py)."""
 
 from __future__ import annotations
 
