@@ -12,16 +12,17 @@ import os
 import shutil
 import signal
 import subprocess
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 import psutil
 
 from gpuwarden.core.events import EXIT_OK, EXIT_OOM, EXIT_TERMINATED, EXIT_USER_ERROR
 from gpuwarden.core.exit_record import is_recorder, read_status, recorded_argv
 from gpuwarden.core.rlimit import limited_argv
+from gpuwarden.daemon.exit_watch import call_on_exit
 from gpuwarden.daemon.stack_dump import DumpTarget, StackDump, dump_stacks
 
 # psutil create times are floats rounded differently across reads; this is far below the time
@@ -52,6 +53,16 @@ class Tagged:
     create_time: float
     group: int  # its process group
     leader: bool  # it leads its session: what the daemon started, not something that started
+
+
+class Identified(Protocol):
+    """A process by its pid and its start time (a pid is reused; the pair is not)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def create_time(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -286,6 +297,10 @@ class LocalProcesses:
     def adopt(self, pid: int, create_time: float) -> Child:
         """A handle on a process a previous daemon started; `poll()` says whether it still runs."""
         return Child(pid, create_time)
+
+    def on_exit(self, child: Identified, callback: Callable[[], None]) -> None:
+        pid, create_time = child.pid, child.create_time
+        call_on_exit(pid, lambda: process_alive(pid, create_time), callback)
 
     def tagged(self) -> list[Tagged]:
         """This user's live processes that carry a run tag."""

@@ -21,6 +21,7 @@ from gpuwarden.core.exit_record import write_status
 from gpuwarden.core.gang.files import rank_events_path
 from gpuwarden.daemon.process import RUN_TAG, ExitStatus, Tagged, run_tag
 from gpuwarden.daemon.stack_dump import DumpTarget, StackDump
+from gpuwarden.daemon.supervise.backends import ChildProcess
 
 
 class FakeClock:
@@ -61,6 +62,8 @@ class FakeProcess:
     rank_signals: list[int] = field(default_factory=list)
     # Set: reading its state raises this (a process the daemon is no longer allowed to inspect).
     unreadable: OSError | None = None
+    # Called when it ends, as the real process layer's exit watch calls them.
+    on_exit: list[Callable[[], None]] = field(default_factory=list)
 
     @property
     def running(self) -> bool:
@@ -89,6 +92,8 @@ class FakeProcess:
         self.status = ExitStatus(code=None if sig is not None else code, signal=sig)
         if self.exit_file is not None and recorded:
             write_status(str(self.exit_file), {"code": code or 0} if sig is None else {"signal": sig})
+        for callback in self.on_exit:
+            callback()
 
     @property
     def group_alive(self) -> bool:
@@ -210,6 +215,13 @@ class FakeProcesses:
         if proc is not None and proc.create_time != create_time:
             proc = None  # the pid was reused: not the attempt's process
         return FakeChild(proc, pid, create_time, adopted=True)
+
+    def on_exit(self, child: ChildProcess, callback: Callable[[], None]) -> None:
+        proc = self.table.get(child.pid)
+        if proc is None or not proc.running:
+            callback()
+        else:
+            proc.on_exit.append(callback)
 
     @property
     def last(self) -> FakeProcess:

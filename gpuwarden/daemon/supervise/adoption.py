@@ -137,6 +137,7 @@ def _adopt(ctx: Context, attempt: Mapping[str, Any], found: Sequence[Tagged]) ->
         rank_tails={rank: EventsTail(Path(path), offset) for rank, (path, offset) in offsets.items()},
         steps=_step_watch(run, world),
     )
+    ctx.backends.processes.on_exit(child, ctx.wake)
     _recall(ctx, active)
     if pid and create_time and active.child.poll() is None:
         _watch_again(ctx, run, active)

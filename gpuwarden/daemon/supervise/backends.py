@@ -69,6 +69,10 @@ class ProcessLayer(Protocol):
     def adopt(self, pid: int, create_time: float) -> ChildProcess:
         """A handle on (pid, create time); its `poll()` says whether that process still runs."""
 
+    def on_exit(self, child: ChildProcess, callback: Callable[[], None]) -> None:
+        """Call `callback` (from any thread) once `child`'s process has ended, or never where the
+        machine cannot tell: the supervisor's passes see the end either way, this only sooner."""
+
     def tagged(self) -> list[Tagged]:
         """The live processes started for runs (attempts, probes, and what those started)."""
 

@@ -327,6 +327,7 @@ def _watch(
         rank_tails={r: EventsTail(rank_events_path(files.events, r), 0) for r in range(1, world_size)},
         steps=step_watch(spec, world_size),
     )
+    ctx.backends.processes.on_exit(child, ctx.wake)  # its end is seen at once, not at the next pass
     running = ctx.batch().write(
         lambda s: s.update_attempt(
             run_id,
