@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import click
 
+from gpuwarden.core.config.argv_flags import setting_name, valued_flags
 from gpuwarden.core.errors import UserError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -121,8 +122,9 @@ def _no_knob(flag: str, target: str) -> str:
             "--config-file FILE, or give a knob (--knob NAME=VALUE) and write {NAME} in the command"
         )
     return (
-        f"{flag}: no knob {target!r} — give it with --knob {target}=VALUE and write {{{target}}} "
-        "in the command"
+        f"{flag}: no knob {target!r} and no --{setting_name(target).replace('_', '-')} VALUE in the "
+        f"command — name a flag the command passes, or give a knob (--knob {target}=VALUE) and write "
+        f"{{{target}}} in the command"
     )
 
 
@@ -132,6 +134,7 @@ def _roles_and_binds(
     config_file: Path | None,
     knob_names: set[str],
     preset: bool,
+    flags: set[str],
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     bind: dict[str, Any] = {}
     for name, where in _pairs(binds, "--bind"):
@@ -147,8 +150,8 @@ def _roles_and_binds(
             raise UserError(f"--role {role}: unknown role — one of {', '.join(_ROLES)}")
         if role == "world_size" and target.isdigit():
             role_map[role] = int(target)
-        elif target in bind or target in knob_names or preset:
-            role_map[role] = target  # a preset makes its knobs from the command's own flags
+        elif target in bind or target in knob_names or preset or setting_name(target) in flags:
+            role_map[role] = target  # a flag of the command becomes its knob (as a preset's do)
         elif config_file is None:
             raise UserError(_no_knob(f"--role {role}={target}", target))
         else:
@@ -179,7 +182,8 @@ def command_document(
     """The spec document of `gpuwarden run [flags] -- argv`, with paths made absolute."""
     config = (cwd / config_file).absolute() if config_file is not None else None
     knob_values = {k: _value(v) for k, v in _pairs(knobs, "--knob")}
-    role_map, bind = _roles_and_binds(roles, binds, config, set(knob_values), framework not in (None, "none"))
+    preset = framework not in (None, "none")
+    role_map, bind = _roles_and_binds(roles, binds, config, set(knob_values), preset, valued_flags(argv))
     command: dict[str, Any] = {"argv": argv, "cwd": str(cwd.absolute())}
     if config is not None:
         command["config_file"] = str(config)

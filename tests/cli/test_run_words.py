@@ -64,7 +64,8 @@ def test_a_program_on_the_path_is_a_command(tmp_path: Path) -> None:
         # the fix in the flags' own words, not a spec file's `knobs:`
         (
             ["--role", "micro_batch=bs", "--print-spec", "--", "true"],
-            "--role micro_batch=bs: no knob 'bs' — give it with --knob bs=VALUE and write {bs} in the command",
+            "--role micro_batch=bs: no knob 'bs' and no --bs VALUE in the command — name a flag the command "
+            "passes, or give a knob (--knob bs=VALUE) and write {bs} in the command",
         ),
         (
             ["--role", "micro_batch=trainer.batch", "--print-spec", "--", "true"],
@@ -188,3 +189,43 @@ def test_a_role_may_name_a_flag_of_the_command_under_a_framework_preset(tmp_path
     absent = _run(*flags, "--role", "max_length=max_len", "--", *argv, cwd=tmp_path)
     assert absent.returncode == 2 and absent.stderr.count("\n") == 1
     assert "command.roles.max_length: no knob 'max_len' — the command has no --max_len flag" in absent.stderr
+
+
+def test_a_role_may_name_a_flag_of_a_plain_command(tmp_path: Path) -> None:
+    # No preset: the flags the roles name, written as the command writes them, become knobs.
+    flags = [
+        "--json",
+        "--print-spec",
+        "--role",
+        "micro_batch=batch-size",
+        "--role",
+        "accum_steps=--grad-accum",
+    ]
+    named = _run(*flags, "--", "python", "train.py", "--batch-size", "64", "--grad-accum=2", cwd=tmp_path)
+    assert named.returncode == 0, named.stderr
+    spec = json.loads(named.stdout)
+    assert spec["command"]["argv"] == [
+        "python",
+        "train.py",
+        "--batch-size",
+        "{batch_size}",
+        "--grad-accum={grad_accum}",
+    ]
+    assert spec["command"]["roles"] == {"micro_batch": "batch_size", "accum_steps": "grad_accum"}
+    assert spec["knobs"] == {"batch_size": 64, "grad_accum": 2}
+    # A role naming a flag the command does not pass is one line with the fix.
+    missing = _run(
+        "--print-spec",
+        "--role",
+        "micro_batch=bsz",
+        "--",
+        "python",
+        "train.py",
+        "--batch-size",
+        "64",
+        cwd=tmp_path,
+    )
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1, missing.stderr
+    assert (
+        "no knob 'bsz' and no --bsz VALUE in the command — name a flag the command passes" in missing.stderr
+    )

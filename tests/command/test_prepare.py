@@ -197,6 +197,29 @@ def test_roles_must_name_knobs(tmp_path: Path) -> None:
         _spec(tmp_path, roles={"micro_batch": "mcro"})
 
 
+def test_a_role_naming_a_flag_of_the_command_makes_it_a_knob(tmp_path: Path) -> None:
+    def plain(argv: list[str], roles: dict[str, str]) -> RunSpec:
+        document = {
+            "name": "own",
+            "kind": "command",
+            "command": {"argv": argv, "cwd": str(tmp_path), "roles": roles},
+        }
+        return complete_command(spec_from_mapping(document))
+
+    spec = plain(
+        ["python", "train.py", "--batch-size", "16", "--accum=2"],
+        {"micro_batch": "batch_size", "accum_steps": "--accum"},
+    )
+    assert spec.command is not None
+    assert spec.command.argv == ["python", "train.py", "--batch-size", "{batch_size}", "--accum={accum}"]
+    assert spec.knobs["batch_size"] == 16 and spec.knobs["accum"] == 2
+    assert spec.command.roles.knob_names() == {"micro_batch": "batch_size", "accum_steps": "accum"}
+    with pytest.raises(
+        ConfigError, match=r"no knob 'bsz' — .* or pass it as a flag of the command \(--bsz VALUE\)"
+    ):
+        plain(["python", "train.py", "--batch-size", "16"], {"micro_batch": "bsz"})
+
+
 def test_the_config_path_in_argv_becomes_the_copy(tmp_path: Path) -> None:
     spec = _spec(tmp_path, argv=["python", "train.py", "--config=default.yaml"])
     assert spec.command is not None

@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import sys
+import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -448,6 +449,38 @@ def test_a_script_run_as_it_is_that_runs_out_of_memory_is_told_how_to_make_it_re
     last = result.stderr.rstrip().splitlines()[-1]
     assert last.startswith("r") and ": failed — attempt 1: gpu_capacity" in last, last
     assert last.endswith(
-        "; not retuned: gpu_capacity, and the run names no setting a retune may change — say which "
-        "knob is the micro-batch (gpuwarden run --role micro_batch=KNOB, or command.roles in a spec)"
+        "; not retuned: gpu_capacity, and the run names no setting a retune may change — name the "
+        "flag that sets the micro-batch, and the accumulation's where there is one (gpuwarden run "
+        "--role micro_batch=batch-size --role accum_steps=grad-accum -- … --batch-size 32 --grad-accum 1), "
+        "or command.roles in a spec"
     ), last
+
+
+def test_a_scripts_own_flags_named_by_roles_are_retuned_keeping_the_effective_batch(gw: DaemonHandle) -> None:
+    """Step 2: the roles name the script's own flags, as it writes them; the next OOM is retuned."""
+    script = textwrap.dedent(
+        """
+        import argparse, sys
+        p = argparse.ArgumentParser()
+        p.add_argument("--batch-size", type=int)
+        p.add_argument("--grad-accum", type=int)
+        a = p.parse_args()
+        if a.batch_size > 8:
+            sys.stderr.write(
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+                "total capacity of 79.10 GiB of which 1.20 GiB is free.\\n"
+            )
+            sys.exit(1)
+        print("ran with", a.batch_size, "x", a.grad_accum)
+        """
+    )
+    result = gw.cli(
+        "run", "--name", "own-flags", "--role", "micro_batch=batch-size", "--role", "accum_steps=--grad-accum",
+        "--follow", "--", sys.executable, "-c", script, "--batch-size", "32", "--grad-accum", "1",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    detail = gw.cli_json("show", "own-flags")
+    assert detail["retunes"][0]["from"] == {"knobs.batch_size": 32, "knobs.grad_accum": 1}
+    last = detail["retunes"][-1]["to"]
+    assert last["knobs.batch_size"] <= 8 and last["knobs.batch_size"] * last["knobs.grad_accum"] == 32
+    assert f"ran with {last['knobs.batch_size']} x {last['knobs.grad_accum']}" in result.stdout

@@ -15,11 +15,11 @@ value under `knobs:` wins over the flag's text (that is how a tuned spec takes e
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpuwarden.core.command.config_file import ConfigDocument
+from gpuwarden.core.config.argv_flags import OWN_KNOB_RE, flag_setting, setting_name
 from gpuwarden.core.config.spec import RunSpec
 from gpuwarden.core.config.spec_command import Checkpoints, CommandSpec, KnobBinding
 from gpuwarden.core.errors import UserError
@@ -92,7 +92,6 @@ PRESETS: dict[str, Preset] = {"transformers": TRANSFORMERS, "lightning": LIGHTNI
 
 # A value that is one placeholder alone (`{bs}`, `{precision=bf16}`) is a knob already in place;
 # `{run_dir}/out` is text.
-_OWN_KNOB_RE = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*(\?|=[^{}]*)?\}")
 PRECISION_KNOB = "precision"
 _TRUE_TEXT = ("true", "1", "yes")
 
@@ -110,16 +109,6 @@ def parse_value(text: str) -> int | float | bool | str:
         # `nan`, `inf` or `1e400` stay the text they are: a knob is a finite number or a word.
         return number if math.isfinite(number) else text
     return text
-
-
-def _flag_name(item: str) -> tuple[str, str | None] | None:
-    """`--per_device_train_batch_size=8` → ("per_device_train_batch_size", "8"); `--x` → ("x", None)."""
-    if not item.startswith("--") or _OWN_KNOB_RE.search(item):
-        return None
-    name, sep, value = item[2:].partition("=")
-    if "." not in name:  # `--batch-size` and `--batch_size` are one setting; dotted names are exact
-        name = name.replace("-", "_")
-    return name, (value if sep else None)
 
 
 @dataclass
@@ -150,7 +139,7 @@ def _scan_argv(draft: _Draft, preset: Preset) -> None:
     i = 0
     while i < len(items):
         item = items[i]
-        parsed = _flag_name(item)
+        parsed = flag_setting(item)
         if parsed is None or parsed[0] not in preset.names:
             out.append(item)
             i += 1
@@ -158,7 +147,7 @@ def _scan_argv(draft: _Draft, preset: Preset) -> None:
         name, inline = parsed
         knob_name = preset.names[name][0]
         has_next = i + 1 < len(items) and not items[i + 1].startswith("--")
-        if has_next and _OWN_KNOB_RE.fullmatch(items[i + 1]):
+        if has_next and OWN_KNOB_RE.fullmatch(items[i + 1]):
             out += [item, items[i + 1]]  # the user's own knob, or one put in place before
             draft.claimed.add(items[i + 1].strip("{}?"))
             i += 2
@@ -183,13 +172,16 @@ def _scan_argv(draft: _Draft, preset: Preset) -> None:
 
 def _lift_role_flags(draft: _Draft) -> None:
     """`--role max_length=max_seq_length` with `--max_seq_length 512` in the command: a flag the
-    preset does not know, named by the user's role, becomes that knob as a known one would."""
+    preset does not know, named by the user's role, becomes that knob as a known one would (a
+    role may name it as the command writes it: `--max-seq-length`)."""
     wanted = {
-        t for t in draft.roles.values() if isinstance(t, str) and t not in draft.knobs and t not in draft.bind
+        setting_name(t)
+        for t in draft.roles.values()
+        if isinstance(t, str) and t not in draft.knobs and t not in draft.bind
     }
     items = draft.argv
     for i, item in enumerate(items):
-        parsed = _flag_name(item)
+        parsed = flag_setting(item)
         if parsed is None or parsed[0] not in wanted:
             continue
         name, inline = parsed
@@ -199,7 +191,26 @@ def _lift_role_flags(draft: _Draft) -> None:
         elif i + 1 < len(items) and not items[i + 1].startswith("--"):
             draft.knobs[name] = parse_value(items[i + 1])
             items[i + 1] = f"{{{name}}}"
+        else:
+            continue
         wanted.discard(name)
+        for role, target in list(draft.roles.items()):
+            if isinstance(target, str) and target not in draft.knobs and setting_name(target) == name:
+                draft.roles[role] = name
+
+
+def _lift_plain(spec: RunSpec) -> RunSpec:
+    """A program no preset knows: only the flags its roles name become knobs (`--role
+    micro_batch=batch-size` with `--batch-size 64` in the command)."""
+    command = spec.command
+    assert command is not None
+    roles = {k: v for k, v in command.roles.model_dump().items() if v is not None}
+    draft = _Draft(list(command.argv), dict(spec.knobs), dict(command.bind), roles)
+    _lift_role_flags(draft)
+    if draft.argv == list(command.argv):
+        return spec
+    lifted = CommandSpec.model_validate({**command.model_dump(), "argv": draft.argv, "roles": draft.roles})
+    return spec.model_copy(update={"command": lifted, "knobs": draft.knobs})
 
 
 def _switch_on(text: Any) -> bool:
@@ -225,14 +236,14 @@ def _scan_precision_argv(draft: _Draft, preset: Preset) -> None:
     items = draft.argv
     i = 0
     while i < len(items):
-        parsed = _flag_name(items[i])
+        parsed = flag_setting(items[i])
         has_next = i + 1 < len(items) and not items[i + 1].startswith("--")
         if parsed is None or parsed[0] not in switches:
             out.append(items[i])
             i += 1
             continue
         name, inline = parsed
-        if has_next and _OWN_KNOB_RE.fullmatch(items[i + 1]):
+        if has_next and OWN_KNOB_RE.fullmatch(items[i + 1]):
             return  # already in place (a completed spec), or the user's own placeholder
         if inline is not None:
             value: Any = inline
@@ -313,8 +324,10 @@ def _add_accumulation(draft: _Draft, preset: Preset, from_config: bool, user_rol
 def apply_preset(spec: RunSpec, config: ConfigDocument | None) -> RunSpec:
     """The spec with the framework's settings turned into knobs and roles (no-op for `none`)."""
     command = spec.command
-    if command is None or command.framework not in PRESETS:
+    if command is None:
         return spec
+    if command.framework not in PRESETS:
+        return _lift_plain(spec)
     preset = PRESETS[command.framework]
     draft = _Draft(
         list(command.argv),

@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from gpuwarden.core.config.argv_flags import setting_name, valued_flags
 from gpuwarden.core.config.excerpt import value_excerpt
 from gpuwarden.core.config.spec_command import CommandSpec, KnobValue, check_env_names, check_no_nul
 from gpuwarden.core.config.spec_infer import InferSpec
@@ -217,13 +218,17 @@ class RunSpec(StrictModel):
                 )
             if binding.env is not None and binding.env in self.command.env:
                 raise ValueError(f"command.bind.{name}: {binding.env} is also set in command.env — keep one")
-        # A framework preset makes knobs of the command's own flags later (completing the spec
-        # checks roles again then): a role may name one before it exists.
+        # A framework preset makes knobs of the command's own flags later, and so does a role
+        # that names a flag of the command (completing the spec checks roles again then): a role
+        # may name one before it exists.
         preset = self.command.framework != "none"
+        flags = valued_flags(self.command.argv)
         for role, name in self.command.roles.knob_names().items():
-            if name not in known and not preset:
+            if name not in known and not preset and setting_name(name) not in flags:
+                flag = "--" + setting_name(name).replace("_", "-")
                 raise ValueError(
-                    f"command.roles.{role}: no knob {name!r} — add it to `knobs:` or bind it to a config key"
+                    f"command.roles.{role}: no knob {name!r} — add it to `knobs:`, bind it to a config "
+                    f"key, or pass it as a flag of the command ({flag} VALUE)"
                 )
         return self
 

@@ -47,6 +47,13 @@ KIND_KNOBS: dict[str, frozenset[str]] = {
 # What a rung can change in a command run, beside a world size the spec may fix as a number.
 RETUNABLE = (KIND_KNOBS["train"] | KIND_KNOBS["infer"]) - {"world_size", "device_map"}
 
+# A script run as it is: the one step that makes it retunable.
+NAME_A_SETTING = (
+    "a retune may change — name the flag that sets the micro-batch, and the accumulation's where "
+    "there is one (gpuwarden run --role micro_batch=batch-size --role accum_steps=grad-accum -- … "
+    "--batch-size 32 --grad-accum 1), or command.roles in a spec"
+)
+
 
 @dataclass(frozen=True)
 class RetuneDecision:
@@ -530,9 +537,7 @@ def decide(
         # A script run as it is: a rung-by-rung list of knobs it lacks buries the one step that
         # makes it retunable.
         return _give_up(
-            f"not retuned: {classification.verdict}, and the run names no setting a retune may change — "
-            "say which knob is the micro-batch (gpuwarden run --role micro_batch=KNOB, "
-            "or command.roles in a spec)"
+            f"not retuned: {classification.verdict}, and the run names no setting {NAME_A_SETTING}"
         )
     skipped = climbed
     if any(rung.action == "reduce_micro_batch" for _, rung in rungs) and policy.allows("effective_batch"):
