@@ -68,6 +68,25 @@ def test_a_program_on_the_path_is_a_command(tmp_path: Path) -> None:
             "passes, or give a knob (--knob bs=VALUE) and write {bs} in the command",
         ),
         (
+            ["--role", "micro_batch=--", "--print-spec", "--", "python", "t.py", "--batch-size", "4"],
+            "--role micro_batch=--: name a knob, a flag of the command or a config key (e.g. --role "
+            "micro_batch=batch-size with --batch-size 32 in the command)",
+        ),
+        (
+            [
+                "--knob",
+                "bs=4",
+                "--role",
+                "micro_batch=bs",
+                "--role",
+                "accum_steps=bs",
+                "--print-spec",
+                "--",
+                "t",
+            ],
+            "the flags: command.roles: micro_batch and accum_steps both name 'bs' — each role changes its own knob",
+        ),
+        (
             ["--role", "micro_batch=trainer.batch", "--print-spec", "--", "true"],
             "--role micro_batch=trainer.batch: 'trainer.batch' looks like a config key, but no --config-file",
         ),
@@ -213,6 +232,13 @@ def test_a_role_may_name_a_flag_of_a_plain_command(tmp_path: Path) -> None:
     ]
     assert spec["command"]["roles"] == {"micro_batch": "batch_size", "accum_steps": "grad_accum"}
     assert spec["knobs"] == {"batch_size": 64, "grad_accum": 2}
+    # Passed twice, the program takes the last one: both become the knob, holding the last value.
+    twice = _run("--json", "--print-spec", "--role", "micro_batch=batch-size", "--", "python", "t.py",
+                 "--batch-size", "4", "--batch_size=8", cwd=tmp_path)  # fmt: skip
+    assert twice.returncode == 0, twice.stderr
+    spec = json.loads(twice.stdout)
+    assert spec["command"]["argv"][2:] == ["--batch-size", "{batch_size}", "--batch_size={batch_size}"]
+    assert spec["knobs"] == {"batch_size": 8}
     # A role naming a flag the command does not pass is one line with the fix.
     missing = _run(
         "--print-spec",
@@ -229,3 +255,18 @@ def test_a_role_may_name_a_flag_of_a_plain_command(tmp_path: Path) -> None:
     assert (
         "no knob 'bsz' and no --bsz VALUE in the command — name a flag the command passes" in missing.stderr
     )
+
+
+def test_a_preset_setting_passed_twice_is_the_knob_at_both_places_holding_the_last(tmp_path: Path) -> None:
+    # argparse takes the last: a retune that changed only the first would change nothing.
+    argv = ["python", "ft.py", "--per_device_train_batch_size", "8", "--per_device_train_batch_size=16"]
+    done = _run("--json", "--print-spec", "--framework", "transformers", "--", *argv, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    spec = json.loads(done.stdout)
+    assert spec["command"]["argv"][2:6] == [
+        "--per_device_train_batch_size",
+        "{per_device_train_batch_size}",
+        "--per_device_train_batch_size={per_device_train_batch_size}",
+        "--gradient_accumulation_steps",
+    ]
+    assert spec["knobs"]["per_device_train_batch_size"] == 16

@@ -118,6 +118,10 @@ class _Draft:
     bind: dict[str, KnobBinding]
     roles: dict[str, Any]
     claimed: set[str] = field(default_factory=set)  # knobs this preset has put in place
+    from_flags: set[str] = field(default_factory=set)  # of those, the ones made of a flag's text
+
+    def __post_init__(self) -> None:
+        self.given = set(self.knobs)  # the user's own values: no flag's text replaces them
 
 
 def _claim(draft: _Draft, preset: Preset, name: str, value: Any) -> str | None:
@@ -125,12 +129,25 @@ def _claim(draft: _Draft, preset: Preset, name: str, value: Any) -> str | None:
     user's spec already decides where it goes. A value the user gave under `knobs:` wins over
     the text of the flag or key (so a tuned spec's knobs take effect)."""
     knob, role = preset.names[name]
-    if knob in draft.bind or knob in draft.claimed:
+    if knob in draft.bind:
+        return None
+    if knob in draft.from_flags:
+        _again(draft, knob, value)
+        return knob
+    if knob in draft.claimed:
         return None
     draft.knobs.setdefault(knob, value)
     draft.roles.setdefault(role, knob)
     draft.claimed.add(knob)
+    draft.from_flags.add(knob)
     return knob
+
+
+def _again(draft: _Draft, knob: str, value: Any) -> None:
+    """A setting the command passes twice: the program takes the last one (argparse does), so
+    every occurrence is the knob and the last one's text its value."""
+    if knob not in draft.given:
+        draft.knobs[knob] = value
 
 
 def _scan_argv(draft: _Draft, preset: Preset) -> None:
@@ -180,23 +197,25 @@ def _lift_role_flags(draft: _Draft) -> None:
         if isinstance(t, str) and t not in draft.knobs and t not in draft.bind
     }
     items = draft.argv
+    lifted: set[str] = set()
     for i, item in enumerate(items):
         parsed = flag_setting(item)
         if parsed is None or parsed[0] not in wanted:
             continue
         name, inline = parsed
         if inline is not None:
-            draft.knobs[name] = parse_value(inline)
+            text = inline
             items[i] = f"{item.partition('=')[0]}={{{name}}}"
         elif i + 1 < len(items) and not items[i + 1].startswith("--"):
-            draft.knobs[name] = parse_value(items[i + 1])
+            text = items[i + 1]
             items[i + 1] = f"{{{name}}}"
         else:
             continue
-        wanted.discard(name)
-        for role, target in list(draft.roles.items()):
-            if isinstance(target, str) and target not in draft.knobs and setting_name(target) == name:
-                draft.roles[role] = name
+        draft.knobs[name] = parse_value(text)  # passed twice: the program takes the last one
+        lifted.add(name)
+    for role, target in list(draft.roles.items()):
+        if isinstance(target, str) and setting_name(target) in lifted:
+            draft.roles[role] = setting_name(target)
 
 
 def _lift_plain(spec: RunSpec) -> RunSpec:

@@ -122,6 +122,18 @@ class Roles(StrictModel):
             raise ValueError("must be ≥ 1")
         return v
 
+    @model_validator(mode="after")
+    def _one_knob_one_role(self) -> Roles:
+        seen: dict[str, str] = {}
+        for role, name in self.knob_names().items():
+            if name in seen:
+                raise ValueError(
+                    f"{seen[name]} and {role} both name {name!r} — each role changes its own knob: "
+                    "give each one its own"
+                )
+            seen[name] = role
+        return self
+
     def knob_names(self) -> dict[str, str]:
         """Role → knob name, for the roles that name a knob."""
         return {role: v for role, v in self.model_dump().items() if isinstance(v, str)}
