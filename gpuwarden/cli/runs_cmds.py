@@ -37,7 +37,7 @@ from gpuwarden.cli.format import print_json
 from gpuwarden.cli.run_source import daemon_client, reading, runs_option
 from gpuwarden.cli.table import Column, output_width, table_lines
 from gpuwarden.core.errors import UserError
-from gpuwarden.core.run_state import FINAL_STATES
+from gpuwarden.core.run_state import FINAL_STATES, RunState
 
 # What only some commands use loads when they run: `gpuwarden ps` is typed often and should answer
 # at once, not after loading the spec reader, the log follower and the event formatter.
@@ -273,8 +273,13 @@ def follow_run(
     while True:
         batch = client.events(run_id, since=since, wait=1.0)
         for event in batch.events:
-            if not as_json:
-                click.echo(event_line(event, with_message=False), err=True)
+            if as_json:
+                continue
+            if _ends_an_attempt(event):
+                # What the attempt wrote came before its end: said first, not after the end's line
+                # (and not what a next attempt has written already).
+                _print_new_output(client, run_id, client.run(run_id), offsets, as_json, upto=event.attempt)
+            click.echo(event_line(event, with_message=False), err=True)
         since = batch.next_since
         detail = client.run(run_id)
         _print_new_output(client, run_id, detail, offsets, as_json)
@@ -287,6 +292,14 @@ def follow_run(
             if not as_json:
                 click.echo(f"{run_id}: {detail.state} — {detail.message or ''}", err=True)
             return detail
+
+
+def _ends_an_attempt(event: RunEvent) -> bool:
+    """An out-of-memory, or a move out of starting/running (to retuning or an end)."""
+    if event.type == "oom":
+        return True
+    state = (event.model_extra or {}).get("state") if event.type == "state" else None
+    return state is not None and state not in (RunState.STARTING, RunState.RUNNING, RunState.QUEUED)
 
 
 def printed_so_far(client: RunReader, run_id: str) -> dict[tuple[int, str], int]:
@@ -302,12 +315,20 @@ FOLLOW_HELD = 1 << 20  # a stream's output held for ordering per poll; the rest 
 
 
 def _print_new_output(
-    client: RunReader, run_id: str, detail: RunDetail, offsets: dict[tuple[int, str], int], as_json: bool
+    client: RunReader,
+    run_id: str,
+    detail: RunDetail,
+    offsets: dict[tuple[int, str], int],
+    as_json: bool,
+    upto: int | None = None,
 ) -> None:
-    """Each attempt's new stdout and stderr. The two are separate files, so which came first is
-    known only as far as their last writes: the stream written to less recently prints first
-    (a script's printed steps before the traceback after them)."""
+    """Each attempt's new stdout and stderr (with `upto`, of the attempts up to that one). The
+    two are separate files, so which came first is known only as far as their last writes: the
+    stream written to less recently prints first (a script's printed steps before the traceback
+    after them)."""
     for attempt in detail.attempts:
+        if upto is not None and attempt.attempt > upto:
+            continue
         new = [_new_output(client, run_id, attempt.attempt, name, offsets) for name in ("stdout", "stderr")]
         new.sort(key=lambda got: got[2])
         for stream, data, _ in new:

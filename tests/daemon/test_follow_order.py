@@ -101,3 +101,35 @@ def test_follow_prints_the_streams_in_the_order_they_were_written(gw: DaemonHand
     assert both.returncode == 0, both.stdout
     lines = [line for line in both.stdout.splitlines() if line in ("warning: first", "then the result")]
     assert lines == ["warning: first", "then the result"], both.stdout
+
+
+# Runs out of memory (its message on stderr) at batch 16, then prints its result at batch 8.
+FAILS_THEN_RUNS = """
+import sys
+batch = int(sys.argv[1])
+print(f"starting at batch {batch}", flush=True)
+if batch > 8:
+    sys.stderr.write("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+                     "total capacity of 79.10 GiB of which 1.20 GiB is free.\\n")
+    sys.exit(1)
+print("the result", flush=True)
+"""
+
+
+def test_follow_prints_what_an_attempt_wrote_before_the_line_that_says_it_ended(gw: DaemonHandle) -> None:
+    program = _script(gw.root, "fails_then_runs.py", FAILS_THEN_RUNS)
+    both = subprocess.run(
+        [sys.executable, "-m", "gpuwarden", "run", "--knob", "bs=16", "--role", "micro_batch=bs", "--follow",
+         "--", sys.executable, str(program), "{bs}"],
+        env=gw.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120, cwd=gw.root,
+    )  # fmt: skip
+    assert both.returncode == 0, both.stdout
+    lines = both.stdout.splitlines()
+
+    def at(text: str) -> int:
+        return next(i for i, line in enumerate(lines) if text in line)
+
+    assert at("starting at batch 16") < at("CUDA out of memory") < at("state: retuning"), both.stdout
+    assert at("state: retuning") < at("starting at batch 8") < at("the result") < at("state: succeeded"), (
+        both.stdout
+    )
