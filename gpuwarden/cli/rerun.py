@@ -18,7 +18,7 @@ import click
 from gpuwarden.cli.format import print_json
 from gpuwarden.cli.run_source import daemon_client
 from gpuwarden.core.errors import UserError
-from gpuwarden.tui.rerun_spec import rerun_spec
+from gpuwarden.tui.rerun_spec import effective_batch_note, rerun_spec
 
 
 def _typed(pairs: tuple[str, ...]) -> dict[str, Any]:
@@ -55,6 +55,9 @@ def rerun(run: str, knobs: tuple[str, ...], name: str | None, follow: bool, as_j
         old = client.run(run)
         document = rerun_spec(str(old.kind), old.spec, typed, name)
         new = client.submit(document, environment=os.environ)
+        note = effective_batch_note(str(old.kind), old.effective_batch, new.spec, new.effective_batch)
+        if note is not None and not as_json:
+            click.echo(note, err=True)
         if not follow:
             if as_json:
                 print_json(new)

@@ -37,3 +37,31 @@ def _set(document: dict[str, Any], path: list[str], value: Any) -> None:
             child = node[part] = {}
         node = child
     node[path[-1]] = value
+
+
+def effective_batch_note(
+    kind: str, old_batch: int | None, new_spec: Mapping[str, Any], new_batch: int | None
+) -> str | None:
+    """One line when the knobs changed the effective batch (micro-batch × accumulation × world
+    size), so the rerun no longer trains as the old run did: what it changed, and the
+    accumulation that would keep it."""
+    if old_batch is None or new_batch is None or old_batch == new_batch:
+        return None
+    said = f"note: the effective batch changes, {old_batch} → {new_batch}"
+    name, accum = _accumulation(kind, new_spec)
+    if name is None or not isinstance(accum, int):
+        return f"{said} (the run names no accumulation that could keep it)"
+    keeps, remainder = divmod(old_batch * accum, new_batch)
+    if remainder or keeps < 1:
+        return f"{said} (no whole accumulation keeps it at this micro-batch)"
+    return f"{said} — to keep it, change the accumulation too: --knob {name}={keeps}"
+
+
+def _accumulation(kind: str, spec: Mapping[str, Any]) -> tuple[str | None, Any]:
+    """The accumulation's knob name (as `--knob` takes it) and its value in `spec`."""
+    if kind == "train":
+        return "grad_accum_steps", (spec.get("train") or {}).get("grad_accum_steps")
+    if kind == "command":
+        name = ((spec.get("command") or {}).get("roles") or {}).get("accum_steps")
+        return (name, (spec.get("knobs") or {}).get(name)) if isinstance(name, str) else (None, None)
+    return None, None

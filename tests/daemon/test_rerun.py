@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from gpuwarden.tui.rerun_spec import rerun_spec
+from gpuwarden.tui.rerun_spec import effective_batch_note, rerun_spec
 from tests.daemon.conftest import DaemonHandle, command_spec
 
 
@@ -36,6 +36,28 @@ def test_rerun_runs_the_old_spec_again_with_a_knob_changed(gw: DaemonHandle) -> 
     assert shapeless.stderr == "gpuwarden: --knob 'n': write it as NAME=VALUE, e.g. --knob batch_size=8\n"
 
 
+def test_a_rerun_that_changes_the_effective_batch_says_so_and_what_keeps_it(gw: DaemonHandle) -> None:
+    spec = command_spec("batched", "import sys; print('batch', sys.argv[1], 'x', sys.argv[2])")
+    spec["command"]["argv"] += ["{bs}", "{acc}"]
+    spec["command"]["roles"] = {"micro_batch": "bs", "accum_steps": "acc"}
+    first = gw.submit({**spec, "knobs": {"bs": 32, "acc": 1}, "resources": {"gpus": 0}})
+    assert gw.wait_state(first["id"])["state"] == "succeeded"
+
+    halved = gw.cli("rerun", "batched", "--knob", "bs=8")
+    assert halved.returncode == 0, halved.stderr
+    assert (
+        halved.stderr
+        == "note: the effective batch changes, 32 → 8 — to keep it, change the accumulation too: --knob acc=4\n"
+    )
+    kept = gw.cli("rerun", first["id"], "--knob", "bs=8", "--knob", "acc=4")
+    assert kept.returncode == 0 and kept.stderr == "", kept.stderr
+    odd = gw.cli("rerun", first["id"], "--knob", "bs=5")
+    assert (
+        odd.stderr
+        == "note: the effective batch changes, 32 → 5 (no whole accumulation keeps it at this micro-batch)\n"
+    )
+
+
 def test_a_train_runs_settings_are_named_as_the_edit_dialog_names_them() -> None:
     spec = {
         "name": "lm",
@@ -46,3 +68,16 @@ def test_a_train_runs_settings_are_named_as_the_edit_dialog_names_them() -> None
     assert changed["train"] == {"task": "causal_lm", "batch_size": 8, "grad_accum_steps": 2}
     assert changed["resources"] == {"gpus": 0}
     assert spec["train"]["batch_size"] == 16  # type: ignore[index]  # the old run's spec is untouched
+
+
+def test_a_train_runs_note_names_its_accumulation_setting() -> None:
+    spec = {"train": {"batch_size": 16, "grad_accum_steps": 2}}
+    note = effective_batch_note("train", 64, spec, 32)
+    assert (
+        note
+        == "note: the effective batch changes, 64 → 32 — to keep it, change the accumulation too: --knob grad_accum_steps=4"
+    )
+    assert effective_batch_note("train", 64, spec, 64) is None
+    assert effective_batch_note("command", 64, {"knobs": {"bs": 4}}, 4) == (
+        "note: the effective batch changes, 64 → 4 (the run names no accumulation that could keep it)"
+    )
