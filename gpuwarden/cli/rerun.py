@@ -55,7 +55,7 @@ def rerun(run: str, knobs: tuple[str, ...], name: str | None, follow: bool, as_j
         old = client.run(run)
         document = rerun_spec(str(old.kind), old.spec, typed, name)
         new = client.submit(document, environment=os.environ)
-        note = effective_batch_note(str(old.kind), old.effective_batch, new.spec, new.effective_batch)
+        note = effective_batch_note(str(old.kind), old.spec, new.spec)
         if note is not None and not as_json:
             click.echo(note, err=True)
         if not follow:

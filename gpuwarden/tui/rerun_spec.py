@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpuwarden.core.errors import UserError
+from gpuwarden.core.oom.roles import effective_batch_of
 from gpuwarden.tui.knobs import current_knobs, knob_changes
 
 
@@ -39,12 +40,11 @@ def _set(document: dict[str, Any], path: list[str], value: Any) -> None:
     node[path[-1]] = value
 
 
-def effective_batch_note(
-    kind: str, old_batch: int | None, new_spec: Mapping[str, Any], new_batch: int | None
-) -> str | None:
+def effective_batch_note(kind: str, old_spec: Mapping[str, Any], new_spec: Mapping[str, Any]) -> str | None:
     """One line when the knobs changed the effective batch (micro-batch × accumulation × world
-    size), so the rerun no longer trains as the old run did: what it changed, and the
+    size), so the new run no longer trains as the old one did: what it changed, and the
     accumulation that would keep it."""
+    old_batch, new_batch = _effective(old_spec), _effective(new_spec)
     if old_batch is None or new_batch is None or old_batch == new_batch:
         return None
     said = f"note: the effective batch changes, {old_batch} → {new_batch}"
@@ -54,7 +54,14 @@ def effective_batch_note(
     keeps, remainder = divmod(old_batch * accum, new_batch)
     if remainder or keeps < 1:
         return f"{said} (no whole accumulation keeps it at this micro-batch)"
-    return f"{said} — to keep it, change the accumulation too: --knob {name}={keeps}"
+    return f"{said}; {name}={keeps} keeps it"
+
+
+def _effective(spec: Mapping[str, Any]) -> int | None:
+    try:
+        return effective_batch_of(spec)
+    except (KeyError, TypeError, ValueError):
+        return None  # a value the daemon refuses: it says so itself
 
 
 def _accumulation(kind: str, spec: Mapping[str, Any]) -> tuple[str | None, Any]:

@@ -18,6 +18,7 @@ from gpuwarden.tui.controls import PendingStops
 from gpuwarden.tui.dashboard import Dashboard
 from gpuwarden.tui.key_hold import KeyHold
 from gpuwarden.tui.knobs import current_knobs, knob_changes
+from gpuwarden.tui.rerun_spec import effective_batch_note, rerun_spec
 from gpuwarden.tui.screens.dialogs import ConfirmScreen, KnobScreen, SubmitScreen
 
 
@@ -171,15 +172,21 @@ class RunControls:
 
     def _rerun_dialog(self, run: RunRow, spec: dict[str, Any]) -> None:
         created: list[str] = []
+        notes: list[str] = []
 
         def apply(typed: dict[str, Any]) -> None:
             """Runs in the dialog's thread: a refusal stays in the dialog with what was typed."""
             created.append(self.backend.rerun(run.id, typed))
+            note = effective_batch_note(run.kind, spec, rerun_spec(run.kind, spec, typed))
+            notes[:] = [note] if note else []
 
         def answered(changes: dict[str, Any] | None) -> None:
             if changes is not None and created:
                 shown = "".join(f", {k}={v}" for k, v in changes.items())
-                self.app.notify(f"submitted {created[-1]}: {run.name} again{shown}", timeout=4)
+                said = "".join(f"; {n.removeprefix('note: ')}" for n in notes)
+                self.app.notify(
+                    f"submitted {created[-1]}: {run.name} again{shown}{said}", timeout=6 if said else 4
+                )
                 self.show_new(created[-1])
 
         dialog = KnobScreen(run.name, current_knobs(run.kind, spec), apply, again=True)

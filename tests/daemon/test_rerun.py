@@ -45,10 +45,7 @@ def test_a_rerun_that_changes_the_effective_batch_says_so_and_what_keeps_it(gw: 
 
     halved = gw.cli("rerun", "batched", "--knob", "bs=8")
     assert halved.returncode == 0, halved.stderr
-    assert (
-        halved.stderr
-        == "note: the effective batch changes, 32 → 8 — to keep it, change the accumulation too: --knob acc=4\n"
-    )
+    assert halved.stderr == "note: the effective batch changes, 32 → 8; acc=4 keeps it\n"
     kept = gw.cli("rerun", first["id"], "--knob", "bs=8", "--knob", "acc=4")
     assert kept.returncode == 0 and kept.stderr == "", kept.stderr
     odd = gw.cli("rerun", first["id"], "--knob", "bs=5")
@@ -71,13 +68,12 @@ def test_a_train_runs_settings_are_named_as_the_edit_dialog_names_them() -> None
 
 
 def test_a_train_runs_note_names_its_accumulation_setting() -> None:
-    spec = {"train": {"batch_size": 16, "grad_accum_steps": 2}}
-    note = effective_batch_note("train", 64, spec, 32)
-    assert (
-        note
-        == "note: the effective batch changes, 64 → 32 — to keep it, change the accumulation too: --knob grad_accum_steps=4"
-    )
-    assert effective_batch_note("train", 64, spec, 64) is None
-    assert effective_batch_note("command", 64, {"knobs": {"bs": 4}}, 4) == (
+    old = {"kind": "train", "train": {"batch_size": 32, "grad_accum_steps": 2, "world_size": 1}}
+    spec = {"kind": "train", "train": {"batch_size": 16, "grad_accum_steps": 2, "world_size": 1}}
+    note = effective_batch_note("train", old, spec)
+    assert note == "note: the effective batch changes, 64 → 32; grad_accum_steps=4 keeps it"
+    assert effective_batch_note("train", old, old) is None
+    before = {"kind": "command", "knobs": {"batch_size": 64}}  # a knob named so needs no role
+    assert effective_batch_note("command", before, {"kind": "command", "knobs": {"batch_size": 4}}) == (
         "note: the effective batch changes, 64 → 4 (the run names no accumulation that could keep it)"
     )

@@ -74,6 +74,28 @@ def test_rerun_a_finished_run_with_one_knob_changed() -> None:
     run(body())
 
 
+def test_a_rerun_that_changes_the_effective_batch_says_what_would_keep_it() -> None:
+    async def body() -> None:
+        fake = FakeBackend()
+        app = make_app(fake)
+        async with app.run_test(size=(80, 24)) as pilot:
+            fake.run_detail(SUCCEEDED).spec["train"]["world_size"] = 1  # as a stored spec has it
+            await _runs_tab(pilot, app, SUCCEEDED)
+            await pilot.press("R")
+            await until(pilot, lambda: isinstance(app.screen, KnobScreen), "the run-again dialog")
+            field = app.screen.query_one(Input)
+            await until(pilot, lambda: field.has_focus, "the knobs to edit")
+            await pilot.press("ctrl+a", "ctrl+k", *"batch_size=16", "enter")  # was 4 × 8
+            await until(pilot, lambda: isinstance(app.screen, MainScreen), "the dialog to close")
+            await until(pilot, lambda: any("submitted" in m for m in messages(app)), "the toast")
+            (said,) = [m for m in messages(app) if "submitted" in m]
+            assert said.endswith(
+                "captcha-bf16 again, batch_size=16; the effective batch changes, 32 → 128; grad_accum_steps=2 keeps it"
+            ), said
+
+    run(body())
+
+
 def test_rerun_from_the_run_screen_keeps_what_was_typed_right_after_R() -> None:
     async def body() -> None:
         fake = FakeBackend()
