@@ -119,9 +119,10 @@ class _Draft:
     roles: dict[str, Any]
     claimed: set[str] = field(default_factory=set)  # knobs this preset has put in place
     from_flags: set[str] = field(default_factory=set)  # of those, the ones made of a flag's text
+    given: set[str] = field(init=False)  # the user's own values: no flag's text replaces them
 
     def __post_init__(self) -> None:
-        self.given = set(self.knobs)  # the user's own values: no flag's text replaces them
+        self.given = set(self.knobs)
 
 
 def _claim(draft: _Draft, preset: Preset, name: str, value: Any) -> str | None:
