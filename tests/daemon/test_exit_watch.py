@@ -9,6 +9,8 @@ import sys
 import threading
 from pathlib import Path
 
+import psutil
+
 from gpuwarden.daemon.exit_watch import call_on_exit
 from gpuwarden.daemon.process import LocalProcesses, process_alive
 
@@ -31,12 +33,12 @@ def test_the_callback_comes_when_a_real_process_ends_and_its_status_stays_readab
 
 
 def test_a_process_already_gone_or_replaced_calls_at_once() -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
-    )
-    gone = int(done.stdout)
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    started = psutil.Process(child.pid).create_time()
+    child.wait()
     calls: list[str] = []
-    call_on_exit(gone, lambda: True, lambda: calls.append("gone"))
+    # Gone: no such pid, or (on a busy machine) the pid is another process's already.
+    call_on_exit(child.pid, lambda: process_alive(child.pid, started), lambda: calls.append("gone"))
     # A live pid that is not the process meant (its pid was reused): ended, as far as the watch goes.
     call_on_exit(os.getpid(), lambda: False, lambda: calls.append("replaced"))
     assert calls == ["gone", "replaced"]
