@@ -91,9 +91,12 @@ def test_a_job_requeues_itself_once_and_appends_its_second_run(slurm: Slurm) -> 
     release_begin_time(job_id)
     assert slurm.wait_ended(job_id) == JobState("COMPLETED", "None")
     lines = slurm.output("requeue").read_text().splitlines()
-    assert lines[0] == "run 0: SLURM_RESTART_COUNT=None"
-    assert f"JOB {job_id} ON" in lines[1] and "DUE TO JOB REQUEUE" in lines[1]
-    assert lines[2:] == ["run 1: SLURM_RESTART_COUNT=1", "finished"]
+    # Slurm's own notice comes only when it stops the job before the job has exited by itself,
+    # a race the machine's load decides.
+    notices = [line for line in lines if "DUE TO JOB REQUEUE" in line]
+    assert all(f"JOB {job_id} ON" in line for line in notices) and len(notices) <= 1, lines
+    runs = [line for line in lines if line not in notices]
+    assert runs == ["run 0: SLURM_RESTART_COUNT=None", "run 1: SLURM_RESTART_COUNT=1", "finished"], lines
 
 
 def test_cancel_ends_a_running_job_and_an_ended_one_is_left_alone(slurm: Slurm) -> None:
