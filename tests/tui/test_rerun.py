@@ -78,7 +78,7 @@ def test_a_rerun_that_changes_the_effective_batch_says_what_would_keep_it() -> N
     async def body() -> None:
         fake = FakeBackend()
         app = make_app(fake)
-        async with app.run_test(size=(80, 24)) as pilot:
+        async with app.run_test(size=(80, 24), notifications=True) as pilot:
             fake.run_detail(SUCCEEDED).spec["train"]["world_size"] = 1  # as a stored spec has it
             await _runs_tab(pilot, app, SUCCEEDED)
             await pilot.press("R")
@@ -92,6 +92,11 @@ def test_a_rerun_that_changes_the_effective_batch_says_what_would_keep_it() -> N
             assert said.endswith(
                 "captcha-bf16 again, batch_size=16; the effective batch changes, 32 → 128; grad_accum_steps=2 keeps it"
             ), said
+            # Said above the runs' foot line, which still names the selected run and the sort.
+            await until(pilot, lambda: bool(app.screen.query("Toast")), "the toast on screen")
+            toast = app.screen.query_one("Toast").region
+            foot = app.screen.query_one("#runs-foot").region
+            assert toast.height >= 4 and toast.bottom <= foot.y, (toast, foot)
 
     run(body())
 
