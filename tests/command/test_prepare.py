@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from gpuwarden.core.command.batch_hint import unnamed_batch_warning
 from gpuwarden.core.command.complete import complete_command
 from gpuwarden.core.command.prepare import ENV_EVENTS_FILE, ENV_RESUME_FROM, prepare_attempt
 from gpuwarden.core.command.record import RECORD_NAME, attempt_dir, read_record, summary_lines
@@ -237,3 +238,25 @@ def test_a_record_that_is_not_a_regular_file_reads_as_none_at_once(tmp_path: Pat
     reader.start()
     reader.join(20)
     assert found == [None]
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["--batch-size", "64"], "--batch-size"),
+        (["--bs=4"], "--bs"),
+        (["--per-gpu-batch", "8"], "--per-gpu-batch"),
+        (["--micro_batch", "2"], "--micro_batch"),
+        (["--batches", "3"], None),  # a count of batches, not their size
+        (["--max-batch-tokens", "4096"], None),
+        (["--batch-size", "auto"], None),  # no number to retune
+    ],
+)
+def test_the_flags_that_read_as_a_batch_size(tmp_path: Path, argv: list[str], flag: str | None) -> None:
+    document = {
+        "name": "own",
+        "kind": "command",
+        "command": {"argv": ["python", "t.py", *argv], "cwd": str(tmp_path)},
+    }
+    said = unnamed_batch_warning(spec_from_mapping(document))
+    assert (said is not None and f"if {flag} sets it" in said) if flag else said is None, said

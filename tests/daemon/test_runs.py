@@ -484,3 +484,20 @@ def test_a_scripts_own_flags_named_by_roles_are_retuned_keeping_the_effective_ba
     last = detail["retunes"][-1]["to"]
     assert last["knobs.batch_size"] <= 8 and last["knobs.batch_size"] * last["knobs.grad_accum"] == 32
     assert f"ran with {last['knobs.batch_size']} x {last['knobs.grad_accum']}" in result.stdout
+
+
+def test_a_plain_script_whose_flags_carry_a_batch_size_no_role_names_is_told_at_submit(
+    gw: DaemonHandle,
+) -> None:
+    """Step 1 said before the first out-of-memory: the flag that looks like the batch size, and
+    the role that names it."""
+    argv = ["--", sys.executable, "-c", "pass", "--train-batch-size", "64"]
+    told = gw.cli("run", "--gpus", "0", "--name", "unnamed", *argv)
+    assert told.returncode == 0, told.stderr
+    assert told.stderr == (
+        "warning: nothing names the micro-batch, so an out-of-memory stops the run — if "
+        "--train-batch-size sets it, add --role micro_batch=train-batch-size (and --role "
+        "accum_steps=… where the script accumulates gradients), or command.roles in a spec\n"
+    )
+    named = gw.cli("run", "--gpus", "0", "--name", "named", "--role", "micro_batch=train-batch-size", *argv)
+    assert named.returncode == 0 and named.stderr == "", named.stderr

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuwarden.core.command.batch_hint import UNNAMED_CODE, unnamed_batch_warning
 from gpuwarden.core.command.config_file import ConfigDocument, load_config
 from gpuwarden.core.command.help_check import (
     HELP_TIMEOUT_S,
@@ -223,8 +224,8 @@ def complete_submitted(
         completed = complete_command(checked.spec)
     if checked.code is not None and checked.message is not None:
         return Submitted(completed, [(checked.code, checked.message)])  # says it for the flag too
-    nowhere = nowhere_warning(completed)
-    return Submitted(completed, [(NOWHERE_CODE, nowhere)] if nowhere else [])
+    said = [(NOWHERE_CODE, nowhere_warning(completed)), (UNNAMED_CODE, unnamed_batch_warning(completed))]
+    return Submitted(completed, [(code, message) for code, message in said if message])
 
 
 def complete_command(spec: RunSpec) -> RunSpec:

@@ -1,0 +1,44 @@
+"""A program no preset knows, submitted with nothing naming its micro-batch, whose own flags
+include one that looks like its batch size: said at submit, so the first out-of-memory is not
+where the user first learns a role can name that flag."""
+
+from __future__ import annotations
+
+import re
+
+from gpuwarden.core.config.argv_flags import flag_setting
+from gpuwarden.core.config.spec import RunSpec
+
+UNNAMED_CODE = "batch_unnamed"
+# `--batch-size`, `--batch_size`, `--train-batch-size`, `--micro-batch`, `--bs`
+_BATCH_NAME = re.compile(r"(^|_)(batch(_size)?|bs|micro_batch)$")
+
+
+def unnamed_batch_warning(spec: RunSpec) -> str | None:
+    """The line for a plain command whose flags carry a batch size no role names; None otherwise."""
+    command = spec.command
+    if command is None or command.framework != "none" or "micro_batch" in command.roles.knob_names():
+        return None
+    flag = next((f for f in _batch_flags(command.argv)), None)
+    if flag is None:
+        return None
+    name = flag.lstrip("-")
+    return (
+        f"nothing names the micro-batch, so an out-of-memory stops the run — if {flag} sets it, "
+        f"add --role micro_batch={name} (and --role accum_steps=… where the script accumulates "
+        "gradients), or command.roles in a spec"
+    )
+
+
+def _batch_flags(argv: list[str]) -> list[str]:
+    """The flags of `argv`, as written, whose name reads as a batch size and whose value is a
+    whole number."""
+    found = []
+    for i, item in enumerate(argv):
+        parsed = flag_setting(item)
+        if parsed is None or not _BATCH_NAME.search(parsed[0]):
+            continue
+        value = parsed[1] if parsed[1] is not None else (argv[i + 1] if i + 1 < len(argv) else "")
+        if value.isdigit():
+            found.append(item.partition("=")[0])
+    return found
