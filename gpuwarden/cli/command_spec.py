@@ -17,8 +17,6 @@ from gpuwarden.core.config.argv_flags import setting_name, valued_flags
 from gpuwarden.core.errors import UserError
 
 F = TypeVar("F", bound=Callable[..., Any])
-# What a role may name: a knob or a flag (`batch_size`), or a config key (`training.batch_size`).
-_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*")
 
 _ROLES = (
     "micro_batch",
@@ -138,6 +136,8 @@ def _roles_and_binds(
     preset: bool,
     flags: set[str],
 ) -> tuple[dict[str, Any], dict[str, Any]]:
+    from gpuwarden.core.config.spec_command import KEY_PATH_RE  # the spec models: `run`'s, not `ps`'s
+
     bind: dict[str, Any] = {}
     for name, where in _pairs(binds, "--bind"):
         kind, _, target = where.partition(":")
@@ -150,7 +150,8 @@ def _roles_and_binds(
     for role, target in _pairs(roles, "--role"):
         if role not in _ROLES:
             raise UserError(f"--role {role}: unknown role — one of {', '.join(_ROLES)}")
-        if not _NAME_RE.fullmatch(setting_name(target)):
+        # A knob or a flag (`batch_size`), or a config key (`training.batch_size`).
+        if not KEY_PATH_RE.fullmatch(setting_name(target)):
             raise UserError(
                 f"--role {role}={target}: name a knob, a flag of the command or a config key "
                 f"(e.g. --role {role}=batch-size with --batch-size 32 in the command)"
