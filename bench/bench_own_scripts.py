@@ -266,6 +266,18 @@ def _uninterrupted(assets: Path, work: Path, n: int) -> Uninterrupted:
     return Uninterrupted(wall, float(seen[0]["ts"]) - launched)
 
 
+def _beside_help(assets: Path, work: Path, n: int) -> float:
+    """The uninterrupted run's wall with the script's `--help` started beside it, as gpuwarden
+    reads the help beside a first attempt: what sharing the machine with that read costs."""
+    helper = subprocess.Popen(
+        [sys.executable, str(HF_SCRIPT), "--help"], env=_env(), cwd=REPO, stdout=subprocess.DEVNULL
+    )
+    try:
+        return _uninterrupted(assets, work, n + 1000).wall_s
+    finally:
+        helper.wait()
+
+
 def _by_hand(assets: Path, work: Path, n: int, reference: dict[str, Any]) -> ByHand:
     """Run the script under the limit until it runs out, then start it again at once from its
     last checkpoint at half the micro-batch and twice the accumulation (the size gpuwarden picks)."""
@@ -407,6 +419,7 @@ def run() -> list[dict[str, Any]]:
     arms = [Arm("gpuwarden"), Arm("HF auto_find_batch_size"), Arm("Lightning scale_batch_size")]
     plain: list[Uninterrupted] = []
     by_hand: list[ByHand] = []
+    beside: list[float] = []
     daemon: Daemon | None = None
     try:
         assets = work / "assets"
@@ -416,6 +429,7 @@ def run() -> list[dict[str, Any]]:
         for n in range(REPEATS):  # interleaved, so load changes touch every arm alike
             plain.append(_uninterrupted(assets, work, n))
             by_hand.append(_by_hand(assets, work, n, hf_reference))
+            beside.append(_beside_help(assets, work, n))
             arms[0].outcomes.append(_gpuwarden(daemon, assets, work, n, hf_reference))
             arms[1].outcomes.append(_auto_find(assets, work, n, hf_reference))
             arms[2].outcomes.append(_lightning(assets, work, n, lightning_reference))
@@ -425,7 +439,7 @@ def run() -> list[dict[str, Any]]:
             daemon.stop()
         shutil.rmtree(work, ignore_errors=True)
     print(markdown(arms), file=sys.stderr, flush=True)
-    return _rows(arms) + overhead_rows(arms, plain, by_hand)
+    return _rows(arms) + overhead_rows(arms, plain, by_hand, beside)
 
 
 def _rows(arms: list[Arm]) -> list[dict[str, Any]]:
@@ -456,7 +470,9 @@ def _rows(arms: list[Arm]) -> list[dict[str, Any]]:
     return rows
 
 
-def overhead_rows(arms: list[Arm], plain: list[Uninterrupted], by_hand: list[ByHand]) -> list[dict[str, Any]]:
+def overhead_rows(
+    arms: list[Arm], plain: list[Uninterrupted], by_hand: list[ByHand], beside: list[float]
+) -> list[dict[str, Any]]:
     """gpuwarden's recovery overhead (its wall minus the uninterrupted run's, per repetition)
     against one start-up of the script plus 10 % and against a restart by hand, and its wall
     against HF's finder's."""
@@ -470,6 +486,7 @@ def overhead_rows(arms: list[Arm], plain: list[Uninterrupted], by_hand: list[ByH
     bound = 1.1 * statistics.median(startup)
     ratio = [o.wall_s / h.wall_s for o, h in zip(ours.outcomes, hf.outcomes, strict=True) if h.wall_s > 0]
     hand_distance = [b.distance for b in by_hand if b.distance is not None]
+    help_cost = [b - u.wall_s for b, u in zip(beside, plain, strict=True)]
     return [
         {
             "benchmark": "own script OOM: gpuwarden's recovery overhead (its wall − the uninterrupted run's)",
@@ -488,7 +505,9 @@ def overhead_rows(arms: list[Arm], plain: list[Uninterrupted], by_hand: list[ByH
             "value": _fmt(by_hand_overhead, "{:.1f}", " s"),
             "unit": (
                 f"overhead (the two runs' wall − the uninterrupted run's); weight distance "
-                f"{_fmt(hand_distance, '{:.2g}')}; gpuwarden adds {_fmt(added, '{:.1f}', ' s')} to it"
+                f"{_fmt(hand_distance, '{:.2g}')}; gpuwarden adds {_fmt(added, '{:.1f}', ' s')} to it, "
+                f"of which the script's --help read beside attempt 1 {_fmt(help_cost, '{:.1f}', ' s')} "
+                "(the uninterrupted run beside it − alone)"
             ),
             "target": "",
             "ok": None,
