@@ -43,7 +43,7 @@ from gpuwarden.core.run_state import FINAL_STATES, RunState
 # at once, not after loading the spec reader, the log follower and the event formatter.
 if TYPE_CHECKING:
     from gpuwarden.client import ApiClient
-    from gpuwarden.client.reader import RunReader
+    from gpuwarden.client.reader import LogReader, RunReader
     from gpuwarden.core.api import GpuInfo, HistoryAnswer, LogChunk, RunDetail, RunEvent, RunSummary
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON (and nothing else) on stdout.")
@@ -311,6 +311,7 @@ def printed_so_far(client: RunReader, run_id: str) -> dict[tuple[int, str], int]
     return sizes
 
 
+STREAMS = ("stdout", "stderr")
 FOLLOW_HELD = 1 << 20  # a stream's output held for ordering per poll; the rest comes next poll
 
 
@@ -326,10 +327,16 @@ def _print_new_output(
     two are separate files, so which came first is known only as far as their last writes: the
     stream written to less recently prints first (a script's printed steps before the traceback
     after them)."""
-    for attempt in detail.attempts:
-        if upto is not None and attempt.attempt > upto:
-            continue
-        new = [_new_output(client, run_id, attempt.attempt, name, offsets) for name in ("stdout", "stderr")]
+    numbers = [a.attempt for a in detail.attempts if upto is None or a.attempt <= upto]
+    print_attempts_output(client, run_id, numbers, offsets, as_json)
+
+
+def print_attempts_output(
+    client: LogReader, run_id: str, attempts: list[int], offsets: dict[tuple[int, str], int], as_json: bool
+) -> None:
+    """What `attempts` wrote since `offsets`, each attempt's two streams in the order written."""
+    for attempt in attempts:
+        new = _read_both(client, run_id, attempt, offsets)
         new.sort(key=lambda got: got[2])
         for stream, data, _ in new:
             if data and not as_json:
@@ -338,8 +345,26 @@ def _print_new_output(
                 out.flush()
 
 
+def _read_both(
+    client: LogReader, run_id: str, attempt: int, offsets: dict[tuple[int, str], int]
+) -> list[tuple[str, str, float]]:
+    """An attempt's new stdout and stderr. The two are read one after the other, so the program
+    may write to the first while the second is read (a line on stdout, then its traceback): the
+    first read found nothing, the second found the traceback. Read both again until a pass brings
+    nothing, so what was written before the last read is held with it."""
+    got = {name: _new_output(client, run_id, attempt, name, offsets) for name in STREAMS}
+    for _ in range(3):
+        more = {name: _new_output(client, run_id, attempt, name, offsets) for name in STREAMS}
+        if not any(data for _, data, _ in more.values()):
+            break
+        for name, (_, data, modified) in more.items():
+            if data:
+                got[name] = (name, got[name][1] + data, modified)
+    return list(got.values())
+
+
 def _new_output(
-    client: RunReader, run_id: str, attempt: int, stream: str, offsets: dict[tuple[int, str], int]
+    client: LogReader, run_id: str, attempt: int, stream: str, offsets: dict[tuple[int, str], int]
 ) -> tuple[str, str, float]:
     """(stream, what it got since it was last read, when it was last written)."""
     key = (attempt, stream)

@@ -9,12 +9,8 @@ from typing import Protocol
 from gpuwarden.core.api import EventsPage, LogChunk, RunDetail, RunSummary
 
 
-class RunReader(Protocol):
-    def runs(self, states: Sequence[str] = ()) -> list[RunSummary]: ...
-
-    def run(self, ref: str) -> RunDetail: ...
-
-    def events(self, ref: str, since: int = 0, limit: int = 1000, wait: float = 0.0) -> EventsPage: ...
+class LogReader(Protocol):
+    """What printing a run's output reads: its attempts' stdout and stderr."""
 
     def logs(
         self,
@@ -25,3 +21,11 @@ class RunReader(Protocol):
         limit: int = 65536,
         wait: float = 0.0,
     ) -> LogChunk: ...
+
+
+class RunReader(LogReader, Protocol):
+    def runs(self, states: Sequence[str] = ()) -> list[RunSummary]: ...
+
+    def run(self, ref: str) -> RunDetail: ...
+
+    def events(self, ref: str, since: int = 0, limit: int = 1000, wait: float = 0.0) -> EventsPage: ...
