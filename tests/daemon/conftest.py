@@ -172,31 +172,39 @@ class DaemonHandle:
     def wait_state(
         self, run_id: str, states: tuple[str, ...] = FINAL, timeout: float = 120.0
     ) -> dict[str, Any]:
-        """The run's JSON document once it is in one of `states`."""
+        """The run's JSON document once it is in one of `states`. Every change of a run's state
+        is one of its events: the wait is a long poll on them, woken by the next one, where asking
+        twenty times a second cost the daemon and the test a core's tenth for the whole wait."""
         deadline = time.monotonic() + timeout
-        with self.client() as client:
+        since = 0
+        with self.client(timeout=timeout + 10) as client:
             while True:
                 run = client.run(run_id)
                 if run.state in states:
                     return run.model_dump(mode="json")
-                if time.monotonic() > deadline:
+                left = deadline - time.monotonic()
+                if left < 0:
                     raise AssertionError(
                         f"run {run_id} stuck in {run.state} (wanted {states}): {run.message}"
                     )
-                time.sleep(0.05)
+                since = client.events(run_id, since=since, wait=min(1.0, left)).next_since
 
 
 def wait_for(condition: Callable[[], T], what: str, timeout: float = 60.0) -> T:
     """Poll `condition` until it returns something true; fail naming `what` after `timeout` s."""
     # The timeout only bounds a failure: generous, so a loaded machine is slower, never red.
+    # Asked often at first (most conditions come soon), then at most four times a second: many
+    # conditions ask the daemon or start a command, and a long wait must not cost a core.
     deadline = time.monotonic() + timeout
+    pause = 0.02
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"gave up after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.05)
+        time.sleep(pause)
+        pause = min(pause * 1.5, 0.25)
 
 
 def command_spec(name: str, code: str, **extra: Any) -> dict[str, Any]:
