@@ -457,6 +457,8 @@ def logs(
                 click.echo(piece.data, nl=False)
 
         show(chunk)
+        if not (follow or as_json or use_stderr) and chunk.attempt:
+            _say_stderr_too(client, run, chunk.attempt)
         if follow:
             with _while_following(run):
                 collected += follow_logs(client, run, stream, chunk, every_attempt=attempt is None, show=show)
@@ -474,6 +476,19 @@ def logs(
                 "stream": stream,
             }
         )
+
+
+def _say_stderr_too(client: LogReader, run: str, attempt: int) -> None:
+    """A program's traceback and warnings go to stderr, which `logs` leaves out unless asked: a
+    reader of stdout is told, on stderr, that there is more and the command that shows it."""
+    import shlex
+
+    from gpuwarden.core.units import size
+
+    written = client.logs(run, stream="stderr", attempt=attempt, offset=0, limit=1).size
+    if written:
+        again = shlex.join(["gpuwarden", *sys.argv[1:], "--stderr"])
+        click.echo(f"gpuwarden: attempt {attempt} also wrote {size(written)} to stderr: {again}", err=True)
 
 
 @click.command()

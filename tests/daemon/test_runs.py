@@ -91,6 +91,25 @@ def test_failing_run_is_failed_with_its_exit_code(gw: DaemonHandle) -> None:
     assert f"pid {program} " in gw.cli("show", run["id"]).stdout
 
 
+def test_logs_of_a_run_whose_traceback_is_on_stderr_says_so_and_how_to_read_it(gw: DaemonHandle) -> None:
+    code = (
+        "import sys; print('step 1 loss 2.3'); sys.exit(sys.stderr.write('ValueError: bad shape\\n') and 3)"
+    )
+    failed = gw.wait_state(gw.submit(command_spec("stderr-too", code))["id"])
+    read = gw.cli("logs", failed["id"], "--tail", "4096")
+    assert read.returncode == 0, read.stderr
+    assert read.stdout == "step 1 loss 2.3\n"
+    assert read.stderr == (
+        f"gpuwarden: attempt 1 also wrote 22 B to stderr: gpuwarden logs {failed['id']} --tail 4096 --stderr\n"
+    )
+    told = gw.cli(*read.stderr.split(": ", 2)[2].split()[1:])
+    assert told.stdout == "ValueError: bad shape\n" and told.stderr == ""
+    # Nothing on stderr, nothing said; --json stays one document.
+    quiet = gw.wait_state(gw.submit(command_spec("stdout-only", "print('done')"))["id"])
+    assert gw.cli("logs", quiet["id"]).stderr == ""
+    assert gw.cli_json("logs", failed["id"])["data"] == "step 1 loss 2.3\n"
+
+
 def test_missing_program_fails_with_one_line(gw: DaemonHandle) -> None:
     spec = command_spec("nope", "")
     spec["command"]["argv"] = ["/nonexistent/program-xyz"]
