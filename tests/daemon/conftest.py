@@ -177,7 +177,7 @@ class DaemonHandle:
         twenty times a second cost the daemon and the test a core's tenth for the whole wait."""
         deadline = time.monotonic() + timeout
         since = 0
-        with self.client(timeout=timeout + 10) as client:
+        with self.client() as client:
             while True:
                 run = client.run(run_id)
                 if run.state in states:
