@@ -2,8 +2,9 @@
 
     python examples/plain_pytorch/train.py --config examples/plain_pytorch/config.yaml
 
-It uses gpuwarden's small SDK (four lines, marked "gpuwarden:"): progress with memory,
-checkpoint events, and an OOM guard that saves a checkpoint and exits 3 on an out-of-memory.
+It uses gpuwarden's small SDK (five lines, marked "gpuwarden:"): the memory the model holds
+whatever the micro-batch, progress with memory, checkpoint events, and an OOM guard that saves a
+checkpoint and exits 3 on an out-of-memory.
 Outside gpuwarden those lines do nothing. The loss is averaged over the whole optimizer step
 (not per micro-batch), so micro-batch 16 × 1 and 4 × 4 train the same model.
 """
@@ -95,6 +96,7 @@ def main() -> None:
         step, seen = state["step"], state["seen"]
         print(f"resumed from {args.resume} at step {step} ({seen} samples)", flush=True)
     print(f"micro-batch {micro} × accumulation {accum} = effective batch {effective}", flush=True)
+    sdk.fixed_memory(model, opt)  # gpuwarden: weights held, gradients and optimizer state to come
 
     # gpuwarden: on an out-of-memory, save the last completed step and exit 3 for a retune.
     with sdk.oom_guard(save=lambda: str(save(out, step, model, opt, seen)), batch_size=micro) as guard:

@@ -4,7 +4,7 @@ settings as `key=value`, and no payload a terminal cannot show. `--json` prints 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpuwarden.core.api import RunEvent
@@ -77,25 +77,45 @@ def _body(event: RunEvent, extra: dict[str, Any], with_message: bool) -> str:
         line = f"out of memory ({extra.get('verdict', '?')}){where}" + (f": {rest}" if rest else "")
         # With --follow the program's stderr already printed the allocator's message.
         return line + (f"\n    {extra['message']}" if with_message and extra.get("message") else "")
-    if kind == "retuned":
-        why = extra.get("reason") or value_text("changes", extra.get("changes"))
-        return f"({extra.get('verdict') or '?'}) {why}"
-    if kind == "edited":
-        changes = extra.get("changes")
-        return edit_text(changes) if isinstance(changes, Mapping) else ""
+    if kind in _TEXTS:
+        return _TEXTS[kind](extra)
     if kind == "prepared":  # its message names the checkpoint already
         return fields_text(extra, _SKIP | {"resume_from"})
     if kind == "stopping" and isinstance(extra.get("kill_at"), int | float):
         at = _clock(extra["kill_at"])
         return f"SIGTERM sent; SIGKILL at {at} if still running (grace {extra.get('grace_seconds')} s)"
-    if kind == "restart":
-        return _restart_text(extra)
     if kind in ("probe", "waiting") and extra.get("message"):  # says its numbers already, in their units
         return str(extra["message"])
     report = extra.get("report")
     if kind == "finished" and isinstance(report, Mapping):
         return " ".join(f"{k}={named(k, report[k])}" for k in REPORT_KEYS if report.get(k) is not None)
     return fields_text(extra)
+
+
+def _retuned_text(extra: Mapping[str, Any]) -> str:
+    why = extra.get("reason") or value_text("changes", extra.get("changes"))
+    return f"({extra.get('verdict') or '?'}) {why}"
+
+
+def _edited_text(extra: Mapping[str, Any]) -> str:
+    changes = extra.get("changes")
+    return edit_text(changes) if isinstance(changes, Mapping) else ""
+
+
+def _fixed_memory_text(extra: Mapping[str, Any]) -> str:
+    """`at least 2.2 GiB whatever the batch: 1.1 GiB held, 384 MiB of gradients and 768 MiB of
+    optimizer state to come (100.7 M parameters, cpu)`."""
+    parts = [
+        f"{named('fixed_bytes', extra.get('fixed_bytes'))} whatever the batch:",
+        f"{named('held_bytes', extra.get('held_bytes'))} held,",
+        f"{named('gradient_bytes', extra.get('gradient_bytes'))} of gradients and",
+        f"{named('optimizer_state_bytes', extra.get('optimizer_state_bytes'))} of optimizer state to come",
+    ]
+    count = extra.get("parameters")
+    where = ""
+    if isinstance(count, int) and not isinstance(count, bool):
+        where = f"{count / 1e6:.4g} M parameters, " if count >= 10**6 else f"{count} parameters, "
+    return f"at least {' '.join(parts)} ({where}{extra.get('device', '?')})"
 
 
 def _restart_text(extra: Mapping[str, Any]) -> str:
@@ -106,6 +126,15 @@ def _restart_text(extra: Mapping[str, Any]) -> str:
         if extra.get("backoff_s"):
             line += f" (back-off {named('backoff_s', extra['backoff_s'])})"
     return line
+
+
+# Events whose line is a sentence of their own fields.
+_TEXTS: dict[str, Callable[[Mapping[str, Any]], str]] = {
+    "retuned": _retuned_text,
+    "edited": _edited_text,
+    "restart": _restart_text,
+    "fixed_memory": _fixed_memory_text,
+}
 
 
 def _clock(ts: float) -> str:

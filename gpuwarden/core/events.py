@@ -29,7 +29,9 @@ EXIT_OOM = 3  # an `oom` event was written (after a checkpoint when the state wa
 EXIT_GANG_ABORTED = 4  # another rank of a multi-process run failed; this rank stopped without a checkpoint
 EXIT_TERMINATED = 143  # stopped by SIGTERM after writing a checkpoint
 
-EventType = Literal["started", "progress", "checkpoint", "warning", "oom", "error", "finished"]
+EventType = Literal[
+    "started", "fixed_memory", "progress", "checkpoint", "warning", "oom", "error", "finished"
+]
 
 
 class Event(BaseModel):
@@ -56,6 +58,19 @@ class Started(Event):
     tokens_seen: int | None = None
     pid: int | None = None  # the runner process (one per rank in a multi-process run)
     world_size: int | None = None  # processes of a multi-process run; absent for one process
+
+
+class FixedMemory(Event):
+    """What the run holds whatever its micro-batch, once model and optimizer are built (and a
+    checkpoint loaded): a lower bound of the memory line's fixed part (gpuwarden.sdk.fixed_memory)."""
+
+    type: Literal["fixed_memory"] = "fixed_memory"
+    fixed_bytes: int  # held now + gradients and optimizer state to come
+    held_bytes: int  # CUDA: the allocator's allocated bytes; cpu: the address space
+    gradient_bytes: int
+    optimizer_state_bytes: int
+    parameters: int
+    device: Literal["cuda", "cpu"]
 
 
 class Progress(Event):
@@ -116,6 +131,7 @@ class Finished(Event):
 
 EVENT_TYPES: dict[str, type[Event]] = {
     "started": Started,
+    "fixed_memory": FixedMemory,
     "progress": Progress,
     "checkpoint": Checkpoint,
     "warning": Warning,

@@ -134,6 +134,8 @@ def unit_free(name: str) -> str:
     `samples_per_s` → `samples/s` (its value then bare), so a line never says the unit twice."""
     if name.endswith("_per_s"):
         return f"{name.removesuffix('_per_s')}/s"
+    if name.endswith("_bytes") and len(name) > len("_bytes"):
+        return name.removesuffix("_bytes")
     for suffix, _ in _SUFFIX_UNITS:
         if name.endswith(suffix) and len(name) > len(suffix):
             return name.removesuffix(suffix)

@@ -3,6 +3,7 @@
     from gpuwarden import sdk
 
     start = sdk.resume_from()                  # None on a first attempt, else a checkpoint path
+    sdk.fixed_memory(model, optimizer)         # once both are built: weights, gradients, state
     with sdk.oom_guard(save=save_checkpoint) as guard:
         for step in ...:
             ...
@@ -40,6 +41,13 @@ def checkpoint(path: str, step: int, samples_seen: int) -> None:
     default_reporter().checkpoint(path, step, samples_seen)
 
 
+def fixed_memory(model: Any, *optimizers: Any) -> None:
+    """Report what the model holds whatever the micro-batch, once the model and its optimizer
+    are built (and a checkpoint loaded): when that alone exceeds the memory, the daemon does not
+    try smaller micro-batches."""
+    default_reporter().fixed_memory(model, optimizers)
+
+
 def finished(**report: Any) -> None:
     """Report the end of training, with whatever figures the script wants kept."""
     default_reporter().finished(**report)
@@ -52,6 +60,7 @@ __all__ = [
     "active",
     "checkpoint",
     "finished",
+    "fixed_memory",
     "memory",
     "oom_guard",
     "progress",

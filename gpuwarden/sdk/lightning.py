@@ -50,6 +50,7 @@ class GpuwardenCallback(pl.Callback):
         if trainer.ckpt_path:  # restored by now: the attempt resumed from it, however it was named
             path = str(trainer.ckpt_path)
             self.reporter.resumed(path if "://" in path else os.path.abspath(path))
+        self.reporter.fixed_memory(pl_module, trainer.optimizers)  # both set up, checkpoint restored
         # A resumed ModelCheckpoint remembers the files of the attempt that wrote them (and
         # reported them). Reported again here, before a batch has shown the micro-batch, their
         # samples would be counted with a micro-batch of 1.

@@ -16,7 +16,10 @@ import os
 import resource
 import sys
 import time
+from collections.abc import Iterable
 from typing import IO, Any
+
+from gpuwarden.sdk.fixed_memory import measure
 
 ENV_EVENTS_FILE = "GPUWARDEN_EVENTS_FILE"
 ENV_RESUME_FROM = "GPUWARDEN_RESUME_FROM"
@@ -155,6 +158,15 @@ class Reporter:
         self.emit(
             "checkpoint", path=os.path.abspath(path), step=step, samples_seen=samples_seen, reason=reason
         )
+
+    def fixed_memory(self, model: Any, optimizers: Iterable[Any] = ()) -> None:
+        """What the model holds whatever the micro-batch (weights, and the gradients and
+        optimizer state to come): with it the daemon knows when no micro-batch can fit."""
+        if not self.active:
+            return
+        measured = measure(model, optimizers)
+        if measured is not None:
+            self.emit("fixed_memory", **measured.event_fields())
 
     def finished(self, **report: Any) -> None:
         self.emit("finished", report=report)

@@ -46,6 +46,9 @@ class GpuwardenCallback(TrainerCallback):
     ) -> None:
         self._micro = int(args.per_device_train_batch_size)
         self._effective = self._micro * int(args.gradient_accumulation_steps) * max(1, int(args.world_size))
+        model, optimizer = kwargs.get("model"), kwargs.get("optimizer")
+        if model is not None:  # built, with the checkpoint loaded, by the time the loop begins
+            self.reporter.fixed_memory(model, [optimizer] if optimizer is not None else [])
         if self.reporter.active and sys.excepthook is not self._excepthook:
             self._previous_hook = sys.excepthook
             sys.excepthook = self._excepthook

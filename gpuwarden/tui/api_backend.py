@@ -15,7 +15,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -37,6 +37,7 @@ from gpuwarden.core.errors import UserError
 from gpuwarden.core.oom.explain import oom_phases
 from gpuwarden.core.run_state import ACTIVE_STATES, RunState
 from gpuwarden.core.telemetry.types import GpuStatic
+from gpuwarden.core.units import size
 from gpuwarden.tui.backend import (
     DoctorFinding,
     EventFrame,
@@ -102,34 +103,48 @@ def buckets_to_series(answer: HistoryAnswer, start: float, end: float, points: i
     }
 
 
+def _started_text(e: dict[str, Any]) -> str:
+    return f"{e.get('device', '?')} {e.get('dtype', '')}" + (" (resumed)" if e.get("resumed_from") else "")
+
+
+def _edited_text(e: dict[str, Any]) -> str:
+    if not isinstance(e.get("changes"), dict):
+        return ""
+    return "changed " + ", ".join(
+        f"{k} {v[0]} → {v[1]}" if isinstance(v, list) and len(v) == 2 else f"{k} → {v}"
+        for k, v in e["changes"].items()
+    )
+
+
+def _fixed_memory_text(e: dict[str, Any]) -> str:
+    return (
+        f"at least {size(e.get('fixed_bytes'))} whatever the batch ({size(e.get('held_bytes'))} held, "
+        f"{size(e.get('gradient_bytes'))} gradients and {size(e.get('optimizer_state_bytes'))} "
+        "optimizer state to come)"
+    )
+
+
+# One line for the timeline, per event type; others show their message or reason.
+_EVENT_TEXTS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "state": lambda e: f"{e.get('state')}" + (f": {e['message']}" if e.get("message") else ""),
+    "oom": lambda e: f"out of memory ({e.get('verdict', '?')}, {e.get('phase') or 'unknown phase'})",
+    "error": lambda e: f"{e.get('code', '')}: {e.get('message', '')}",
+    "warning": lambda e: f"{e.get('code', '')}: {e.get('message', '')}",
+    "started": _started_text,
+    "checkpoint": lambda e: f"step {e.get('step')} ({e.get('reason', 'interval')})",
+    "progress": lambda e: f"step {e.get('step')} samples {e.get('samples_seen')}",
+    "finished": lambda e: "finished",
+    "retuned": lambda e: str(e.get("reason") or ""),
+    "edited": _edited_text,
+    "fixed_memory": _fixed_memory_text,
+}
+
+
 def event_text(event: RunEvent) -> str:
     """One line for the timeline from a stored or streamed event."""
     e = event.model_dump()
-    kind = event.type
-    if kind == "state":
-        return f"{e.get('state')}" + (f": {e['message']}" if e.get("message") else "")
-    if kind == "oom":
-        return f"out of memory ({e.get('verdict', '?')}, {e.get('phase') or 'unknown phase'})"
-    if kind in ("error", "warning"):
-        return f"{e.get('code', '')}: {e.get('message', '')}"
-    if kind == "started":
-        return f"{e.get('device', '?')} {e.get('dtype', '')}" + (
-            " (resumed)" if e.get("resumed_from") else ""
-        )
-    if kind == "checkpoint":
-        return f"step {e.get('step')} ({e.get('reason', 'interval')})"
-    if kind == "progress":
-        return f"step {e.get('step')} samples {e.get('samples_seen')}"
-    if kind == "finished":
-        return "finished"
-    if kind == "retuned":
-        return str(e.get("reason") or "")
-    if kind == "edited" and isinstance(e.get("changes"), dict):
-        return "changed " + ", ".join(
-            f"{k} {v[0]} → {v[1]}" if isinstance(v, list) and len(v) == 2 else f"{k} → {v}"
-            for k, v in e["changes"].items()
-        )
-    return str(e.get("message") or e.get("reason") or "")
+    text = _EVENT_TEXTS.get(event.type)
+    return text(e) if text is not None else str(e.get("message") or e.get("reason") or "")
 
 
 def timeline_event(event: RunEvent, run_id: str) -> TimelineEvent:

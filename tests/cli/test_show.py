@@ -77,6 +77,30 @@ def test_event_lines_have_units_and_no_python_dicts() -> None:
     assert "out of memory (host_oom) in forward" in event_line(oom)
 
 
+def test_the_fixed_memory_reads_as_a_sentence_in_the_cli_and_the_dashboard() -> None:
+    from gpuwarden.tui.api_backend import event_text
+
+    fields = {
+        "fixed_bytes": 2302697472,
+        "held_bytes": 1094737920,
+        "gradient_bytes": 402653184,
+        "optimizer_state_bytes": 805306368,
+        "parameters": 100687872,
+        "device": "cpu",
+    }
+    event = _event("fixed_memory", **fields)
+    assert event_line(event).endswith(
+        "fixed_memory: at least 2.1 GiB whatever the batch: 1.0 GiB held, 384 MiB of gradients and "
+        "768 MiB of optimizer state to come (100.7 M parameters, cpu)"
+    )
+    assert event_text(event) == (
+        "at least 2.1 GiB whatever the batch (1.0 GiB held, 384 MiB gradients and 768 MiB "
+        "optimizer state to come)"
+    )
+    # Byte fields elsewhere say their unit once, in the value.
+    assert event_line(_event("probe", peak_bytes=2**30)).endswith("probe: peak=1.0 GiB")
+
+
 def test_a_stopping_event_says_when_the_sigkill_comes() -> None:
     at = dt.datetime(2026, 11, 23, 14, 5, 30).timestamp()
     line = event_line(_event("stopping", grace_seconds=30, kill_at=at))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -258,6 +259,8 @@ def test_lightning_script_with_its_callback_is_recovered_from_its_own_checkpoint
     oom = [e for e in events if e["type"] == "oom" and e["source"] == "runner"]
     assert oom and oom[0]["verdict"] == "host_oom" and oom[0]["checkpoint"] == second["resume_from"]
     assert _progress_steps(events, 2) == [4]  # only the step after the checkpoint
+    fixed = [e["attempt"] for e in events if e["type"] == "fixed_memory" and e["device"] == "cpu"]
+    assert fixed == [1, 2]  # the callback's, at each attempt's start
     # Every checkpoint counts the samples before it (16 a step), the one resumed from included.
     checkpoints = [(e["step"], e["samples_seen"]) for e in events if e["type"] == "checkpoint"]
     assert checkpoints and all(samples == 16 * step for step, samples in checkpoints), checkpoints
@@ -292,3 +295,72 @@ def test_an_own_script_run_with_autotune_probes_the_script_then_runs_without_run
     (tuned,) = [e for e in _events(gw, detail["id"]) if e["type"] == "autotuned"]
     assert "micro-batch 8 × 2" in tuned["message"] and "probed" in tuned["message"]
     assert detail["attempts"][0]["prepared"]["config"]["changes"]["training.batch_size"] == [16, 8]
+
+
+# A model too large for its memory whatever the micro-batch: six 4096 × 4096 layers (384 MiB of
+# weights) trained with AdamW, whose gradients and state add 768 MiB, under a 1.6 GiB limit.
+TOO_LARGE = """\
+import argparse
+
+import torch
+
+from gpuwarden import sdk
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--batch-size", type=int, required=True)
+parser.add_argument("--grad-accum", type=int, required=True)
+args = parser.parse_args()
+torch.manual_seed(0)
+model = torch.nn.Sequential(*[torch.nn.Linear(4096, 4096) for _ in range(6)])
+optimizer = torch.optim.AdamW(model.parameters())
+sdk.fixed_memory(model, optimizer)
+with sdk.oom_guard(batch_size=args.batch_size):
+    for step in range(1, 3):
+        for _ in range(args.grad_accum):
+            model(torch.randn(args.batch_size, 4096)).square().mean().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        sdk.progress(step, step * args.batch_size * args.grad_accum, batch_size=args.batch_size)
+"""
+
+
+@pytest.mark.slow
+def test_a_model_whose_weights_and_optimizer_state_alone_do_not_fit_is_not_retuned_in_vain(
+    gw: DaemonHandle, tmp_path: Path
+) -> None:
+    """Smaller micro-batches would each run out again (the weights, gradients and AdamW state
+    need 2.1 GiB of the 1.6 GiB): the run ends after its one attempt, saying so and what to do."""
+    (tmp_path / "big.py").write_text(TOO_LARGE)
+    result = gw.cli(
+        "run", "--follow", "--name", "too-large", "--memory-limit", "1.6GiB",
+        "--knob", "bs=16", "--knob", "accum=1", "--role", "micro_batch=bs", "--role", "accum_steps=accum",
+        "--env", "OMP_NUM_THREADS=1", "--env", "MALLOC_ARENA_MAX=2",
+        "--", sys.executable, "big.py", "--batch-size", "{bs}", "--grad-accum", "{accum}",
+        cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert result.returncode != 0, result.stdout[-3000:] + result.stderr[-3000:]
+    detail = _detail(gw, "too-large")
+    assert detail["state"] == "failed"
+    assert [a["classification"] for a in detail["attempts"]] == ["oom"]
+    assert detail["retunes"] == []
+    # The weights held vary a little with the machine's libraries; the limit is the spec's.
+    said = re.compile(
+        r"not retuned: the weights, gradients and optimizer state alone take at least 2\.[12] GiB of "
+        r"the 1\.6 GiB that ran out, so no smaller batch or input fits — give the run more memory or "
+        r"train a smaller model"
+    )
+    assert said.search(detail["message"]), detail["message"]
+    assert said.search(result.stdout + result.stderr)
+    assert re.search(
+        r"fixed_memory: at least 2\.[12] GiB whatever the batch: 1\.[01] GiB held, 384 MiB of gradients "
+        r"and 768 MiB of optimizer state to come \(100\.7 M parameters, cpu\)",
+        result.stderr,
+    ), result.stderr
+    (fixed,) = [e for e in _events(gw, detail["id"]) if e["type"] == "fixed_memory"]
+    assert (
+        fixed["attempt"] == 1 and fixed["device"] == "cpu" and fixed["parameters"] == 6 * (4096 * 4096 + 4096)
+    )
+    assert (
+        fixed["gradient_bytes"] == 6 * 4096 * 4096 * 4
+    )  # the weight matrices; the biases are too small to count
+    assert fixed["optimizer_state_bytes"] == 2 * fixed["gradient_bytes"]

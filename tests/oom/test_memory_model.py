@@ -147,7 +147,16 @@ def test_no_evidence() -> None:
 
 def test_to_dict_is_plain() -> None:
     d = predict_max_batch(line(GiB, GiB, [1, 2]), 8 * GiB).to_dict()
-    assert set(d) == {"batch", "fixed", "per_sample", "capacity", "headroom", "basis", "headroom_on"}
+    assert set(d) == {
+        "batch",
+        "fixed",
+        "per_sample",
+        "capacity",
+        "headroom",
+        "basis",
+        "headroom_on",
+        "fixed_at_least",
+    }
     assert Prediction(**d).batch == d["batch"]
 
 

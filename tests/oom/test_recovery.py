@@ -254,3 +254,63 @@ def test_sizes_measured_in_one_probe_process_are_counted_as_one() -> None:
         probe_processes=lambda: 1,
     )
     assert len(m.calls) == 3 and probed.evidence()["decided"] == "1 probe process, 3 sizes"
+
+
+def fixed_event(attempt: int, fixed: int, device: str = "cpu") -> dict[str, Any]:
+    return {"type": "fixed_memory", "attempt": attempt, "fixed_bytes": fixed, "device": device}
+
+
+def test_weights_gradients_and_state_over_the_limit_end_the_retune_without_a_probe() -> None:
+    """A model whose fixed memory alone exceeds the limit: halving the micro-batch down to 1
+    would fail at every size; the retune says why at once and starts no probe."""
+    spec = train_spec(64, 1)
+    m = Machine()
+    events = [fixed_event(1, 7 * GB), oom_event(1)]
+    facts = AttemptFacts(number=1, events=events, exit_code=3, host_capacity=6 * GB)
+    plan = plan_recovery(spec, facts, history=[], retunes_so_far=0, elapsed_s=0, probe=m)
+    assert m.calls == []
+    assert plan.give_up is not None
+    assert plan.give_up == (
+        "not retuned: the weights, gradients and optimizer state alone take at least 6.5 GiB of the "
+        "5.6 GiB that ran out, so no smaller batch or input fits — give the run more memory or train "
+        "a smaller model"
+    )
+    assert plan.decided == "decided from the fixed memory the run reported, no probe"
+    assert plan.decision.prediction is not None and plan.decision.prediction["batch"] == 0
+
+
+def test_the_fixed_memory_leaves_the_rungs_that_may_shrink_it() -> None:
+    """A script's own precision knob may cast the weights (the built-in trainer's is autocast and
+    does not): the retune takes it rather than a smaller micro-batch."""
+    spec = command_spec("{batch_size: 64, grad_accum_steps: 1, precision: fp32}")
+    events = [fixed_event(1, 7 * GB, "cuda"), oom_event(1, "gpu_capacity", "CUDA out of memory.")]
+    facts = AttemptFacts(number=1, events=events, exit_code=3, gpu_capacity=6 * GB)
+    plan = plan_recovery(
+        spec, facts, history=[], retunes_so_far=0, elapsed_s=0, hints={"bf16_supported": True}
+    )
+    assert plan.give_up is None, plan.give_up
+    assert plan.decision.action == "lower_precision"
+
+
+def test_a_fixed_memory_of_another_attempt_or_memory_is_not_taken() -> None:
+    """Only the attempt that ran out, in the memory that ran out: a GPU figure says nothing of
+    the host's address space, and the next attempt may hold less."""
+    spec = train_spec(64, 1)
+    for stale in (fixed_event(1, 7 * GB, "cuda"), fixed_event(0, 7 * GB)):
+        facts = AttemptFacts(number=1, events=[stale, oom_event(1)], exit_code=3, host_capacity=6 * GB)
+        plan = plan_recovery(spec, facts, history=[], retunes_so_far=0, elapsed_s=0, probe=Machine())
+        assert plan.give_up is None, plan.give_up
+        assert plan.decision.action == "reduce_micro_batch"
+
+
+def test_a_fixed_memory_under_the_limit_tightens_a_one_point_fit() -> None:
+    """One measured step at 16 (3.4 GB) under a 6 GB limit: assumed proportional, 26 fit; with
+    2.5 GB known to be fixed the line is 2.5 + 0.056·b and 54 fit, still on the safe side of the
+    real machine's 1 + 0.3·b (which has a larger intercept than 0)."""
+    from gpuwarden.core.oom.memory_model import predict_max_batch
+
+    plain = predict_max_batch([(16, int(3.4 * GB))], 6 * GB)
+    known = predict_max_batch([(16, int(3.4 * GB))], 6 * GB, fixed_at_least=int(2.5 * GB))
+    assert plain.batch == 26
+    assert known.batch == 57
+    assert known.fixed == 2.5 * GB and "above the fixed memory reported" in known.basis

@@ -59,6 +59,10 @@ def test_the_trainer_callback_saves_the_last_completed_step_at_a_real_oom(tmp_pa
     assert saved and saved[0]["step"] == 3 and saved[0]["samples_seen"] == 48
     assert oom["checkpoint"] == saved[0]["path"] == str(out / "checkpoint-3")
     assert (out / "checkpoint-3" / "trainer_state.json").is_file()
+    # Before the first step the callback said what the model holds whatever the batch.
+    (fixed,) = [e for e in events if e["type"] == "fixed_memory"]
+    assert fixed["device"] == "cpu" and fixed["parameters"] > 0 and fixed["held_bytes"] > 0
+    assert events.index(fixed) < next(i for i, e in enumerate(events) if e["type"] == "progress")
 
     # The restart, at the retune's 8 × 2, starts from step 3: it trains step 4 alone.
     second = tmp_path / "attempt-2.jsonl"

@@ -20,6 +20,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from gpuwarden.core.units import size
+
 DEFAULT_HEADROOM = 0.08
 HEADROOM_ON_SAMPLES = "per_sample"  # the part that grows with the micro-batch
 HEADROOM_ON_PEAK = "peak"  # the whole peak: fragmentation grows with everything held
@@ -40,6 +42,8 @@ class Prediction:
     headroom: float
     basis: str
     headroom_on: str = HEADROOM_ON_SAMPLES
+    # What the run holds whatever the micro-batch, as it reported (None where it did not)
+    fixed_at_least: int | None = None
 
     def padded_peak(self, batch: int) -> float | None:
         """The modelled peak at `batch` with the headroom added where it applies."""
@@ -122,13 +126,17 @@ def predict_max_batch(
     headroom: float = DEFAULT_HEADROOM,
     oom_at: Sequence[int] = (),
     headroom_on: str = HEADROOM_ON_SAMPLES,
+    fixed_at_least: int | None = None,
 ) -> Prediction:
     """The largest micro-batch whose modelled peak, with the headroom added to the part that
     grows with the batch (`headroom_on` "peak": to the whole peak), stays under capacity.
 
     `points` are (micro_batch, peak_bytes) measured by the run; `oom_at` are micro-batches that
     ran out of memory. An OOM at b means fixed + per_sample × b > capacity, which bounds the
-    slope from below and caps the prediction at b − 1.
+    slope from below and caps the prediction at b − 1. `fixed_at_least` is what the run said
+    it holds whatever the micro-batch (weights, gradients, optimizer state): at or above the
+    capacity nothing fits; below it, it is the line's least intercept where one point leaves the
+    line open.
     """
     if not 0.0 <= headroom < 1.0:
         raise ValueError(f"headroom must be in [0, 1), got {headroom}")
@@ -138,6 +146,10 @@ def predict_max_batch(
         )
     if capacity is None or capacity <= 0:
         return Prediction(None, None, None, capacity, headroom, "capacity unknown", headroom_on)
+    if fixed_at_least is not None and fixed_at_least >= capacity:
+        basis = f"the weights, gradients and optimizer state alone take at least {size(fixed_at_least)}"
+        fixed = float(fixed_at_least)
+        return Prediction(0, fixed, None, capacity, headroom, basis, headroom_on, fixed_at_least)
     smallest_oom = min((b for b in oom_at if b > 0), default=None)
     peaks = worst_peaks(points)
     fit = fit_line(points)
@@ -155,14 +167,16 @@ def predict_max_batch(
     if fit is not None:
         fixed, per_sample, basis = _fitted(fit, len(peaks), capacity, smallest_oom)
     elif len(peaks) == 1:
-        fixed, per_sample, basis = _through_one_point(*next(iter(peaks.items())), capacity, smallest_oom)
+        fixed, per_sample, basis = _through_one_point(
+            *next(iter(peaks.items())), capacity, smallest_oom, fixed_at_least
+        )
     else:
         return Prediction(None, None, None, capacity, headroom, "no measured peaks", headroom_on)
     batch = _largest_fitting(capacity, fixed, per_sample, headroom, headroom_on)
     if smallest_oom is not None and batch >= smallest_oom:
         batch = smallest_oom - 1
         basis += f", capped below the OOM at {smallest_oom}"
-    return Prediction(batch, fixed, per_sample, capacity, headroom, basis, headroom_on)
+    return Prediction(batch, fixed, per_sample, capacity, headroom, basis, headroom_on, fixed_at_least)
 
 
 def _fitted(
@@ -180,7 +194,7 @@ def _fitted(
 
 
 def _through_one_point(
-    batch: int, peak: int, capacity: int, smallest_oom: int | None
+    batch: int, peak: int, capacity: int, smallest_oom: int | None, fixed_at_least: int | None = None
 ) -> tuple[float, float, str]:
     """(fixed, per_sample, basis) of a line through the one measured (batch, peak)."""
     if smallest_oom is not None and smallest_oom > batch and capacity > peak:
@@ -191,6 +205,15 @@ def _through_one_point(
             peak - per_sample * batch,
             per_sample,
             f"one measured point ({batch}) and the OOM at {smallest_oom}",
+        )
+    if fixed_at_least is not None and 0 < fixed_at_least < peak:
+        # The true intercept is at least what the run holds whatever the batch; of the lines
+        # through the point the one with the least such intercept predicts the smallest batch
+        # above it, so this stays on the safe side, closer than the proportional line.
+        return (
+            float(fixed_at_least),
+            (peak - fixed_at_least) / batch,
+            f"one measured point ({batch}) above the fixed memory reported",
         )
     # With nothing but one point, assume every byte scales with the batch: of all
     # lines through the point this one predicts the smallest batch above it.

@@ -139,6 +139,25 @@ def memory_points(events: Sequence[dict[str, Any]], host: bool) -> list[tuple[in
     return points
 
 
+def fixed_memory(events: Sequence[dict[str, Any]], attempt: int, host: bool) -> int | None:
+    """What the attempt's processes said they hold whatever the micro-batch (`fixed_memory`
+    events) in the memory that ran out: the address space for a host OOM, else the GPU's. The
+    least of the ranks' figures, as each holds its own copy; only this attempt's, since the
+    next may hold less (16-bit weights, offload)."""
+    device = "cpu" if host else "cuda"
+    figures = [
+        e["fixed_bytes"]
+        for e in events
+        if e.get("type") == "fixed_memory"
+        and e.get("attempt") == attempt
+        and e.get("device") == device
+        and isinstance(e.get("fixed_bytes"), int)
+        and not isinstance(e.get("fixed_bytes"), bool)
+        and e["fixed_bytes"] > 0
+    ]
+    return min(figures, default=None)
+
+
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
@@ -258,7 +277,8 @@ def plan_recovery(
     host = classification.verdict == "host_oom"
     capacity = facts.host_capacity if host else facts.gpu_capacity
     probing = _Probes(probe, on_turn, probe_processes, restart_measures)
-    measured = _measure(spec, facts, classification, knobs, capacity, probing, remembered)
+    fixed = fixed_memory(facts.events, facts.number, host)
+    measured = _measure(spec, facts, classification, knobs, capacity, probing, remembered, fixed)
     points, ooms = measured.points, measured.ooms
     batch = knobs.get("batch_size")
     decision = decide(
@@ -273,13 +293,19 @@ def plan_recovery(
         elapsed_s=elapsed_s,
         env={**(spec.command.env if spec.command is not None else {}), **spec.env},
         ooms=ooms,
+        fixed_at_least=fixed,
     )
     plan = RecoveryPlan(classification, decision, probes=measured.probes, decided=measured.decided)
     if decision.is_give_up:
         return plan
     if decision.prediction is None and points and capacity and isinstance(batch, int):
         decision_prediction = predict_max_batch(
-            points, capacity, policy.headroom, oom_at=[batch], headroom_on=headroom_on(classification.verdict)
+            points,
+            capacity,
+            policy.headroom,
+            oom_at=[batch],
+            headroom_on=headroom_on(classification.verdict),
+            fixed_at_least=fixed,
         ).to_dict()
         plan.decision = replace(decision, prediction=decision_prediction)
     plan.spec, plan.from_, plan.to = apply_decision(spec, plan.decision)
@@ -318,13 +344,17 @@ def _measure(
     capacity: int | None,
     probing: _Probes,
     remembered: Sequence[tuple[int, int]],
+    fixed: int | None,
 ) -> _Measured:
     """What is already known (the run's own steps, every attempt's; an earlier run of the same
-    shape), and probes only where that leaves the fit open."""
+    shape; the memory it holds whatever the batch), and probes only where that leaves the fit open."""
     host = classification.verdict == "host_oom"
     steps = memory_points(facts.events, host)
     points = steps + [p for p in remembered if p[0] > 0 and p[1] > 0]
     batch = knobs.get("batch_size")
+    limit = memory_capacity(classification, capacity)
+    if fixed is not None and limit and fixed >= limit:
+        return _Measured(points, [], (), "decided from the fixed memory the run reported, no probe")
     probe = probing.probe
     if probe is None or not isinstance(batch, int) or not _worth_probing(classification, batch, points):
         decided = decided_text(len(steps), len(points) - len(steps), 0)
@@ -336,11 +366,10 @@ def _measure(
             decided += ": the restart measures its size itself"  # a probe would be a start of the program too
         return _Measured(points, [], (), decided)
     policy = resolve_policy(spec.policy, kind=spec.kind)
-    limit = memory_capacity(classification, capacity)
     on = headroom_on(classification.verdict)
 
     def fits(measured: list[tuple[int, int]], failed: list[int]) -> int | None:
-        return predict_max_batch(points + measured, limit, policy.headroom, failed, on).batch
+        return predict_max_batch(points + measured, limit, policy.headroom, failed, on, fixed).batch
 
     per_device = _per_device_batch(spec, knobs, batch)
     found = _probe_points(probe, batch, per_device, policy.min_micro_batch, fits, probing.on_turn)

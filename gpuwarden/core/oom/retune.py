@@ -16,6 +16,7 @@ from typing import Any
 from gpuwarden.core.oom.classify import Classification, format_size, parse_size
 from gpuwarden.core.oom.memory_model import Prediction, headroom_on, predict_max_batch
 from gpuwarden.core.oom.policy import DEFAULT_MAX_TIMES, RetunePolicy, Rung
+from gpuwarden.core.units import size
 
 ALLOC_VARIABLES = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
 EXPANDABLE = "expandable_segments:True"
@@ -130,6 +131,7 @@ class _Context:
     capacity: int | None
     env: dict[str, str]
     ooms: tuple[int, ...] = ()
+    fixed_at_least: int | None = None
     prediction: Prediction | None = None
 
     def has(self, knob: str) -> bool:
@@ -154,8 +156,20 @@ class _Context:
                 self.policy.headroom,
                 oom_at=[batch, *self.ooms],
                 headroom_on=headroom_on(self.classification.verdict),
+                fixed_at_least=self.fixed_at_least,
             )
         return self.prediction
+
+    def fixed_exceeds(self) -> str | None:
+        """`the weights, gradients and optimizer state alone take at least 2.1 GiB of the 1.6 GiB
+        that ran out`, when they do: no rung that lowers only what grows with the batch helps."""
+        capacity = self.memory_capacity()
+        if self.fixed_at_least is None or not capacity or self.fixed_at_least < capacity:
+            return None
+        return (
+            f"the weights, gradients and optimizer state alone take at least {size(self.fixed_at_least)} "
+            f"of the {size(capacity)} that ran out"
+        )
 
 
 # A rung handler returns the decision, or a short note saying why the rung does not apply.
@@ -452,6 +466,28 @@ def _world_size(ctx: _Context, rung: Rung) -> RetuneDecision | str:
     )
 
 
+# Rungs that lower only the memory growing with the batch or the input (activations), or per-rank
+# work: no help when the fixed part alone does not fit.
+_GROWS_WITH_BATCH = frozenset(
+    {
+        "reduce_micro_batch",
+        "reduce_generation_batch",
+        "gradient_checkpointing",
+        "reduce_max_length",
+        "reduce_max_pixels",
+        "reduce_max_new_tokens",
+        "reduce_world_size",
+    }
+)
+
+
+def _lowers_only_what_grows(ctx: _Context, action: str) -> bool:
+    """Whether the rung leaves the weights, gradients and optimizer state as they are: the
+    built-in trainer's 16-bit precision is autocast (fp32 weights and state), while a command's
+    precision knob may cast the weights."""
+    return action in _GROWS_WITH_BATCH or (action == "lower_precision" and ctx.kind == "train")
+
+
 _HANDLERS: dict[str, _Handler] = {
     "allocator_expandable_segments": _allocator,
     "reduce_micro_batch": _micro_batch,
@@ -512,6 +548,7 @@ def decide(
     elapsed_s: float,
     env: dict[str, str],
     ooms: tuple[int, ...] = (),
+    fixed_at_least: int | None = None,
 ) -> RetuneDecision:
     """The change for the next restart, or a give-up with its reason.
 
@@ -521,14 +558,17 @@ def decide(
     `resolved_precision`, `bf16_supported`, `device`, `other_gpus`, `usable_gpus` (GPUs a
     gang could run on now), `fixed_world_size` (a command run's world size that is no knob).
     `history`: the earlier decisions' `to_dict()`. `memory_points`: (micro_batch, peak_bytes);
-    `capacity`: the memory that ran out; `ooms`: sizes that ran out in probes.
+    `capacity`: the memory that ran out; `ooms`: sizes that ran out in probes; `fixed_at_least`:
+    what the run reported it holds whatever the batch, in that memory.
     """
     if kind not in RUN_KINDS:
         raise ValueError(f"unknown run kind {kind!r}; expected one of {', '.join(RUN_KINDS)}")
     refusal = _refusal(classification, policy, attempts_so_far=attempts_so_far, elapsed_s=elapsed_s)
     if refusal is not None:
         return _give_up(refusal)
-    ctx = _Context(classification, policy, kind, knobs, history, memory_points, capacity, env, ooms)
+    ctx = _Context(
+        classification, policy, kind, knobs, history, memory_points, capacity, env, ooms, fixed_at_least
+    )
     rungs = [(index, rung) for index, rung in enumerate(policy.ladder) if classification.verdict in rung.when]
     climbed = _climb(ctx, rungs)
     if isinstance(climbed, RetuneDecision):
@@ -540,6 +580,14 @@ def decide(
             f"not retuned: {classification.verdict}, and the run names no setting {NAME_A_SETTING}"
         )
     skipped = climbed
+    fixed = ctx.fixed_exceeds()
+    if fixed is not None:
+        others = [s for s in skipped if "grows with the batch" not in s]
+        return _give_up(
+            f"not retuned: {fixed}, so no smaller batch or input fits — give the run more memory "
+            "or train a smaller model" + (f" (other rungs: {'; '.join(others)})" if others else ""),
+            ctx.predict(_int_knob(ctx, "batch_size", 1)).to_dict() if ctx.has("batch_size") else None,
+        )
     if any(rung.action == "reduce_micro_batch" for _, rung in rungs) and policy.allows("effective_batch"):
         outcome = _change_effective_batch(ctx)
         if isinstance(outcome, RetuneDecision):
@@ -586,6 +634,9 @@ def _climb(ctx: _Context, rungs: list[tuple[int, Rung]]) -> RetuneDecision | lis
         used = ctx.times_used(rung.action)
         if limit is not None and used >= limit:
             skipped.append(f"{rung.action}: used {used} times (max_times {limit})")
+            continue
+        if _lowers_only_what_grows(ctx, rung.action) and ctx.fixed_exceeds():
+            skipped.append(f"{rung.action}: lowers only memory that grows with the batch")
             continue
         outcome = _HANDLERS[rung.action](ctx, rung)
         if isinstance(outcome, RetuneDecision):

@@ -51,6 +51,7 @@ from gpuwarden.core.events import (
     EXIT_TERMINATED,
     Checkpoint,
     Finished,
+    FixedMemory,
     Oom,
     Progress,
     Started,
@@ -78,6 +79,7 @@ from gpuwarden.runners.stop import StopRequest
 from gpuwarden.runners.train.sampling import PositionSampler, mix_seed
 from gpuwarden.runners.train.stall_hook import stall_forever, stall_step
 from gpuwarden.runners.train.task import Batch, PreparedTask
+from gpuwarden.sdk.fixed_memory import measure as measure_fixed_memory
 
 OOM_EXCEPTIONS = (RuntimeError, MemoryError)
 
@@ -475,9 +477,17 @@ class Trainer:
             world_size=self.gang.world_size if self.gang.distributed else None,
         )
 
+    def _report_fixed_memory(self) -> None:
+        """Weights held, gradients and optimizer state to come: when these alone exceed the
+        memory, the daemon tries no smaller micro-batch."""
+        fixed = measure_fixed_memory(self.model, [self.optimizer])
+        if fixed is not None:
+            self.events.emit(FixedMemory(**fixed.event_fields()))
+
     def _run(self) -> int:
         resumed = self.resume()
         self.events.emit(self._started(resumed))
+        self._report_fixed_memory()
         batches = self.make_loader()
         if self._resume_rng is not None:
             self._resume_rng.restore()
