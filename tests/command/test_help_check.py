@@ -163,6 +163,20 @@ def test_the_real_runner_reads_an_argparse_help(tmp_path: Path) -> None:
     assert out.text is not None and lists_flag(out.text, "--ckpt_path")
 
 
+def test_the_help_runs_at_the_lowest_priority_so_the_attempt_beside_it_starts_first(tmp_path: Path) -> None:
+    # The priority is set just after the start: the script waits for it (up to 5 s) and says it.
+    _script(
+        tmp_path,
+        "import os, time\n"
+        "end = time.monotonic() + 5\n"
+        "while os.getpriority(os.PRIO_PROCESS, 0) != 19 and time.monotonic() < end:\n"
+        "    time.sleep(0.01)\n"
+        "print('nice', os.getpriority(os.PRIO_PROCESS, 0))\n",
+    )
+    out = run_help([sys.executable, "script.py", "--help"], {}, tmp_path, 20)
+    assert out.text is not None and out.text.split() == ["nice", "19"]
+
+
 @pytest.mark.parametrize(
     ("body", "timeout", "problem"),
     [

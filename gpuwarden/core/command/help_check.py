@@ -210,6 +210,11 @@ def run_help(argv: list[str], env: Mapping[str, str], cwd: Path, timeout_s: floa
         )
     except OSError as exc:
         return HelpOutput(None, f"could not start: {exc.strerror or exc}")
+    # The help is wanted only at a restart, while the attempt it runs beside is starting now: on
+    # a machine with few cores it takes what is left over (set from here, as a `preexec_fn` is
+    # unsafe in the daemon's threads; the interpreter has not begun its imports yet).
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, proc.pid, 19)
     deadline = time.monotonic() + timeout_s
     try:
         assert proc.stdout is not None
