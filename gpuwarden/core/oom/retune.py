@@ -570,40 +570,46 @@ def decide(
         classification, policy, kind, knobs, history, memory_points, capacity, env, ooms, fixed_at_least
     )
     rungs = [(index, rung) for index, rung in enumerate(policy.ladder) if classification.verdict in rung.when]
+    return _walk(ctx, rungs)
+
+
+def _walk(ctx: _Context, rungs: list[tuple[int, Rung]]) -> RetuneDecision:
+    """The first of the rungs that acts; else the give-up that says why none did."""
     climbed = _climb(ctx, rungs)
     if isinstance(climbed, RetuneDecision):
         return climbed
-    if kind == "command" and rungs and not RETUNABLE & knobs.keys():
+    verdict, reason = ctx.classification.verdict, ctx.classification.reason
+    if ctx.kind == "command" and rungs and not RETUNABLE & ctx.knobs.keys():
         # A script run as it is: a rung-by-rung list of knobs it lacks buries the one step that
         # makes it retunable.
-        return _give_up(
-            f"not retuned: {classification.verdict}, and the run names no setting {NAME_A_SETTING}"
-        )
+        return _give_up(f"not retuned: {verdict}, and the run names no setting {NAME_A_SETTING}")
     skipped = climbed
-    fixed = ctx.fixed_exceeds()
+    fixed = _fixed_give_up(ctx, skipped)
     if fixed is not None:
-        others = [s for s in skipped if "grows with the batch" not in s]
-        return _give_up(
-            f"not retuned: {fixed}, so no smaller batch or input fits — give the run more memory "
-            "or train a smaller model" + (f" (other rungs: {'; '.join(others)})" if others else ""),
-            ctx.predict(_int_knob(ctx, "batch_size", 1)).to_dict() if ctx.has("batch_size") else None,
-        )
-    if any(rung.action == "reduce_micro_batch" for _, rung in rungs) and policy.allows("effective_batch"):
+        return fixed
+    if any(rung.action == "reduce_micro_batch" for _, rung in rungs) and ctx.policy.allows("effective_batch"):
         outcome = _change_effective_batch(ctx)
         if isinstance(outcome, RetuneDecision):
             return outcome
         skipped.append(f"effective batch: {outcome}")
     prediction = ctx.prediction.to_dict() if ctx.prediction is not None else None
     if not rungs:
-        return _give_up(
-            f"no rung of policy {policy.name or '(inline)'} answers {classification.verdict} "
-            f"({classification.reason})",
-            prediction,
-        )
+        policy = ctx.policy.name or "(inline)"
+        return _give_up(f"no rung of policy {policy} answers {verdict} ({reason})", prediction)
+    return _give_up(f"retune ladder exhausted for {verdict} ({reason}): " + "; ".join(skipped), prediction)
+
+
+def _fixed_give_up(ctx: _Context, skipped: list[str]) -> RetuneDecision | None:
+    """The give-up when the fixed memory alone exceeds the limit: that, the fix, and the rungs
+    that did not apply for reasons of their own."""
+    fixed = ctx.fixed_exceeds()
+    if fixed is None:
+        return None
+    others = [s for s in skipped if "grows with the batch" not in s]
     return _give_up(
-        f"retune ladder exhausted for {classification.verdict} ({classification.reason}): "
-        + "; ".join(skipped),
-        prediction,
+        f"not retuned: {fixed}, so no smaller batch or input fits — give the run more memory "
+        "or train a smaller model" + (f" (other rungs: {'; '.join(others)})" if others else ""),
+        ctx.predict(_int_knob(ctx, "batch_size", 1)).to_dict() if ctx.has("batch_size") else None,
     )
 
 
