@@ -36,10 +36,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from gpuwarden.core.command.help_check import HELP_TIMEOUT_S, run_help
 
 REPO = Path(__file__).resolve().parents[1]
 HF_SCRIPT = REPO / "examples" / "hf_trainer" / "finetune.py"
@@ -268,14 +271,15 @@ def _uninterrupted(assets: Path, work: Path, n: int) -> Uninterrupted:
 
 def _beside_help(assets: Path, work: Path, n: int) -> float:
     """The uninterrupted run's wall with the script's `--help` started beside it, as gpuwarden
-    reads the help beside a first attempt: what sharing the machine with that read costs."""
-    helper = subprocess.Popen(
-        [sys.executable, str(HF_SCRIPT), "--help"], env=_env(), cwd=REPO, stdout=subprocess.DEVNULL
-    )
+    reads the help beside a first attempt (its own reader, on a thread, at its priority): what
+    sharing the machine with that read costs."""
+    argv = [sys.executable, str(HF_SCRIPT), "--help"]
+    helper = threading.Thread(target=run_help, args=(argv, _env(), REPO, HELP_TIMEOUT_S))
+    helper.start()
     try:
         return _uninterrupted(assets, work, n + 1000).wall_s
     finally:
-        helper.wait()
+        helper.join()
 
 
 def _by_hand(assets: Path, work: Path, n: int, reference: dict[str, Any]) -> ByHand:
