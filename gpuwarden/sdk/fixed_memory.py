@@ -98,7 +98,8 @@ def _counted(size: int, device: str) -> int:
     return size if device == "cuda" or size >= HOST_FRESH_MAPPING else 0
 
 
-def _optimizer_state_to_come(optimizers: Iterable[Any], device: str) -> int:
+def _optimizer_state_to_come(optimizers: Iterable[Any], device: str, ids: set[int]) -> int:
+    """State not yet created for the weights in `ids` (those on the device measured)."""
     total = 0
     for wrapped in optimizers:
         optimizer = _innermost(wrapped)
@@ -106,7 +107,7 @@ def _optimizer_state_to_come(optimizers: Iterable[Any], device: str) -> int:
         for group in getattr(optimizer, "param_groups", []) or []:
             per = _states_per_parameter(optimizer, group)
             for p in group.get("params", []):
-                if per and getattr(p, "requires_grad", False) and not state.get(p):
+                if per and id(p) in ids and getattr(p, "requires_grad", False) and not state.get(p):
                     total += per * _counted(_bytes(p), device)
     return total
 
@@ -131,8 +132,8 @@ def _held(device: str, index: int | None) -> int | None:
 
 
 def measure(model: Any, optimizers: Iterable[Any] = ()) -> FixedMemory | None:
-    """The fixed memory of `model` trained by `optimizers`; None where it cannot be read (no
-    parameters, a device other than CUDA or the CPU, no /proc)."""
+    """The fixed memory of `model` trained by `optimizers` on the device of its first weights;
+    None where it cannot be read (no parameters, a device other than CUDA or the CPU, no /proc)."""
     params = list({id(p): p for p in model.parameters()}.values())
     if not params:
         return None
@@ -143,15 +144,19 @@ def measure(model: Any, optimizers: Iterable[Any] = ()) -> FixedMemory | None:
     held = _held(device, getattr(where, "index", None))
     if held is None:
         return None
+    # A model split over devices (device_map="auto"): only what lives where the first weights
+    # do adds to the memory measured there.
+    here = [p for p in params if p.device == where]
+    ids = {id(p) for p in here}
     gradients = sum(
-        _counted(_bytes(p), device) for p in params if getattr(p, "requires_grad", False) and p.grad is None
+        _counted(_bytes(p), device) for p in here if getattr(p, "requires_grad", False) and p.grad is None
     )
     return FixedMemory(
         device=device,
-        parameters=sum(int(p.numel()) for p in params),
+        parameters=sum(int(p.numel()) for p in here),
         held_bytes=held,
         gradient_bytes=gradients,
-        optimizer_state_bytes=_optimizer_state_to_come(optimizers, device),
+        optimizer_state_bytes=_optimizer_state_to_come(optimizers, device, ids),
     )
 
 

@@ -52,6 +52,11 @@ def test_optimizers_without_state_frozen_weights_and_wrappers() -> None:
     frozen = measure(model, [torch.optim.AdamW(model[1].parameters())])
     assert frozen is not None and frozen.gradient_bytes == 0 and frozen.optimizer_state_bytes == 0
     assert measure(torch.nn.Linear(4, 4, device="meta")) is None  # no memory of its own to speak of
+    # Split over devices: only the weights where the first ones live add to the memory measured.
+    split = torch.nn.Sequential(torch.nn.Linear(4096, 4096), torch.nn.Linear(4096, 4096, device="meta"))
+    here = measure(split, [torch.optim.AdamW(split.parameters())])
+    assert here is not None and here.parameters == 4096 * 4096 + 4096
+    assert here.gradient_bytes == BIG and here.optimizer_state_bytes == 2 * BIG
     assert measure(torch.nn.ReLU()) is None
 
 
