@@ -303,6 +303,18 @@ def test_a_fixed_memory_of_another_attempt_or_memory_is_not_taken() -> None:
         assert plan.decision.action == "reduce_micro_batch"
 
 
+def test_the_address_space_says_nothing_of_a_host_without_a_limit() -> None:
+    """Without an address-space limit a host runs out of resident memory, which the address
+    space held (reserved, never touched) does not bound: the figure is not taken there."""
+    spec = parse_spec("name: t\nkind: train\ntrain: {task: image, batch_size: 64, grad_accum_steps: 1}\n")
+    facts = AttemptFacts(
+        number=1, events=[fixed_event(1, 7 * GB), oom_event(1)], exit_code=3, host_capacity=6 * GB
+    )
+    plan = plan_recovery(spec, facts, history=[], retunes_so_far=0, elapsed_s=0, probe=Machine())
+    assert plan.give_up is None, plan.give_up
+    assert plan.decision.action == "reduce_micro_batch"
+
+
 def test_a_fixed_memory_under_the_limit_tightens_a_one_point_fit() -> None:
     """One measured step at 16 (3.4 GB) under a 6 GB limit: assumed proportional, 26 fit; with
     2.5 GB known to be fixed the line is 2.5 + 0.056·b and 54 fit, still on the safe side of the

@@ -277,7 +277,11 @@ def plan_recovery(
     host = classification.verdict == "host_oom"
     capacity = facts.host_capacity if host else facts.gpu_capacity
     probing = _Probes(probe, on_turn, probe_processes, restart_measures)
-    fixed = fixed_memory(facts.events, facts.number, host)
+    # On the host the figure is address space: what an address-space limit counts, but no bound
+    # on the resident memory a host without one runs out of.
+    fixed = (
+        fixed_memory(facts.events, facts.number, host) if not host or spec.resources.memory_limit else None
+    )
     measured = _measure(spec, facts, classification, knobs, capacity, probing, remembered, fixed)
     points, ooms = measured.points, measured.ooms
     batch = knobs.get("batch_size")
