@@ -277,11 +277,7 @@ def plan_recovery(
     host = classification.verdict == "host_oom"
     capacity = facts.host_capacity if host else facts.gpu_capacity
     probing = _Probes(probe, on_turn, probe_processes, restart_measures)
-    # On the host the figure is address space: what an address-space limit counts, but no bound
-    # on the resident memory a host without one runs out of.
-    fixed = (
-        fixed_memory(facts.events, facts.number, host) if not host or spec.resources.memory_limit else None
-    )
+    fixed = _weighed_fixed_memory(spec, facts, host)
     measured = _measure(spec, facts, classification, knobs, capacity, probing, remembered, fixed)
     points, ooms = measured.points, measured.ooms
     batch = knobs.get("batch_size")
@@ -314,6 +310,15 @@ def plan_recovery(
         plan.decision = replace(decision, prediction=decision_prediction)
     plan.spec, plan.from_, plan.to = apply_decision(spec, plan.decision)
     return plan
+
+
+def _weighed_fixed_memory(spec: RunSpec, facts: AttemptFacts, host: bool) -> int | None:
+    """The attempt's fixed memory where it can be weighed against the memory that ran out. On
+    the host the figure is address space: what an address-space limit counts, but no bound on the
+    resident memory a host without one runs out of."""
+    if host and not spec.resources.memory_limit:
+        return None
+    return fixed_memory(facts.events, facts.number, host)
 
 
 @dataclass(frozen=True)
