@@ -92,6 +92,13 @@ def _body(event: RunEvent, extra: dict[str, Any], with_message: bool) -> str:
     return fields_text(extra)
 
 
+def _progress_text(extra: Mapping[str, Any]) -> str:
+    """Its fields with units; `total` here counts samples, where an allocator's `total` is bytes."""
+    total = extra.get("total")
+    rest = fields_text(extra, _SKIP | {"total"})
+    return f"{rest} total={total}" if isinstance(total, int) and not isinstance(total, bool) else rest
+
+
 def _retuned_text(extra: Mapping[str, Any]) -> str:
     why = extra.get("reason") or value_text("changes", extra.get("changes"))
     return f"({extra.get('verdict') or '?'}) {why}"
@@ -130,6 +137,7 @@ def _restart_text(extra: Mapping[str, Any]) -> str:
 
 # Events whose line is a sentence of their own fields.
 _TEXTS: dict[str, Callable[[Mapping[str, Any]], str]] = {
+    "progress": _progress_text,
     "retuned": _retuned_text,
     "edited": _edited_text,
     "restart": _restart_text,

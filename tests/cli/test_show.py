@@ -62,8 +62,13 @@ def test_show_reads_in_units_with_the_retune_as_a_sentence() -> None:
 
 
 def test_event_lines_have_units_and_no_python_dicts() -> None:
-    progress = _event("progress", step=1, mem_peak=993251328, vm_peak=1399386112, samples_per_s=1.371)
-    assert event_line(progress).endswith("progress: step=1 mem_peak=947 MiB vm_peak=1.3 GiB samples/s=1.371")
+    progress = _event(
+        "progress", step=1, mem_peak=993251328, vm_peak=1399386112, samples_per_s=1.371, total=64
+    )
+    # `total` counts the run's samples here: a number, not bytes as an allocator's `total` is.
+    assert event_line(progress).endswith(
+        "progress: step=1 mem_peak=947 MiB vm_peak=1.3 GiB samples/s=1.371 total=64"
+    )
     # The unit once: in the value or in the name, never both.
     finished = _event("finished", steps=40, wall_s=11.48, tokens_per_s=1331.2)
     assert event_line(finished).endswith("finished: steps=40 wall=11.48 s tokens/s=1331")
