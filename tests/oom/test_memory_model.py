@@ -174,3 +174,17 @@ def test_predicted_batch_fits_the_budget(fixed: int, per_sample: int, capacity: 
     padded = [fixed + per_sample * b * (1 + headroom) for b in (p.batch, p.batch + 1)]
     assert p.batch == 0 or padded[0] <= capacity + 1024
     assert padded[1] > capacity - 1024
+
+
+def test_an_oom_at_the_measured_size_outweighs_the_lower_steps_before_it() -> None:
+    """Three short-text steps at 16 peaked at 0.90 GB, then a long-text step at 16 ran out of the
+    1.93 GB: the worst peak at 16 is the capacity, not the 0.90 GB. The line goes through it —
+    16 / 1.08 → 14 fit, where the line through the early steps said 15 (capped by the OOM) with
+    half the memory to spare."""
+    capacity, early = 1_932_735_283, 897_818_624
+    for fixed in (None, 855_855_104):
+        p = predict_max_batch([(16, early)] * 3, capacity, oom_at=[16], fixed_at_least=fixed)
+        assert p.batch == 14, p
+        assert p.basis == "the OOM at 16, over what its earlier steps at 16 measured"
+        assert p.peak_at(16) == pytest.approx(capacity)
+        assert p.fixed == (fixed or 0.0)
