@@ -201,7 +201,8 @@ def _through_one_point(
         # A later step at the measured size ran out (longer inputs, an evaluation): its worst
         # peak there is at least the capacity, which the steps measured before it understate.
         floor = float(fixed_at_least) if fixed_at_least is not None and 0 < fixed_at_least < capacity else 0.0
-        return floor, (capacity - floor) / batch, f"the OOM at {batch}, over what its earlier steps at {batch} measured"
+        basis = f"the OOM at {batch}, over what its earlier steps at {batch} measured"
+        return floor, (capacity - floor) / batch, basis
     if smallest_oom is not None and smallest_oom > batch and capacity > peak:
         # The line passes through (batch, peak) and above (b_oom, capacity); the slope is at
         # least the one through both, so this is an upper estimate of what fits.
