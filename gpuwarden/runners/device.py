@@ -16,6 +16,7 @@ import psutil
 import torch
 
 from gpuwarden.core.errors import UserError
+from gpuwarden.sdk.proc_status import status_bytes
 
 Precision = Literal["auto", "bf16", "fp16", "fp32"]
 ResolvedPrecision = Literal["bf16", "fp16", "fp32"]
@@ -159,18 +160,6 @@ def _peak_rss() -> int:
     return int(peak if sys.platform == "darwin" else peak * 1024)
 
 
-def _vm_peak() -> int | None:
-    """VmPeak from /proc/self/status in bytes (Linux), None elsewhere."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("VmPeak:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
 def memory_stats(device: torch.device) -> MemoryStats:
     """Current, reserved and peak memory for `device`; no device sync is forced on CUDA."""
     if device.type == "cuda":
@@ -182,8 +171,9 @@ def memory_stats(device: torch.device) -> MemoryStats:
             num_alloc_retries=int(stats.get("num_alloc_retries", 0)),
         )
     rss = int(psutil.Process(os.getpid()).memory_info().rss)
+    peak = max(rss, _peak_rss())
     return MemoryStats(
-        allocated=rss, reserved=rss, peak=max(rss, _peak_rss()), num_alloc_retries=None, vm_peak=_vm_peak()
+        allocated=rss, reserved=rss, peak=peak, num_alloc_retries=None, vm_peak=status_bytes("VmPeak")
     )
 
 

@@ -24,6 +24,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from gpuwarden.sdk.proc_status import status_bytes
+
 # glibc's largest mmap threshold on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX): an allocation this
 # large is always a fresh mapping, so it grows the address space by at least its size.
 HOST_FRESH_MAPPING = 32 * 2**20
@@ -112,23 +114,12 @@ def _optimizer_state_to_come(optimizers: Iterable[Any], device: str, ids: set[in
     return total
 
 
-def _vm_size() -> int | None:
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("VmSize:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
 def _held(device: str, index: int | None) -> int | None:
     if device == "cuda":
         torch = sys.modules.get("torch")
         cuda = getattr(torch, "cuda", None)
         return int(cuda.memory_allocated(index)) if cuda is not None else None
-    return _vm_size()
+    return status_bytes("VmSize")
 
 
 def measure(model: Any, optimizers: Iterable[Any] = ()) -> FixedMemory | None:

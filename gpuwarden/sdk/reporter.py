@@ -20,22 +20,11 @@ from collections.abc import Iterable
 from typing import IO, Any
 
 from gpuwarden.sdk.fixed_memory import measure
+from gpuwarden.sdk.proc_status import status_bytes
 
 ENV_EVENTS_FILE = "GPUWARDEN_EVENTS_FILE"
 ENV_RESUME_FROM = "GPUWARDEN_RESUME_FROM"
 PROTOCOL_VERSION = 1
-
-
-def _vm_peak() -> int | None:
-    """Peak address space (VmPeak, Linux): what an address-space limit counts."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("VmPeak:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
 
 
 def memory() -> dict[str, int]:
@@ -54,7 +43,7 @@ def memory() -> dict[str, int]:
         return out
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     out["mem_peak"] = int(peak_rss if sys.platform == "darwin" else peak_rss * 1024)
-    vm = _vm_peak()
+    vm = status_bytes("VmPeak")
     if vm is not None:
         out["vm_peak"] = vm
     return out
