@@ -73,6 +73,17 @@ def command_options(fn: F) -> F:
             help="Known flag names: Trainer's TrainingArguments, Lightning's Trainer.",
         ),
         click.option("--env", "envs", multiple=True, metavar="NAME=VALUE", help="An environment variable."),
+        click.option(
+            "--warm-restart",
+            is_flag=True,
+            help="Keep the next attempt's interpreter waiting beside each attempt, the script's "
+            "libraries imported (default: where the machine has 4 CPUs or more).",
+        ),
+        click.option(
+            "--cold-restart",
+            is_flag=True,
+            help="Restart only in a fresh interpreter (no second one beside each attempt).",
+        ),
         click.option("--print-spec", is_flag=True, help="Print the spec the flags build; submit nothing."),
     ]
     for option in reversed(options):
@@ -186,6 +197,8 @@ def command_document(
     framework: str | None,
     envs: tuple[str, ...],
     print_spec: bool,
+    warm_restart: bool = False,
+    cold_restart: bool = False,
 ) -> dict[str, Any]:
     """The spec document of `gpuwarden run [flags] -- argv`, with paths made absolute."""
     config = (cwd / config_file).absolute() if config_file is not None else None
@@ -203,6 +216,7 @@ def command_document(
         command["bind"] = bind
     if role_map:
         command["roles"] = role_map
+    command.update(_restart_start(warm_restart, cold_restart))
     doc: dict[str, Any] = {
         "name": name or _default_name(argv),
         "kind": "command",
@@ -217,6 +231,13 @@ def command_document(
     if envs:
         doc["env"] = dict(_pairs(envs, "--env"))
     return doc
+
+
+def _restart_start(warm: bool, cold: bool) -> dict[str, bool]:
+    """`command.warm_restart` as --warm-restart or --cold-restart set it (nothing: auto)."""
+    if warm and cold:
+        raise UserError("--warm-restart and --cold-restart: give one of them")
+    return {"warm_restart": warm} if warm or cold else {}
 
 
 def completed_document(document: dict[str, Any]) -> dict[str, Any]:

@@ -208,9 +208,11 @@ def spawn(
     scope_unit: str | None = None,
     exit_file: Path | None = None,
     umask: int | None = None,
+    stdin_pipe: bool = False,
 ) -> Child:
     """Start `argv` (no shell) in a new session; raises OSError when it cannot be started.
-    `umask`: the program's (None: this process's own).
+    `umask`: the program's (None: this process's own). `stdin_pipe`: its input is a pipe from
+    this process (`Child.popen.stdin`), else nothing.
 
     With `exit_file`, through the exit-status recorder (`core/exit_record.py`), which writes how
     the program ended there: a later daemon, not its parent, reads it from that file. The
@@ -236,7 +238,7 @@ def spawn(
     try:
         popen = subprocess.Popen(
             argv,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
             stdout=out_fd,
             stderr=err_fd,
             env=env,

@@ -25,6 +25,7 @@ from gpuwarden.daemon.sampling import Sampling
 from gpuwarden.daemon.supervise import Backends, Hooks, RetuneHook, Supervisor
 from gpuwarden.daemon.supervise.backends import OtherMachines
 from gpuwarden.daemon.supervise.ports import Publisher, Store
+from gpuwarden.daemon.warm_start import LocalWarmStarts
 
 
 def build_supervisor(
@@ -93,7 +94,8 @@ def local_backends(
     gpu_states: Callable[[], list[GpuState]], topology: Callable[[], GpuTopology] = lambda: NO_TOPOLOGY
 ) -> Backends:
     """The supervisor's backends on this machine: real processes, the wall clock, this cgroup's
-    OOM-kill counter, the host's memory, the GPUs' state and links (NVML's topology)."""
+    OOM-kill counter, the host's memory, the GPUs' state and links (NVML's topology), standbys
+    for users' scripts' restarts."""
     return Backends(
         processes=LocalProcesses(),
         gpu_states=gpu_states,
@@ -101,4 +103,5 @@ def local_backends(
         oom_kills=read_oom_kill_count,
         host_memory=lambda: int(psutil.virtual_memory().total),
         topology=topology,
+        warm=LocalWarmStarts(),
     )

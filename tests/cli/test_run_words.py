@@ -50,6 +50,20 @@ def test_a_program_on_the_path_is_a_command(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("flag", "says"), [("--warm-restart", "warm_restart: true"), ("--cold-restart", "warm_restart: false")]
+)
+def test_a_restart_start_flag_sets_it_in_the_spec(tmp_path: Path, flag: str, says: str) -> None:
+    printed = _run(flag, "--print-spec", "--", "python", "train.py", cwd=tmp_path)
+    assert printed.returncode == 0, printed.stderr
+    assert says in printed.stdout
+    default = _run("--print-spec", "--", "python", "train.py", cwd=tmp_path)
+    assert "warm_restart" not in default.stdout  # auto: the default, left out
+    both = _run("--warm-restart", "--cold-restart", "--print-spec", "--", "python", "t.py", cwd=tmp_path)
+    assert both.returncode != 0
+    assert both.stderr.strip() == "gpuwarden: --warm-restart and --cold-restart: give one of them"
+
+
+@pytest.mark.parametrize(
     ("args", "says"),
     [
         (["a.yaml", "b.yaml"], "one spec file at a time: gpuwarden run a.yaml (got 2 arguments;"),

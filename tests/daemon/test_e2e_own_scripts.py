@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import torch
 
+from gpuwarden.daemon.process import LocalProcesses
 from tests.daemon.conftest import DaemonHandle
 from tests.daemon.module_daemon import module_daemon
 
@@ -128,6 +129,8 @@ def test_plain_script_with_the_sdk_is_recovered_from_its_own_checkpoint(
     events = _events(gw, detail["id"])
     assert _progress_steps(events, 1) == [1, 2, 3]
     assert _progress_steps(events, 2) == [4]
+    # Nothing of the run is left running (a standby for a third attempt, where it had one).
+    assert [t for t in LocalProcesses().tagged() if t.run_id == detail["id"]] == []
     with gw.client() as client:
         logs = client.logs(detail["id"], attempt=2).data
     assert "resumed from" in logs and "at step 3 (48 samples)" in logs
@@ -208,16 +211,27 @@ def _safetensors(path: Path) -> dict[str, torch.Tensor]:
 def test_trainer_script_with_the_preset_alone_recovers_through_run_dash_dash(
     gw: DaemonHandle, assets: Path, tmp_path: Path
 ) -> None:
-    # No callback, no spec file: `gpuwarden run --framework transformers -- python finetune.py …`.
+    # No callback, no spec file: `gpuwarden run --framework transformers -- python finetune.py …`,
+    # its restart started warm (on this machine's two CPUs the default would start it cold).
     result = gw.cli(
         "run", "--framework", "transformers", "--gpus", "0", "--memory-limit", "1.8GiB",
         "--env", "OMP_NUM_THREADS=1", "--env", "MALLOC_ARENA_MAX=2", "--name", "hf-plain", "--follow",
-        "--", sys.executable, *_hf_args(assets, "out", 16),
+        "--warm-restart", "--", sys.executable, *_hf_args(assets, "out", 16),
         timeout=600,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     detail = _detail(gw, "hf-plain")
     assert [a["classification"] for a in detail["attempts"]] == ["oom", "succeeded"]
+    # Attempt 2 ran in the interpreter that imported torch and transformers while attempt 1 ran,
+    # and nothing of the run is left running once it succeeded (its standby for attempt 3).
+    running = [
+        e["message"] for e in _events(gw, detail["id"]) if e["type"] == "state" and e["state"] == "running"
+    ]
+    assert running == [
+        "attempt 1: started",
+        "attempt 2: started warm: its libraries were imported while the last attempt ran",
+    ]
+    assert [t for t in LocalProcesses().tagged() if t.run_id == detail["id"]] == []
     (retune,) = detail["retunes"]
     assert retune["verdict"] == "host_oom"  # read from stderr: the script reports nothing
     assert retune["from"] == {

@@ -21,6 +21,7 @@ from gpuwarden.core.telemetry.topology import NO_TOPOLOGY, GpuTopology
 from gpuwarden.daemon.placement import GpuState
 from gpuwarden.daemon.stream import Broadcaster
 from gpuwarden.daemon.supervise import Backends, Hooks, Supervisor
+from gpuwarden.daemon.supervise.backends import WarmStarts
 from gpuwarden.daemon.writer import StoreWriter
 from tests.supervise.fakes import FakeClock, FakeProcess, FakeProcesses, Workers
 
@@ -55,6 +56,7 @@ class Rig:
         self.settings = Settings()
         self.topology: GpuTopology = NO_TOPOLOGY
         self.broadcaster = RecordingBroadcaster()
+        self.warm: WarmStarts | None = None  # no standbys unless a test gives them
         self.sup = self._supervisor()
 
     def _supervisor(self) -> Supervisor:
@@ -66,6 +68,7 @@ class Rig:
             host_memory=lambda: HOST_MEMORY,
             start_thread=self.workers,
             topology=lambda: self.topology,
+            warm=self.warm,
         )
         return Supervisor(self.settings, self.paths, self.writer, self.broadcaster, backends, self.hooks)
 

@@ -112,6 +112,20 @@ def test_leftovers_of_this_daemon_runs_are_killed_and_other_processes_spared(rig
     assert foreign.signals == [] and foreign.running
 
 
+def test_a_standby_a_previous_daemon_started_for_the_next_attempt_is_killed(rig: Rig) -> None:
+    run_id = rig.submit(command("running"))
+    rig.step()
+    proc = rig.proc_of(run_id)
+    folder = rig.paths.state_dir / "standby"
+    folder.mkdir()
+    standby = rig.procs.spawn(["python"], {RUN_TAG: run_tag(run_id, 2)}, None, folder / "o", folder / "e")
+    rig.procs.spawned.pop()
+    rig.restart()
+    # Its orders came through the dead daemon's pipe: no later daemon can hand it the attempt.
+    assert rig.procs.table[standby.pid].signals == [signal.SIGKILL]
+    assert rig.sup.active[run_id].child.pid == proc.pid and proc.signals == []
+
+
 def _die_before_the_run_moves_on(rig: Rig) -> None:
     """The daemon records the attempt's ending, then dies before the run's state follows it."""
     set_state = rig.sup.ctx.set_state

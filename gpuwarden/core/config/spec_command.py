@@ -195,6 +195,12 @@ class CommandSpec(StrictModel):
         description="false: the framework preset adds no resume flag (the program takes its checkpoint "
         "another way, e.g. sdk.resume_from()); set at submit when the script's --help does not list the flag",
     )
+    warm_restart: Literal["auto"] | bool = Field(
+        "auto",
+        description="true: a Python script's next attempt waits beside each attempt with the script's "
+        "libraries imported, so a restart skips importing them; false: never (it holds host memory); "
+        "auto: where the machine has 4 CPUs or more (on fewer, the imports slow the running attempt)",
+    )
 
     @field_validator("argv")
     @classmethod

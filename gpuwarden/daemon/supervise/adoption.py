@@ -244,12 +244,19 @@ def _stop_again(ctx: Context, active: Active) -> None:
 
 def _kill_leftovers(ctx: Context, found: Sequence[Tagged]) -> None:
     """Kill what carries the tag of one of this daemon's runs that has no attempt running (what
-    a watched attempt started is its own business until it ends)."""
+    a watched attempt started is its own business until it ends), and the standbys a previous
+    daemon started for the attempt after a running one (the tag of a later attempt)."""
     known = {t.run_id for t in found if t.run_id not in ctx.active and ctx.find(t.run_id) is not None}
-    leftovers = [t for t in found if t.run_id in known]
+    leftovers = [t for t in found if t.run_id in known or _standby(ctx, t)]
     if leftovers:
         log.info("killing %d leftover process(es) of runs %s", len(leftovers), sorted(known))
         ctx.backends.processes.kill(leftovers)
+
+
+def _standby(ctx: Context, tagged: Tagged) -> bool:
+    """Whether `tagged` carries the tag of an attempt after the one its run is running."""
+    active = ctx.active.get(tagged.run_id)
+    return active is not None and tagged.attempt is not None and tagged.attempt > active.attempt
 
 
 def _retuning(ctx: Context, run: Mapping[str, Any]) -> Unfinished | None:

@@ -19,6 +19,7 @@ from gpuwarden.core.telemetry.topology import NO_TOPOLOGY, GpuTopology
 from gpuwarden.daemon.placement import GpuState
 from gpuwarden.daemon.process import ExitStatus, Tagged
 from gpuwarden.daemon.stack_dump import DumpTarget, StackDump
+from gpuwarden.daemon.warm_start import WarmLaunch
 
 
 class ChildProcess(Protocol):
@@ -90,6 +91,39 @@ class ProcessLayer(Protocol):
         """The Python stacks of running processes, without stopping them (`stack_dump.py`)."""
 
 
+class WarmStarts(Protocol):
+    """Standbys: the next attempt of a user's Python script, its libraries imported while the
+    current one runs (`daemon/warm_start.py`)."""
+
+    def prepare(
+        self,
+        run_id: str,
+        attempt: int,
+        launch: WarmLaunch,
+        folder: Path,
+        exit_file: Path,
+        scope_unit: str | None = None,
+    ) -> None:
+        """Start the standby that may become the run's `attempt`; OSError when it cannot start."""
+
+    def take(
+        self,
+        run_id: str,
+        attempt: int,
+        launch: WarmLaunch,
+        outputs: tuple[Path, Path],
+        may_differ: Collection[str],
+    ) -> ChildProcess | None:
+        """The run's standby, handed `launch` as its `attempt` (stdout and stderr to `outputs`);
+        None when it has none that can become it."""
+
+    def discard(self, run_id: str) -> None:
+        """End the run's standby, if it has one."""
+
+    def close(self) -> None:
+        """Let every standby go (the daemon stops)."""
+
+
 class OtherMachines(Protocol):
     """The machines a run over several (`resources.nodes` > 1) also runs on, as the first one's
     supervisor reaches them: only `gpuwarden exec` on a cluster job's first node has them."""
@@ -135,3 +169,5 @@ class Backends:
     # The umask a user's own program (a command run) writes its files with: the user's, where
     # the host keeps its own files owner-only; None: the host's.
     user_umask: int | None = None
+    # Standbys for restarts of users' Python scripts; None: every attempt starts cold.
+    warm: WarmStarts | None = None

@@ -296,6 +296,8 @@ class Context:
         self, run_id: str, state: RunState, message: str | None, event: Mapping[str, Any]
     ) -> None:
         log.info("run %s: %s%s", run_id, state, f" — {message}" if message else "")
+        if state.final and self.backends.warm is not None:
+            self.backends.warm.discard(run_id)  # no attempt comes after this one
         run = self.find(run_id)
         if run is not None:
             self.publish_run(run)

@@ -23,11 +23,13 @@ in them, so a signal to the group still reaches it.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Literal
 
 import yaml
 
@@ -54,6 +56,10 @@ from gpuwarden.daemon.events_tail import EventsTail
 from gpuwarden.daemon.process import RUN_TAG, run_tag
 from gpuwarden.daemon.supervise.backends import ChildProcess
 from gpuwarden.daemon.supervise.context import Active, Batch, Context, Start, spec_document
+from gpuwarden.daemon.warm_start import WarmLaunch, per_attempt_names, standby_folder
+
+log = logging.getLogger("gpuwarden.daemon.supervisor")
+WARM_MIN_CPUS = 4  # see warm_wanted
 
 
 @dataclass(frozen=True)
@@ -122,28 +128,101 @@ def start(ctx: Context, start: Start) -> None:
     env.update(placement.env())  # placement and tag are the daemon's: nothing overrides them
     env[RUN_TAG] = run_tag(run_id, number)
     limit = spec.resources.memory_limit
+    umask = ctx.backends.user_umask if spec.kind == "command" else None
+    warm = _warm_launch(spec, launch, env, int(limit) if limit is not None else None, umask)
     try:
         if node is not None:
             _publish(ctx, start, number, files, launch, node)
         # The attempt's energy starts here, read now rather than at the next sample.
         ctx.energy.read_energy(run_id, number, placement.gpus, "start")
-        child = ctx.backends.processes.spawn(
-            launch.argv,
-            env,
-            launch.cwd,
-            files.stdout,
-            files.stderr,
-            int(limit) if limit is not None else None,  # inherited by every rank of a gang
-            scope_unit=f"gpuwarden-run-{run_id}-{number}",
-            exit_file=files.exit_status,  # see the docstring
-            umask=ctx.backends.user_umask if spec.kind == "command" else None,
-        )
+        child = _from_standby(ctx, run_id, number, files, warm, spec)
+        started = _started(launch.world_size, warm=child is not None)
+        if child is None:
+            child = ctx.backends.processes.spawn(
+                launch.argv,
+                env,
+                launch.cwd,
+                files.stdout,
+                files.stderr,
+                int(limit) if limit is not None else None,  # inherited by every rank of a gang
+                scope_unit=f"gpuwarden-run-{run_id}-{number}",
+                exit_file=files.exit_status,  # see the docstring
+                umask=umask,
+            )
     except (OSError, UserError) as exc:
         ctx.owe(_failed_to_start(ctx, ctx.batch(), run_id, number, launch.argv[0], exc, commit=False))
         return
     if node is not None and ctx.backends.machines is not None:
         child = ctx.backends.machines.watch(child, files.dir)
-    _watch(ctx, run_id, number, child, files, placement.gpus, spec, launch.world_size)
+    _watch(ctx, run_id, number, child, files, placement.gpus, spec, launch.world_size, started)
+    _prepare_standby(ctx, run_id, number, run_dir, warm)
+
+
+def _warm_launch(
+    spec: RunSpec, launch: Launch, env: dict[str, str], limit: int | None, umask: int | None
+) -> WarmLaunch | None:
+    """The attempt as a standby must match it, for a run whose restarts can start warm: one
+    process of a Python script or module named with its interpreter (`[python, train.py, …]`,
+    no interpreter options); None for any other."""
+    command = spec.command
+    if command is None or not warm_wanted(command.warm_restart, _cpus()):
+        return None
+    if uses_torchrun(spec) or spec.resources.nodes > 1:
+        return None
+    try:
+        program = program_from_argv(launch.argv, sys.executable)
+    except UserError:
+        return None
+    if program.python != launch.argv[0]:
+        return None
+    return WarmLaunch(list(launch.argv), dict(env), launch.cwd, limit, umask)
+
+
+def warm_wanted(setting: bool | Literal["auto"], cpus: int) -> bool:
+    """Whether a run's restarts start warm: as its spec says, or (auto) where the machine has
+    `WARM_MIN_CPUS` or more. On fewer, training keeps every core busy and the standby's imports
+    beside the running attempt slow it about as much as they spare the restart (measured on two
+    cores: the restart 1.1 s sooner, the run 0.9 s later)."""
+    return setting if isinstance(setting, bool) else cpus >= WARM_MIN_CPUS
+
+
+def _from_standby(
+    ctx: Context, run_id: str, number: int, files: AttemptFiles, warm: WarmLaunch | None, spec: RunSpec
+) -> ChildProcess | None:
+    """The run's standby, handed this attempt; None when it starts cold (any standby ended)."""
+    standbys = ctx.backends.warm
+    if standbys is None:
+        return None
+    if warm is None:
+        standbys.discard(run_id)
+        child = None
+    else:
+        bound = [b.env for b in spec.command.bind.values() if b.env is not None] if spec.command else []
+        child = standbys.take(run_id, number, warm, (files.stdout, files.stderr), per_attempt_names(bound))
+    if child is None:
+        files.exit_status.unlink(missing_ok=True)  # what an ended standby's recorder wrote there
+    return child
+
+
+def _prepare_standby(ctx: Context, run_id: str, number: int, run_dir: Path, warm: WarmLaunch | None) -> None:
+    """Start the standby the run's next attempt can start from (a failure costs only the warm start)."""
+    standbys = ctx.backends.warm
+    if warm is None or standbys is None:
+        return
+    after = number + 1
+    launch = replace(warm, env={**warm.env, RUN_TAG: run_tag(run_id, after)})
+    exit_file = AttemptFiles(run_dir / "attempts" / str(after)).exit_status
+    try:
+        standbys.prepare(
+            run_id,
+            after,
+            launch,
+            standby_folder(run_dir, after),
+            exit_file,
+            scope_unit=f"gpuwarden-run-{run_id}-{after}-warm",
+        )
+    except OSError as exc:
+        log.info("run %s: no standby for attempt %d: %s", run_id, after, exc)
 
 
 def _this_node(ctx: Context, spec: RunSpec, run_id: str, number: int) -> NodeRole | None:
@@ -295,10 +374,12 @@ def _failed_to_start(
     return record
 
 
-def _started(world_size: int) -> str:
+def _started(world_size: int, *, warm: bool = False) -> str:
     # The attempt's process is the exit-status recorder; the program's own pid (torchrun's, for a
     # gang) is in the attempt's detail, and each runner's in its `started` event.
-    return f"started through torchrun, {world_size} ranks" if world_size > 1 else "started"
+    if world_size > 1:
+        return f"started through torchrun, {world_size} ranks"
+    return "started warm: its libraries were imported while the last attempt ran" if warm else "started"
 
 
 def _watch(
@@ -310,6 +391,7 @@ def _watch(
     gpus: list[str],
     spec: RunSpec,
     world_size: int,
+    started: str,
 ) -> None:
     # Children share the daemon's cgroup, so its counter is theirs (and is still readable after
     # the child is gone, unlike /proc/<pid>/cgroup).
@@ -338,4 +420,4 @@ def _watch(
             oom_kill_before=oom_before,
         )
     )
-    ctx.owe(running.set_state(run_id, RunState.RUNNING, f"attempt {number}: {_started(world_size)}"))
+    ctx.owe(running.set_state(run_id, RunState.RUNNING, f"attempt {number}: {started}"))

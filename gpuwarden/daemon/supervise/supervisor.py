@@ -104,6 +104,8 @@ class Supervisor:
         self.wake()
         if self._thread.is_alive():
             self._thread.join(timeout=10)
+        if self.ctx.backends.warm is not None:
+            self.ctx.backends.warm.close()
 
     def wake(self) -> None:
         self.ctx.wake()
