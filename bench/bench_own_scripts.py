@@ -24,6 +24,11 @@ minus the uninterrupted run's, against a target of one start-up plus 10 %: an ou
 recovery pays one restart and nothing more. What one restart costs is measured too, by hand: the
 same script under the same limit until it runs out, then at once started again from its last
 checkpoint at 8 × 2 — the two processes gpuwarden runs, with no supervisor between them.
+
+And gpuwarden's recovery again with its restart forced warm (`--warm-restart`: a standby
+interpreter imported the script's libraries while attempt 1 ran) and forced cold
+(`--cold-restart`), each with the script's OMP_NUM_THREADS at 2 (training keeps both cores
+busy) and at 1 (a core left free, as on a GPU machine, where the training runs on the GPU).
 """
 
 from __future__ import annotations
@@ -202,14 +207,27 @@ class Daemon:
             self.proc.wait()
 
 
-def _gpuwarden(daemon: Daemon, assets: Path, work: Path, n: int, reference: dict[str, Any]) -> Outcome:
-    out = work / f"gpuwarden-{n}"
-    name = f"bench-own-script-{n}"
+def _gpuwarden(
+    daemon: Daemon,
+    assets: Path,
+    work: Path,
+    n: int,
+    reference: dict[str, Any],
+    *,
+    restart: str | None = None,
+    threads: int = 2,
+) -> Outcome:
+    """gpuwarden's recovery; `restart`: "warm" or "cold" forced (None: the default), `threads`
+    the script's OMP_NUM_THREADS (1 leaves a core free, as a GPU machine's training does)."""
+    label = f"{restart}-{threads}-" if restart else ""
+    out = work / f"gpuwarden-{label}{n}"
+    name = f"bench-own-script-{label}{n}"
     start = time.perf_counter()
     start_wall = time.time()
     done = daemon.cli(
         "run", "--framework", "transformers", "--gpus", "0", "--memory-limit", LIMIT,
-        "--env", "OMP_NUM_THREADS=2", "--env", "MALLOC_ARENA_MAX=2", "--name", name, "--follow",
+        "--env", f"OMP_NUM_THREADS={threads}", "--env", "MALLOC_ARENA_MAX=2", "--name", name, "--follow",
+        *([f"--{restart}-restart"] if restart else []),
         "--", sys.executable, str(HF_SCRIPT), *_hf_args(assets, out), "--gpuwarden_callback", "true",
     )  # fmt: skip
     wall = time.perf_counter() - start
@@ -424,6 +442,7 @@ def run() -> list[dict[str, Any]]:
     plain: list[Uninterrupted] = []
     by_hand: list[ByHand] = []
     beside: list[float] = []
+    starts: dict[tuple[str, int], list[Outcome]] = {(r, t): [] for t in (2, 1) for r in ("warm", "cold")}
     daemon: Daemon | None = None
     try:
         assets = work / "assets"
@@ -435,6 +454,11 @@ def run() -> list[dict[str, Any]]:
             by_hand.append(_by_hand(assets, work, n, hf_reference))
             beside.append(_beside_help(assets, work, n))
             arms[0].outcomes.append(_gpuwarden(daemon, assets, work, n, hf_reference))
+            for threads in (2, 1):
+                for restart in ("warm", "cold"):
+                    starts[(restart, threads)].append(
+                        _gpuwarden(daemon, assets, work, n, hf_reference, restart=restart, threads=threads)
+                    )
             arms[1].outcomes.append(_auto_find(assets, work, n, hf_reference))
             arms[2].outcomes.append(_lightning(assets, work, n, lightning_reference))
             print(f"  repetition {n + 1}/{REPEATS} done", file=sys.stderr, flush=True)
@@ -443,7 +467,8 @@ def run() -> list[dict[str, Any]]:
             daemon.stop()
         shutil.rmtree(work, ignore_errors=True)
     print(markdown(arms), file=sys.stderr, flush=True)
-    return _rows(arms) + overhead_rows(arms, plain, by_hand, beside)
+    warm = [warm_row(starts[("warm", t)], starts[("cold", t)], t) for t in (2, 1)]
+    return [*_rows(arms), *overhead_rows(arms, plain, by_hand, beside), *warm]
 
 
 def _rows(arms: list[Arm]) -> list[dict[str, Any]]:
@@ -524,6 +549,29 @@ def overhead_rows(
             "ok": None,
         },
     ]
+
+
+def warm_row(warm: list[Outcome], cold: list[Outcome], threads: int) -> dict[str, Any]:
+    """The same recovery with the restart forced warm (`--warm-restart`: a standby imported the
+    script's libraries while attempt 1 ran) and cold (`--cold-restart`), side by side."""
+    saved = [c.wall_s - w.wall_s for w, c in zip(warm, cold, strict=True)]
+    warm_recovery = _fmt([o.recovery_s for o in warm if o.recovery_s is not None], "{:.1f}", " s")
+    cold_recovery = _fmt([o.recovery_s for o in cold if o.recovery_s is not None], "{:.1f}", " s")
+    kept = sum(o.ran and o.effective_batch == MICRO for o in [*warm, *cold])
+    same = all(o.distance is not None and o.distance < SAME_WEIGHTS for o in [*warm, *cold])
+    spare = "both cores train" if threads == 2 else "one core left free, as on a GPU machine"
+    return {
+        "benchmark": f"own script OOM, OMP_NUM_THREADS={threads} ({spare}): restart warm against cold",
+        "value": _fmt(saved, "{:.1f}", " s"),
+        "unit": (
+            f"of gpuwarden's wall saved warm; wall warm {_fmt([o.wall_s for o in warm], '{:.1f}', ' s')}, "
+            f"cold {_fmt([o.wall_s for o in cold], '{:.1f}', ' s')}; OOM to the restart's first step warm "
+            f"{warm_recovery}, cold {cold_recovery}; {kept}/{len(warm) + len(cold)} kept the batch, "
+            f"weights {'as' if same else 'NOT as'} uninterrupted"
+        ),
+        "target": "",
+        "ok": None,
+    }
 
 
 if __name__ == "__main__":
