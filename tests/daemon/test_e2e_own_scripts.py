@@ -232,6 +232,11 @@ def test_trainer_script_with_the_preset_alone_recovers_through_run_dash_dash(
         "attempt 2: started warm: its libraries were imported while the last attempt ran",
     ]
     assert [t for t in LocalProcesses().tagged() if t.run_id == detail["id"]] == []
+    assert [a["prepared"]["started_warm"] for a in detail["attempts"]] == [False, True]
+    assert (
+        "started warm: its libraries were imported while the last attempt ran"
+        in gw.cli("show", "hf-plain").stdout
+    )
     (retune,) = detail["retunes"]
     assert retune["verdict"] == "host_oom"  # read from stderr: the script reports nothing
     assert retune["from"] == {

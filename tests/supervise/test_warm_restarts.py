@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from gpuwarden.core.command.record import read_record
 from gpuwarden.core.run_state import RunState
 from gpuwarden.daemon.process import RUN_TAG
 from gpuwarden.daemon.supervise import Hooks
@@ -117,6 +118,9 @@ def test_a_scripts_next_attempt_waits_beside_it_and_is_handed_the_restart(rig: R
     assert rig.run(run_id)["attempt"] == 2
     assert rig.sup.active[run_id].child is standby.child
     assert rig.run(run_id)["message"] == f"attempt 2: {WARM}"
+    warm_record, cold_record = read_record(run_dir, 2), read_record(run_dir, 1)
+    assert warm_record is not None and warm_record.started_warm
+    assert cold_record is not None and not cold_record.started_warm
     assert [(p.attempt, p.launch.argv[-1]) for p in warm.prepared] == [(2, "16"), (3, "8")]
     rig.proc_of(run_id).exit(0)
     rig.step()

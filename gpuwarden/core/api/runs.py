@@ -69,6 +69,11 @@ class AttemptRecord(ApiModel):
         "complete, or a command that passes {resume_from} nowhere",
     )
     resume_note: str | None = None
+    started_warm: bool = Field(
+        False,
+        description="started in an interpreter that imported the script's libraries while the attempt "
+        "before it ran (a warm restart)",
+    )
 
 
 class Restart(ApiModel):

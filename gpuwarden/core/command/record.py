@@ -47,6 +47,13 @@ def read_record(run_dir: Path, number: int) -> AttemptRecord | None:
         return None
 
 
+def mark_started_warm(run_dir: Path, number: int) -> None:
+    """Say in the attempt's record that it started warm (nothing when it has no record)."""
+    record = read_record(run_dir, number)
+    if record is not None:
+        write_record(run_dir, number, record.model_copy(update={"started_warm": True}))
+
+
 def with_records(run_dir: Path, attempts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The run detail's attempts, each with its `prepared` record (None where there is none)."""
     return [{**a, "prepared": read_record(run_dir, int(a["attempt"]))} for a in attempts]
@@ -68,6 +75,8 @@ def summary_lines(record: AttemptRecord, resumed_from: str | None = None) -> lis
         lines.append(f"resumed from {resumed_from} (the program reported loading it)")
     elif record.resume_note:
         lines.append(record.resume_note)
+    if record.started_warm:
+        lines.append("started warm: its libraries were imported while the last attempt ran")
     if config is not None:
         lines.extend(config.diff.rstrip("\n").splitlines())
     return lines

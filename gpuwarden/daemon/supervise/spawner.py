@@ -23,6 +23,7 @@ in them, so a signal to the group still reaches it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -34,6 +35,7 @@ from typing import Literal
 import yaml
 
 from gpuwarden.core.command.prepare import prepare_attempt
+from gpuwarden.core.command.record import mark_started_warm
 from gpuwarden.core.config.spec import RunSpec
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.exit_record import STATUS_FILE
@@ -201,6 +203,9 @@ def _from_standby(
         child = standbys.take(run_id, number, warm, (files.stdout, files.stderr), per_attempt_names(bound))
     if child is None:
         files.exit_status.unlink(missing_ok=True)  # what an ended standby's recorder wrote there
+    else:
+        with contextlib.suppress(OSError):  # the record only tells; the attempt runs either way
+            mark_started_warm(files.dir.parent.parent, number)
     return child
 
 
