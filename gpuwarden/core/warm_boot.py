@@ -231,7 +231,27 @@ def _set_path_head(head: str) -> None:
         sys.path[0] = head
 
 
-def _preload_aside(source: str, folders: tuple[str, ...]) -> threading.Thread:
+class _Handover:
+    """Whether the standby was handed its attempt, and whether it left before: one or the other."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._handed = False
+
+    def hand(self) -> None:
+        with self._lock:
+            self._handed = True
+
+    def leave_unless_handed(self, why: str) -> None:
+        """Exit now unless an attempt was handed over (then it runs, and this is its process)."""
+        with self._lock:
+            if not self._handed:
+                # Not 0: an order sent as this happens then ends its attempt as failed, not done.
+                sys.stderr.write(f"gpuwarden: the standby left: {why}\n")
+                os._exit(EXIT_CANNOT_START)
+
+
+def _preload_aside(source: str, folders: tuple[str, ...], handover: _Handover) -> threading.Thread:
     """Preload on a thread at the lowest priority (a thread's nice value is its own): while the
     attempt it waits beside starts and runs, it takes only what that attempt leaves of the CPU,
     and the thread that later runs the script keeps the interpreter's own priority."""
@@ -242,11 +262,24 @@ def _preload_aside(source: str, folders: tuple[str, ...]) -> threading.Thread:
         preloaded = preload(source, folders)
         torch = sys.modules.get("torch") if "torch" in preloaded else None
         if torch is not None and torch.cuda.is_initialized():
-            os._exit(0)  # a library started CUDA as it was imported: this process would hold a GPU
+            # Waiting, it would hold a GPU the running attempt may need.
+            handover.leave_unless_handed("importing the script's libraries started CUDA")
 
     thread = threading.Thread(target=work, name="gpuwarden-preload", daemon=True)
     thread.start()
     return thread
+
+
+def _order(line: str) -> dict[str, Any]:
+    """The attempt handed over, from the file `line` names (read once, then removed)."""
+    try:
+        with open(line, encoding="utf-8") as fh:
+            order: dict[str, Any] = json.load(fh)
+        os.unlink(line)
+    except (OSError, ValueError) as exc:
+        sys.stderr.write(f"gpuwarden: the attempt handed over cannot be read: {exc}\n")
+        sys.exit(EXIT_CANNOT_START)
+    return order
 
 
 def main(args: list[str]) -> None:
@@ -259,17 +292,13 @@ def main(args: list[str]) -> None:
     target, module = _target(program)
     _set_path_head(_path_head(target, module))
     folders = tuple(dict.fromkeys((_path_head(target, module), os.path.realpath(os.getcwd()))))
-    preloading = _preload_aside(_source_of(target, module, folders), folders)
+    handover = _Handover()
+    preloading = _preload_aside(_source_of(target, module, folders), folders, handover)
     line = sys.stdin.readline().strip()
     if not line:
         os._exit(0)  # let go: whatever the preload thread is doing
-    try:
-        with open(line, encoding="utf-8") as fh:
-            order = json.load(fh)
-        os.unlink(line)
-    except (OSError, ValueError) as exc:
-        sys.stderr.write(f"gpuwarden: the attempt handed over cannot be read: {exc}\n")
-        sys.exit(EXIT_CANNOT_START)
+    handover.hand()
+    order = _order(line)
     preloading.join()  # the CPU the last attempt held is free now
     program = _take(order)
     _set_path_head(_path_head(_target(program)[0], module))

@@ -174,3 +174,24 @@ def test_a_discarded_standby_is_gone_and_a_closed_one_ends_by_itself(folder: Pat
     warm.close()
     assert _wait(child) == 0
     assert _gone(second)
+
+
+def test_a_standby_whose_imports_started_cuda_leaves_rather_than_hold_a_gpu(folder: Path) -> None:
+    # A stand-in for a library that makes torch start CUDA as it is imported (no GPU here).
+    fake_torch = folder / "site" / "torch"
+    fake_torch.mkdir()
+    (fake_torch / "__init__.py").write_text("class cuda:\n    is_initialized = staticmethod(lambda: True)\n")
+    (folder / "train.py").write_text("import torch\nprint('ran')\n")
+    warm = LocalWarmStarts()
+    attempt_dir = folder / "attempts" / "2"
+    warm.prepare("r1", 2, _launch(folder, 1), folder / "warm" / "2", attempt_dir / "exit.json")
+    standby = warm.standby("r1")
+    assert standby is not None
+    assert _wait(standby.child) == 127
+    assert (
+        "the standby left: importing the script's libraries started CUDA"
+        in (folder / "warm" / "2" / "stderr.log").read_text()
+    )
+    attempt_dir.mkdir(parents=True)
+    outputs = (attempt_dir / "stdout.log", attempt_dir / "stderr.log")
+    assert warm.take("r1", 2, _launch(folder, 2), outputs, per_attempt_names([])) is None  # starts cold
