@@ -25,9 +25,11 @@ import shutil
 import signal
 import subprocess
 import threading
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 from gpuwarden.core import warm_boot
 from gpuwarden.core.private import write_private_text
@@ -38,6 +40,9 @@ log = logging.getLogger("gpuwarden.daemon.supervisor")
 
 BOOT = str(Path(warm_boot.__file__).resolve())
 KILL_WAIT_S = 5.0
+# Importing torch and transformers takes about a GiB of host memory; below this much free a
+# standby would compete with the attempt it waits beside.
+MIN_AVAILABLE_BYTES = 4 << 30
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,10 @@ class Standby:
         return self.child.poll() is None
 
 
+def _available_memory() -> int:
+    return int(psutil.virtual_memory().available)
+
+
 def boot_argv(argv: list[str]) -> list[str]:
     """`argv` ([python, script or -m module, …]) started through the warm boot."""
     return [argv[0], "-c", warm_boot.STUB, BOOT, "--", *argv[1:]]
@@ -95,9 +104,10 @@ def differences(standby: WarmLaunch, attempt: WarmLaunch, may_differ: Collection
 class LocalWarmStarts:
     """The standbys of this daemon's runs, at most one per run."""
 
-    def __init__(self) -> None:
+    def __init__(self, available_memory: Callable[[], int] = _available_memory) -> None:
         self._standbys: dict[str, Standby] = {}
         self._lock = threading.Lock()
+        self._available = available_memory
 
     def prepare(
         self,
@@ -109,8 +119,17 @@ class LocalWarmStarts:
         scope_unit: str | None = None,
     ) -> None:
         """Start the standby that may become `attempt` (replacing any the run had); OSError when
-        it cannot be started."""
+        it cannot be started. None on a host short of memory: a standby holds what its imports
+        take, and the running attempt may need it."""
         self.discard(run_id)
+        if self._available() < MIN_AVAILABLE_BYTES:
+            log.info(
+                "run %s: no standby for attempt %d: under %d GiB of host memory free",
+                run_id,
+                attempt,
+                MIN_AVAILABLE_BYTES >> 30,
+            )
+            return
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True, exist_ok=True)
         child = spawn(

@@ -195,3 +195,10 @@ def test_a_standby_whose_imports_started_cuda_leaves_rather_than_hold_a_gpu(fold
     attempt_dir.mkdir(parents=True)
     outputs = (attempt_dir / "stdout.log", attempt_dir / "stderr.log")
     assert warm.take("r1", 2, _launch(folder, 2), outputs, per_attempt_names([])) is None  # starts cold
+
+
+def test_no_standby_on_a_host_short_of_memory(folder: Path) -> None:
+    warm = LocalWarmStarts(available_memory=lambda: 1 << 30)
+    warm.prepare("r1", 2, _launch(folder, 1), folder / "warm" / "2", folder / "attempts" / "2" / "exit.json")
+    assert warm.runs() == []
+    assert not (folder / "warm" / "2").exists()
