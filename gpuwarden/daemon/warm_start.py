@@ -201,11 +201,6 @@ class LocalWarmStarts:
         if standby is not None:
             _end(standby)
 
-    def runs(self) -> list[str]:
-        """The runs that have a standby."""
-        with self._lock:
-            return list(self._standbys)
-
     def standby(self, run_id: str) -> Standby | None:
         """The run's standby, if it has one."""
         with self._lock:

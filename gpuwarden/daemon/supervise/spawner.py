@@ -71,6 +71,11 @@ class AttemptFiles:
     dir: Path
 
     @property
+    def run_dir(self) -> Path:
+        """The run's folder (the attempt's is `attempts/<n>` in it)."""
+        return self.dir.parent.parent
+
+    @property
     def stdout(self) -> Path:
         return self.dir / "stdout.log"
 
@@ -205,7 +210,7 @@ def _from_standby(
         files.exit_status.unlink(missing_ok=True)  # what an ended standby's recorder wrote there
     else:
         with contextlib.suppress(OSError):  # the record only tells; the attempt runs either way
-            mark_started_warm(files.dir.parent.parent, number)
+            mark_started_warm(files.run_dir, number)
     return child
 
 
