@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests import preloaded
+
 
 @pytest.mark.parametrize("where", ["a-file/models", "/proc/gpuwarden-example-models"])
 def test_a_folder_that_cannot_be_made_is_one_line(tmp_path: Path, where: str) -> None:
     (tmp_path / "a-file").write_text("not a folder")
-    done = subprocess.run(
-        [sys.executable, "-m", "gpuwarden", "example-models", where],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    done = preloaded.run(
+        [sys.executable, "-m", "gpuwarden", "example-models", where], cwd=tmp_path, timeout=120
     )
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
+
+from tests import preloaded
 
 
 def test_each_gpu_is_named_once_with_its_reading_under_it() -> None:
     env = {**os.environ, "GPUWARDEN_FAKE_NVML": "h100x2"}
-    done = subprocess.run(
-        [sys.executable, "-m", "gpuwarden", "gpus"], env=env, capture_output=True, text=True, check=False
-    )
+    done = preloaded.run([sys.executable, "-m", "gpuwarden", "gpus"], env=env)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert len(lines) == 4

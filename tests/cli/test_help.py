@@ -3,24 +3,19 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
 import click
 import pytest
 
 from gpuwarden.cli.main import COMMANDS, SECTIONS, LazyGroup, cli
+from tests import preloaded
 
 
 def _help(*args: str) -> str:
     env = {**os.environ, "COLUMNS": "80"}
-    done = subprocess.run(
-        [sys.executable, "-m", "gpuwarden", *args, "--help"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    done = preloaded.run([sys.executable, "-m", "gpuwarden", *args, "--help"], env=env)
+    assert done.returncode == 0, done.stderr
     return done.stdout
 
 
@@ -72,6 +67,6 @@ def test_every_option_of_a_command_says_what_it_does(command: str) -> None:
     ],
 )
 def test_a_usage_mistake_is_one_line_naming_the_help(args: list[str], says: str) -> None:
-    done = subprocess.run([sys.executable, "-m", "gpuwarden", *args], capture_output=True, text=True)
+    done = preloaded.run([sys.executable, "-m", "gpuwarden", *args])
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.startswith(f"gpuwarden: {says}") and done.stderr.count("\n") == 1, done.stderr

@@ -16,6 +16,7 @@ from gpuwarden.core.monitor import SummaryAccumulator
 from gpuwarden.core.telemetry.fake_nvml import FakeNvml
 from gpuwarden.core.telemetry.nvml import NvmlReader
 from gpuwarden.core.telemetry.sampler import Sampler
+from tests import preloaded
 
 
 def _drive(scenario: str, seconds: int) -> tuple[FakeNvml, dict[str, object], list[float]]:
@@ -79,9 +80,7 @@ def _cli(*args: str, fake: str | None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUWARDEN_")}
     if fake:
         env["GPUWARDEN_FAKE_NVML"] = fake
-    return subprocess.run(
-        [sys.executable, "-m", "gpuwarden", *args], capture_output=True, text=True, env=env, timeout=60
-    )
+    return preloaded.run([sys.executable, "-m", "gpuwarden", *args], env=env, timeout=60)
 
 
 def test_monitor_json_host_only() -> None:

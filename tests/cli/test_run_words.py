@@ -11,14 +11,13 @@ from pathlib import Path
 import pytest
 
 from gpuwarden.client import NOT_RUNNING
+from tests import preloaded
 
 
 def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUWARDEN_", "XDG_"))}
     env |= {"XDG_RUNTIME_DIR": str(cwd / "runtime"), "XDG_STATE_HOME": str(cwd / "state")}
-    return subprocess.run(
-        [sys.executable, "-m", "gpuwarden", "run", *args], cwd=cwd, env=env, capture_output=True, text=True
-    )
+    return preloaded.run([sys.executable, "-m", "gpuwarden", "run", *args], cwd=cwd, env=env)
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import preloaded
+
 
 def _fake_tools(bin_dir: Path, log: Path, linger: str) -> None:
     bin_dir.mkdir()
@@ -30,13 +32,7 @@ def _run(
     }
     env.pop("GPUWARDEN_CONFIG", None)
     env.update(extra or {})
-    return subprocess.run(
-        [sys.executable, "-m", "gpuwarden", "service", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+    return preloaded.run([sys.executable, "-m", "gpuwarden", "service", *args], env=env, timeout=60)
 
 
 @pytest.fixture

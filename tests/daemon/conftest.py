@@ -25,6 +25,7 @@ import pytest
 
 from gpuwarden.client import ApiClient
 from gpuwarden.core.errors import UserError
+from tests import preloaded
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]
@@ -54,22 +55,20 @@ class DaemonHandle:
         self.socket = self.runtime_dir / "api.sock"
         self.db = self.state_dir / "gpuwarden.db"
         self.log = root / "daemon-stderr.log"
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: preloaded.Process | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
     def start(self) -> None:
         """Start `python -m gpuwarden daemon` and wait until /v1/health answers."""
-        log = self.log.open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gpuwarden", "daemon"],
-            env=self.env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            cwd=self.root,
-        )
-        log.close()
+        with self.log.open("ab") as log:
+            self.proc = preloaded.popen(
+                [sys.executable, "-m", "gpuwarden", "daemon"],
+                env=self.env,
+                stdout=log,
+                stderr=log,
+                cwd=self.root,
+            )
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -131,11 +130,9 @@ class DaemonHandle:
     ) -> subprocess.CompletedProcess[str]:
         """Run `gpuwarden ARGS…` against this daemon, from a shell whose environment has `env`
         over the daemon's, in `cwd` (default: the folder the daemon started in)."""
-        return subprocess.run(
+        return preloaded.run(
             [sys.executable, "-m", "gpuwarden", *args],
             env={**self.env, **(env or {})},
-            capture_output=True,
-            text=True,
             timeout=timeout,
             cwd=cwd or self.root,
         )

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from gpuwarden.client import NOT_RUNNING
+from tests import preloaded
 from tests.daemon.conftest import DaemonHandle, wait_for
 
 SPEC = """\
@@ -171,9 +172,7 @@ def test_a_second_daemon_on_the_same_database_is_refused_in_one_line(daemon_fact
     gw: DaemonHandle = daemon_factory()
     elsewhere = {**gw.env, "XDG_RUNTIME_DIR": str(gw.root / "other-runtime")}
     (gw.root / "other-runtime").mkdir(mode=0o700)
-    second = subprocess.run(
-        [sys.executable, "-m", "gpuwarden", "up"], env=elsewhere, capture_output=True, text=True, timeout=60
-    )
+    second = preloaded.run([sys.executable, "-m", "gpuwarden", "up"], env=elsewhere, timeout=60)
     assert second.returncode == 2 and second.stderr.count("\n") == 1, second.stderr
     pid = gw.cli_json("status")["daemon"]["pid"]
     assert second.stderr.startswith(
@@ -193,7 +192,7 @@ def test_a_database_in_a_folder_not_made_yet_is_made_and_one_that_cannot_be_is_o
         ("/dev/null/x.db", "paths.db: cannot create the folder /dev/null"),
     ):
         env = {**gw.env, "GPUWARDEN_PATHS__DB": where}
-        refused = subprocess.run(up, env=env, capture_output=True, text=True, timeout=60, cwd=gw.root)
+        refused = preloaded.run(up, env=env, timeout=60, cwd=gw.root)
         assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
         assert refused.stderr.startswith(f"gpuwarden: {says}"), refused.stderr
     db = gw.root / "data" / "new" / "gw.db"
@@ -207,9 +206,7 @@ def test_an_unknown_fake_gpu_scenario_is_one_line(daemon_factory: Any) -> None:
     gw: DaemonHandle = daemon_factory(start=False)
     env = {**gw.env, "GPUWARDEN_FAKE_NVML": "bogus"}
     for args in (["up"], ["gpus"]):
-        done = subprocess.run(
-            [sys.executable, "-m", "gpuwarden", *args], env=env, capture_output=True, text=True, timeout=60
-        )
+        done = preloaded.run([sys.executable, "-m", "gpuwarden", *args], env=env, timeout=60)
         assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
         assert done.stderr.startswith("gpuwarden: GPUWARDEN_FAKE_NVML: unknown fake NVML scenario 'bogus'")
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import subprocess
 import sys
 import threading
 import time
@@ -14,6 +13,7 @@ from typing import Any
 import psutil
 
 from gpuwarden.core.errors import UserError
+from tests import preloaded
 from tests.daemon.conftest import FINAL, DaemonHandle, command_spec
 
 LONG_POLL_S = 30.0
@@ -60,9 +60,7 @@ def test_long_requests_in_flight_do_not_hold_the_daemon(gw: DaemonHandle) -> Non
 
 
 def test_a_second_daemon_cannot_start_while_the_first_runs(gw: DaemonHandle) -> None:
-    second = subprocess.run(
-        [sys.executable, "-m", "gpuwarden", "daemon"], env=gw.env, capture_output=True, text=True, timeout=60
-    )
+    second = preloaded.run([sys.executable, "-m", "gpuwarden", "daemon"], env=gw.env, timeout=60)
     assert second.returncode == 1
     assert second.stderr.strip().endswith(
         f"gpuwarden daemon already running (pid {gw.proc.pid if gw.proc else '?'})"

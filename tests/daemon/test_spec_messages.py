@@ -3,12 +3,12 @@ words of a YAML file (a mapping, a path, a number), never in Python's."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from typing import Any
 
 import pytest
 
+from tests import preloaded
 from tests.daemon.conftest import DaemonHandle
 
 COMMAND = "name: a\nkind: command\ncommand: {argv: [echo]}\n"
@@ -56,14 +56,7 @@ def test_config_values_of_the_wrong_kind_are_named_in_plain_words(
     path.write_text(config)
     # The file's value, not the test daemon's own GPUWARDEN_STOP_GRACE_SECONDS, is what is read.
     env = {k: v for k, v in gw.env.items() if k != "GPUWARDEN_STOP_GRACE_SECONDS"}
-    result = subprocess.run(
-        [sys.executable, "-m", "gpuwarden", "daemon"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        cwd=gw.root,
-    )
+    result = preloaded.run([sys.executable, "-m", "gpuwarden", "daemon"], env=env, timeout=30, cwd=gw.root)
     assert (result.returncode, result.stderr) == (2, f"gpuwarden: {path}:1: {expected}\n")
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests import preloaded
 from tests.doctor.test_run_checks import record_fp32_captcha_run, record_restoration_with_idle_gaps
 from tests.report.builders import T0, Recorder
 from tests.report.test_report import record_captcha_run
@@ -24,10 +25,8 @@ def gw(*args: str, env: dict[str, str] | None = None, cwd: Path = REPO) -> subpr
     base = {k: v for k, v in os.environ.items() if not k.startswith("GPUWARDEN_")}
     # no daemon for these tests: a socket path where none listens
     base["GPUWARDEN_SOCKET"] = "/nonexistent/gpuwarden-test.sock"
-    return subprocess.run(
+    return preloaded.run(
         [sys.executable, "-m", "gpuwarden", *args],
-        capture_output=True,
-        text=True,
         env={**base, **(env or {})},
         cwd=cwd,
         timeout=60,

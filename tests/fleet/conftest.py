@@ -26,6 +26,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests import preloaded
 from tests.daemon.conftest import REPO, DaemonHandle
 
 SSHD = Path("/usr/sbin/sshd")
@@ -203,11 +204,9 @@ class World:
         return [sys.executable, "-m", "gpuwarden"]
 
     def cli(self, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
+        return preloaded.run(
             [*self.cli_argv(), *args],
             env=self.env,
-            capture_output=True,
-            text=True,
             timeout=timeout,
             cwd=self.client_root,
         )

@@ -23,6 +23,7 @@ from gpuwarden.client.run_folders import RunFolders
 from gpuwarden.core.telemetry.nvml import open_gpu_reader
 from gpuwarden.job import exit_codes
 from gpuwarden.runners.train.stall_hook import STALL_ENV
+from tests import preloaded
 from tests.daemon.conftest import REPO, DaemonHandle, wait_for
 
 # Holds at step 20 (right after its checkpoint) until signalled; a process resumed from that
@@ -78,13 +79,8 @@ class Job:
         return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "gpuwarden", *args],
-            env=self.env,
-            cwd=self.root,
-            capture_output=True,
-            text=True,
-            timeout=60,
+        return preloaded.run(
+            [sys.executable, "-m", "gpuwarden", *args], env=self.env, cwd=self.root, timeout=60
         )
 
     def show(self, ref: str) -> dict[str, Any]:

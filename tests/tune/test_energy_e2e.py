@@ -20,6 +20,7 @@ from gpuwarden.core.tune.energy import GpuEnergyCounter
 from gpuwarden.core.tune.objective import Objective
 from gpuwarden.core.tune.probe import SubprocessProber
 from gpuwarden.core.tune.search import Candidate, ProbeFn, ProbeResult, Search
+from tests import preloaded
 
 pytestmark = pytest.mark.slow
 
@@ -129,13 +130,7 @@ def _tune(tmp_path: Path, fake: str, *args: str) -> subprocess.CompletedProcess[
     )
     spec = tmp_path / "run.yaml"
     spec.write_text(SPEC)
-    return subprocess.run(
-        [sys.executable, "-m", "gpuwarden", "tune", str(spec), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+    return preloaded.run([sys.executable, "-m", "gpuwarden", "tune", str(spec), *args], env=env, timeout=600)
 
 
 def test_tune_for_energy_on_a_fake_gpu_reports_joules_and_what_a_power_sweep_needs(tmp_path: Path) -> None:

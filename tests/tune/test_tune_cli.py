@@ -15,6 +15,7 @@ from gpuwarden.core.config.resolve import resolve_relative_paths
 from gpuwarden.core.config.spec import load_spec
 from gpuwarden.runners.infer.example_models import write_prompts
 from gpuwarden.runners.testing_models import build_tiny_causal_lm
+from tests import preloaded
 from tests.tune.scripted_program import scripted_spec
 
 SPEC = """\
@@ -39,13 +40,7 @@ def _tune(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
         XDG_STATE_HOME=str(tmp_path / "state"),
         XDG_CONFIG_HOME=str(tmp_path / "cfg"),
     )
-    return subprocess.run(
-        [sys.executable, "-m", "gpuwarden", "tune", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+    return preloaded.run([sys.executable, "-m", "gpuwarden", "tune", *args], env=env, timeout=600)
 
 
 @pytest.mark.slow
