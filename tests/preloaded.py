@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Protocol
@@ -42,6 +43,13 @@ class Process(Protocol):
     def send_signal(self, sig: int) -> None: ...
 
     def kill(self) -> None: ...
+
+
+class Captured(Process, Protocol):
+    """A started process whose output the test reads at its end, as `Popen(stdout=PIPE,
+    stderr=PIPE, text=True)`'s."""
+
+    def communicate(self, input: str | None = None, timeout: float | None = None) -> tuple[str, str]: ...
 
 
 class ForkedProcess:
@@ -94,6 +102,33 @@ class ForkedProcess:
         self.send_signal(signal.SIGKILL)
 
 
+class PipedProcess(ForkedProcess):
+    """A forked process whose stdout and stderr are pipes read by `communicate`."""
+
+    def __init__(self, args: list[str], reply: socket.socket, pipes: tuple[int, int]) -> None:
+        super().__init__(args, reply)
+        self._read: list[bytes] = [b"", b""]
+        self._readers = [
+            threading.Thread(target=self._drain, args=(i, fd), daemon=True) for i, fd in enumerate(pipes)
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    def _drain(self, index: int, fd: int) -> None:
+        with open(fd, "rb") as stream:
+            self._read[index] = stream.read()
+
+    def communicate(self, input: str | None = None, timeout: float | None = None) -> tuple[str, str]:
+        assert input is None, "the child's stdin is /dev/null"
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for reader in self._readers:
+            reader.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if reader.is_alive():
+                raise subprocess.TimeoutExpired(self.args, timeout or 0)
+        self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return _text(self._read[0]), _text(self._read[1])
+
+
 class _Server:
     """One preloaded interpreter for one set of PYTHON* settings, for this test process's life."""
 
@@ -114,13 +149,14 @@ class _Server:
 
     def start(
         self, args: list[str], env: Mapping[str, str], cwd: Path, stdio: Sequence[int]
-    ) -> ForkedProcess:
+    ) -> socket.socket:
+        """Ask for a child; the socket its pid and then its exit status come over."""
         ours, theirs = socket.socketpair()
         doc = json.dumps({"argv": args[len(GPUWARDEN) :], "env": dict(env), "cwd": str(cwd)})
         with self._lock:
             socket.send_fds(self._control, [doc.encode()], [*stdio, theirs.fileno()])
         theirs.close()
-        return ForkedProcess(args, ours)
+        return ours
 
     def close(self) -> None:
         self._control.close()
@@ -141,7 +177,8 @@ def _server_for(args: Sequence[str], env: Mapping[str, str]) -> _Server | None:
     settings = frozenset((k, v) for k, v in env.items() if k.startswith("PYTHON"))
     with _servers_lock:
         if settings not in _servers:
-            _servers[settings] = _Server({**os.environ, **dict(settings)})
+            ours = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+            _servers[settings] = _Server({**ours, **dict(settings)})
         return _servers[settings]
 
 
@@ -167,7 +204,24 @@ def popen(
         )
     with open(os.devnull, "rb") as null:
         fds = [_fd(stdin if stdin is not None else null), _fd(stdout), _fd(stderr)]
-        return server.start(list(args), env, cwd, fds)
+        return ForkedProcess(list(args), server.start(list(args), env, cwd, fds))
+
+
+def popen_captured(args: Sequence[str], *, env: Mapping[str, str], cwd: Path) -> Captured:
+    """`subprocess.Popen(args, env=, cwd=, stdout=PIPE, stderr=PIPE, text=True)`."""
+    server = _server_for(args, env)
+    if server is None:
+        return subprocess.Popen(
+            list(args), env=dict(env), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+    (out_r, out_w), (err_r, err_w) = os.pipe(), os.pipe()
+    try:
+        with open(os.devnull, "rb") as null:
+            reply = server.start(list(args), env, cwd, [null.fileno(), out_w, err_w])
+    finally:
+        os.close(out_w)
+        os.close(err_w)
+    return PipedProcess(list(args), reply, (out_r, err_r))
 
 
 def _fd(stream: IO[bytes] | int) -> int:

@@ -50,16 +50,11 @@ class Job:
         self.root = root
         self.runs = root / "runs"
         self.env = env
-        self.started: list[subprocess.Popen[str]] = []
+        self.started: list[preloaded.Captured] = []
 
-    def start(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "gpuwarden", "exec", *args],
-            env={**self.env, **(env or {})},
-            cwd=self.root,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+    def start(self, *args: str, env: dict[str, str] | None = None) -> preloaded.Captured:
+        proc = preloaded.popen_captured(
+            [sys.executable, "-m", "gpuwarden", "exec", *args], env={**self.env, **(env or {})}, cwd=self.root
         )
         self.started.append(proc)
         return proc
@@ -76,7 +71,8 @@ class Job:
     def run(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         proc = self.start(*args)
         out, err = proc.communicate(timeout=timeout)
-        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+        assert proc.returncode is not None
+        return subprocess.CompletedProcess(list(args), proc.returncode, out, err)
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         return preloaded.run(

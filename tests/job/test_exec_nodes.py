@@ -27,6 +27,7 @@ from gpuwarden.core.gang.nodes import LeaderBeat, node_exit_path, read_beat
 from gpuwarden.job import exit_codes
 from gpuwarden.runners.testing_models import build_example_assets
 from gpuwarden.runners.train.stall_hook import STALL_ENV
+from tests import preloaded
 from tests.daemon.conftest import REPO, DaemonHandle, wait_for
 from tests.job.test_exec import Job
 from tests.runners.conftest import load_final_weights
@@ -47,7 +48,7 @@ def job(daemon_factory: Any) -> Iterator[Job]:
 
 def _node(
     job: Job, spec: Path, folder: Path, rank: int, env: dict[str, str] | None = None
-) -> subprocess.Popen[str]:
+) -> preloaded.Captured:
     args = [str(spec), "--run", str(folder), "--nodes", "2", "--node-rank", str(rank)]
     if rank == 0:
         args += ["--rendezvous-host", "127.0.0.1"]
