@@ -95,9 +95,6 @@ class ForkedProcess:
         if self.poll() is None:
             os.kill(self.pid, sig)
 
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
 
@@ -189,9 +186,9 @@ def popen(
     cwd: Path,
     stdout: IO[bytes] | int,
     stderr: IO[bytes] | int,
-    stdin: IO[bytes] | int | None = None,
 ) -> Process:
-    """`subprocess.Popen(args, env=, cwd=, stdout=, stderr=)` (streams: open files or descriptors)."""
+    """`subprocess.Popen(args, env=, cwd=, stdout=, stderr=)` (streams: open files or descriptors),
+    stdin /dev/null."""
     server = _server_for(args, env)
     if server is None:
         return subprocess.Popen(
@@ -200,10 +197,10 @@ def popen(
             cwd=cwd,
             stdout=stdout,
             stderr=stderr,
-            stdin=stdin or subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
         )
     with open(os.devnull, "rb") as null:
-        fds = [_fd(stdin if stdin is not None else null), _fd(stdout), _fd(stderr)]
+        fds = [null.fileno(), _fd(stdout), _fd(stderr)]
         return ForkedProcess(list(args), server.start(list(args), env, cwd, fds))
 
 
@@ -212,7 +209,13 @@ def popen_captured(args: Sequence[str], *, env: Mapping[str, str], cwd: Path) ->
     server = _server_for(args, env)
     if server is None:
         return subprocess.Popen(
-            list(args), env=dict(env), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            list(args),
+            env=dict(env),
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
     (out_r, out_w), (err_r, err_w) = os.pipe(), os.pipe()
     try:
@@ -234,21 +237,16 @@ def run(
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
     timeout: float | None = None,
-    input: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """`subprocess.run(args, env=, cwd=, timeout=, input=, capture_output=True, text=True)`."""
+    """`subprocess.run(args, env=, cwd=, timeout=, capture_output=True, text=True)`."""
     env = os.environ if env is None else env
     cwd = Path.cwd() if cwd is None else cwd
     if _server_for(args, env) is None:
         return subprocess.run(
-            list(args), env=dict(env), cwd=cwd, timeout=timeout, input=input, capture_output=True, text=True
+            list(args), env=dict(env), cwd=cwd, timeout=timeout, capture_output=True, text=True
         )
-    with tempfile.TemporaryFile() as given, tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        given.write((input or "").encode())
-        given.seek(0)
-        proc = popen(
-            args, env=env, cwd=cwd, stdin=given if input is not None else None, stdout=out, stderr=err
-        )
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = popen(args, env=env, cwd=cwd, stdout=out, stderr=err)
         try:
             code = proc.wait(timeout)
         except subprocess.TimeoutExpired:

@@ -1,4 +1,5 @@
-"""A real `gpuwarden daemon` subprocess in private XDG directories, with two fake H100s.
+"""A `gpuwarden daemon` process in private XDG directories, with two fake H100s (forked, as the
+commands run against it are, from an interpreter that imported gpuwarden once: tests/preloaded.py).
 
 The runtime directory lives under a short /tmp path: a Unix socket path is limited to 107 bytes
 and pytest's tmp_path names can be longer than that.
