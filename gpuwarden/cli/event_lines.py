@@ -79,8 +79,10 @@ def _body(event: RunEvent, extra: dict[str, Any], with_message: bool) -> str:
         return line + (f"\n    {extra['message']}" if with_message and extra.get("message") else "")
     if kind in _TEXTS:
         return _TEXTS[kind](extra)
-    if kind == "prepared":  # its message names the checkpoint already
-        return fields_text(extra, _SKIP | {"resume_from"})
+    if kind == "prepared" and extra.get("message"):  # its message names the checkpoint already
+        return _sentence(extra, {"resume_from"})
+    if kind == "warning" and extra.get("message"):  # the code last: what a filter or a search keys on
+        return _sentence(extra, {"code"}) + (f" [{extra['code']}]" if extra.get("code") else "")
     if kind == "stopping" and isinstance(extra.get("kill_at"), int | float):
         at = _clock(extra["kill_at"])
         return f"SIGTERM sent; SIGKILL at {at} if still running (grace {extra.get('grace_seconds')} s)"
@@ -90,6 +92,12 @@ def _body(event: RunEvent, extra: dict[str, Any], with_message: bool) -> str:
     if kind == "finished" and isinstance(report, Mapping):
         return " ".join(f"{k}={named(k, report[k])}" for k in REPORT_KEYS if report.get(k) is not None)
     return fields_text(extra)
+
+
+def _sentence(extra: Mapping[str, Any], also_skipped: set[str]) -> str:
+    """The event's message as it reads, then any other field as `key=value`."""
+    rest = fields_text(extra, _SKIP | {"message", *also_skipped})
+    return str(extra["message"]) + (f" ({rest})" if rest else "")
 
 
 def _progress_text(extra: Mapping[str, Any]) -> str:

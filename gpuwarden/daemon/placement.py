@@ -98,8 +98,9 @@ def place(
         if resources.allow_cpu:
             return Placement(
                 [],
-                warning="no GPU found: running on the CPU instead (to wait for a GPU rather, set "
-                "resources.allow_cpu: false; to ask for the CPU, resources.gpus: 0)",
+                warning="no GPU found: running on the CPU instead (to ask for the CPU, and not be "
+                "told this, set resources.gpus: 0 or run with --gpus 0; to wait for a GPU rather, "
+                "resources.allow_cpu: false)",
             )
         return None
     need = resources.min_free_memory

@@ -87,7 +87,7 @@ def test_the_events_name_the_checkpoint_of_a_resume_once(gw: DaemonHandle, resum
     assert shown.returncode == 0, shown.stderr
     (line,) = [x for x in shown.stdout.splitlines() if "] prepared: " in x]
     checkpoint = str(Path(resumed["run_dir"]) / "ckpt-5")
-    found = f"[2] prepared: message=attempt 2 found {checkpoint} (step 5) but the command passes it nowhere"
+    found = f"[2] prepared: attempt 2 found {checkpoint} (step 5) but the command passes it nowhere"
     assert found in line and "unless it loads sdk.resume_from()" in line
     # What the program took, in its own event (from the SDK's resume_from()).
     (started,) = [x for x in shown.stdout.splitlines() if "] started: " in x]

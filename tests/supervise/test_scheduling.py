@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 from gpuwarden.core.run_state import RunState
 from tests.supervise.conftest import Rig, command
 
@@ -52,6 +54,19 @@ def test_without_gpus_a_run_that_allows_it_goes_to_the_cpu_with_a_warning(rig: R
     assert warning["code"] == "cpu_fallback"
     # It names what the user can write, not a default they never did (`allow_cpu: true`).
     assert "allow_cpu: true" not in warning["message"] and "resources.allow_cpu: false" in warning["message"]
+
+
+def test_a_run_is_told_once_that_it_runs_on_the_cpu_not_at_every_attempt(rig: Rig) -> None:
+    rig.gpus = []
+    run_id = rig.submit(command(restart={"on": ["signal"], "max": 2, "backoff": 0}))
+    rig.step()
+    for _ in range(2):
+        rig.proc_of(run_id).exit(sig=signal.SIGKILL)
+        rig.step()
+    assert rig.run(run_id)["attempt"] == 3 and rig.state(run_id) == RunState.RUNNING
+    assert [w["attempt"] for w in rig.events(run_id, "warning")] == [1]
+    # It names the flag a run submitted from the command line asks for the CPU with.
+    assert "--gpus 0" in rig.events(run_id, "warning")[0]["message"]
 
 
 def test_memory_limit_reaches_the_process_layer(rig: Rig) -> None:

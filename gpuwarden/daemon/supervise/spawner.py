@@ -297,9 +297,18 @@ def _recorded(ctx: Context, start: Start, number: int, files: AttemptFiles, worl
             message=f"attempt {number} on {where}{ranks}",
         ),
     )
-    if placement.warning:
+    if placement.warning and not _fell_back_before(ctx, run_id, number):
         record.event(run_id, number, "warning", code="cpu_fallback", message=placement.warning)
     return record
+
+
+def _fell_back_before(ctx: Context, run_id: str, number: int) -> bool:
+    """Whether the attempt before `number` also ran on the CPU (this run asks for a GPU, so for
+    want of one): the run was told so then, and a restart is the same run going on."""
+    if number <= 1:
+        return False
+    earlier = ctx.store(lambda s: s.attempt(run_id, number - 1))
+    return earlier is not None and not earlier.get("gpus")
 
 
 def _prepare(run_dir: Path, number: int, spec: RunSpec) -> AttemptFiles:
