@@ -743,6 +743,23 @@ def test_readonly_removes_every_control() -> None:
     run(body())
 
 
+def test_the_help_says_what_each_short_column_header_of_the_runs_table_holds() -> None:
+    async def body() -> None:
+        app = make_app()
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot)
+            await pilot.press("2", "question_mark")
+            assert isinstance(app.screen, HelpScreen)
+            shown = "\n".join(rendered(s, 100) for s in app.screen.query(Static))
+            rows = {line.split()[0]: line for line in shown.splitlines() if line.strip()}
+            for header in ("State", "GPU", "ETA", "smp/s", "Rt", "ID"):
+                assert header in rows, (header, shown)
+            assert "out-of-memory" in rows["Rt"] and "samples" in rows["smp/s"]
+            assert "never shortened" in rows["ID"]
+
+    run(body())
+
+
 def test_a_database_source_forces_readonly() -> None:
     async def body() -> None:
         app = make_app(FakeBackend(controls=False))

@@ -12,6 +12,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from gpuwarden.tui.keys import ACTIONS
+from gpuwarden.tui.screens.runs import FIXED, MEANINGS, WITH_HOST
 
 
 def help_table(readonly: bool, hosts: bool = False) -> Table:
@@ -23,6 +24,16 @@ def help_table(readonly: bool, hosts: bool = False) -> Table:
         if (readonly and a.control) or (a.hosts and not hosts):
             continue
         table.add_row(a.key, a.description, a.where)
+    return table
+
+
+def columns_table(hosts: bool = False) -> Table:
+    """The runs table's short headers, each with what it holds."""
+    table = Table(box=None, expand=True, padding=(0, 1), show_edge=False)
+    table.add_column("Column", style="bold cyan", no_wrap=True)
+    table.add_column("What it holds")
+    for key, label, _ in WITH_HOST if hosts else FIXED:
+        table.add_row(label, MEANINGS[key])
     return table
 
 
@@ -45,6 +56,7 @@ class HelpScreen(ModalScreen[None]):
         border: round $accent; background: $surface; padding: 0 1;
     }
     HelpScreen .title { text-style: bold; }
+    HelpScreen .section { margin-top: 1; }
     """
 
     def __init__(self, readonly: bool, hosts: bool = False) -> None:
@@ -57,6 +69,8 @@ class HelpScreen(ModalScreen[None]):
             title = "Keys" + (" (read-only: no controls)" if self.readonly else "") + " — esc closes"
             yield Static(title, classes="title")
             yield Static(help_table(self.readonly, self.hosts))
+            yield Static("The runs table's columns", classes="title section")
+            yield Static(columns_table(self.hosts))
 
     def action_scroll(self, where: str) -> None:
         scroll = self.query_one(VerticalScroll)

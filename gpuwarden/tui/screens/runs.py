@@ -43,6 +43,18 @@ FIXED: tuple[tuple[str, str, int], ...] = (
     ("retunes", "Rt", 2),
     ("id", "ID", ID_WIDTH),
 )
+# What each column holds, as the help screen says it: the headers are short to fit 80 columns.
+MEANINGS: dict[str, str] = {
+    "state": "queued, starting, running, retuning, then succeeded, failed, stopped or interrupted",
+    "host": "the machine the run is on (with several hosts)",
+    "name": "the run's name (shortened in the middle when long)",
+    "gpus": "the GPUs its latest attempt runs on, by index (cpu: it asked for none)",
+    "progress": "how far its latest attempt has come, from what it reports",
+    "eta": "time left at its recent speed",
+    "rate": "samples (or items) a second, as the run reports them",
+    "retunes": "retunes: how often an out-of-memory changed a setting and restarted it",
+    "id": "the run's id, which every command takes (never shortened)",
+}
 HOST_WIDTH_CELLS = 6
 # Runs of several hosts: a host column, in the room the throughput's takes (the run's screen has it).
 WITH_HOST: tuple[tuple[str, str, int], ...] = (
