@@ -459,6 +459,8 @@ def logs(
         show(chunk)
         if not (follow or as_json or use_stderr) and chunk.attempt:
             _say_stderr_too(client, run, chunk.attempt)
+        if not (follow or as_json) and attempt is None and chunk.attempt and chunk.attempt > 1:
+            _say_earlier_attempts(run, chunk.attempt)
         if follow:
             with _while_following(run):
                 collected += follow_logs(client, run, stream, chunk, every_attempt=attempt is None, show=show)
@@ -476,6 +478,16 @@ def logs(
                 "stream": stream,
             }
         )
+
+
+def _say_earlier_attempts(run: str, latest: int) -> None:
+    """Only the latest attempt's output is printed: a reader looking for why an earlier one
+    ended (an out-of-memory's traceback) is told it is elsewhere, and how to see it."""
+    import shlex
+
+    earlier = "the one before" if latest == 2 else f"the ones before (1–{latest - 1})"
+    again = shlex.join(["gpuwarden", *sys.argv[1:], "--attempt", str(latest - 1)])
+    click.echo(f"gpuwarden: {run}: attempt {latest}'s output; {earlier}: {again}", err=True)
 
 
 def _say_stderr_too(client: LogReader, run: str, attempt: int) -> None:

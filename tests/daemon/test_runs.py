@@ -91,6 +91,35 @@ def test_failing_run_is_failed_with_its_exit_code(gw: DaemonHandle) -> None:
     assert f"pid {program} " in gw.cli("show", run["id"]).stdout
 
 
+def test_logs_of_a_run_with_several_attempts_says_whose_output_it_is_and_how_to_read_the_earlier(
+    gw: DaemonHandle, tmp_path: Path
+) -> None:
+    marker = tmp_path / "first-done"
+    code = f"""
+        import pathlib, sys
+        marker = pathlib.Path({str(marker)!r})
+        if not marker.exists():
+            marker.touch()
+            print("attempt one")
+            sys.exit(75)
+        print("attempt two")
+    """
+    restart = {"on": [{"exit_code": [75]}], "max": 1, "backoff": 0}
+    done = gw.wait_state(gw.submit(command_spec("twice", code, restart=restart))["id"])
+    assert done["state"] == "succeeded" and len(done["attempts"]) == 2
+    read = gw.cli("logs", done["id"])
+    assert read.stdout == "attempt two\n"
+    assert (
+        read.stderr
+        == f"gpuwarden: {done['id']}: attempt 2's output; the one before: gpuwarden logs {done['id']} --attempt 1\n"
+    )
+    told = gw.cli(*read.stderr.rsplit(": ", 1)[1].split()[1:])
+    assert told.stdout == "attempt one\n" and told.stderr == ""
+    # Asked for an attempt, or as JSON, nothing more is said.
+    assert gw.cli("logs", done["id"], "--attempt", "2").stderr == ""
+    assert gw.cli_json("logs", done["id"])["data"] == "attempt two\n"
+
+
 def test_logs_of_a_run_whose_traceback_is_on_stderr_says_so_and_how_to_read_it(gw: DaemonHandle) -> None:
     code = (
         "import sys; print('step 1 loss 2.3'); sys.exit(sys.stderr.write('ValueError: bad shape\\n') and 3)"
