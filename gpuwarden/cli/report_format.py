@@ -202,15 +202,36 @@ def render_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# The comparison's rows as a person reads them, the unit in the label (`--json` keeps the keys).
+_COMPARED = {
+    "samples_per_s": "{counted}/s (loop)",
+    "samples_per_s_wall": "{counted}/s over wall time",
+    "tokens_per_s": "tokens/s",
+    "power_mean_w": "power, mean (W)",
+    "power_pct_of_limit": "power, % of its limit",
+    "util_mean_pct": "utilisation, mean (%)",
+    "memory_peak_bytes": "peak memory",
+    "energy_per_sample_j": "energy per {one} (J)",
+    "samples_per_kwh": "{counted} per kWh",
+    "wall_s": "wall time (s)",
+}
+
+
+def _compared_label(metric: str, counted: str) -> str:
+    one = {"samples": "sample", "items": "item", "units": "unit"}.get(counted, counted)
+    return _COMPARED.get(metric, metric).format(counted=counted, one=one)
+
+
 def render_comparison(result: dict[str, Any]) -> str:
     a, b = result["a"] or {}, result["b"] or {}
-    header = ["metric", f"A: {a.get('name')}", f"B: {b.get('name')}", "B/A"]
+    header = ["", f"A: {a.get('name')}", f"B: {b.get('name')}", "B/A"]
     rows = []
+    counted = str(result.get("counted") or "samples")
     for r in result["rows"]:
         fmt = {"energy_per_sample_j": ".4f", "samples_per_kwh": ",.0f"}.get(r["metric"], ".1f")
         if r["unit"] == "B":
             va, vb = _bytes(r["a"]), _bytes(r["b"])
         else:
             va, vb = _n(r["a"], fmt), _n(r["b"], fmt)
-        rows.append([r["metric"], va, vb, _n(r["ratio"], ".2f", "×")])
+        rows.append([_compared_label(r["metric"], counted), va, vb, _n(r["ratio"], ".2f", "×")])
     return "\n".join(_table(header, rows) + [f"note {n}" for n in result.get("notes", [])])

@@ -89,4 +89,4 @@ def test_comparing_an_inference_run_with_a_training_run_says_their_units_differ(
     compared = gw.cli_json("compare", generated["id"], trained["id"])
     assert compared["notes"] == ["A counts items, B samples: the per-second rows compare different units"]
     text = gw.cli("compare", generated["id"], trained["id"]).stdout
-    assert "A counts items, B samples" in text
+    assert "A counts items, B samples" in text and "units/s (loop)" in text

@@ -140,6 +140,11 @@ def test_compare_json(db: Path) -> None:
     assert rows["energy_per_sample_j"]["ratio"] == pytest.approx(0.75)
     proc = gw("compare", "before", "after", "--db", str(db))
     assert proc.returncode == 0 and "2.00×" in proc.stdout
+    # Rows named as a person reads them, each unit once; the JSON keeps the keys.
+    labels = [line.split("  ")[0] for line in proc.stdout.splitlines()[1:]]
+    assert labels[:2] == ["samples/s (loop)", "samples/s over wall time"]
+    assert "energy per sample (J)" in labels and "wall time (s)" in labels
+    assert not any("_" in label for label in labels), labels
 
 
 @pytest.mark.parametrize(

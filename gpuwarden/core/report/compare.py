@@ -36,7 +36,8 @@ def _get(report: dict[str, Any], path: tuple[str, ...]) -> float | None:
 
 def compare_reports(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """{a, b: run identities, rows: [{metric, a, b, ratio, unit, higher_is_better}], notes: what
-    a row holds that its name does not say (a loop rate over only some attempts)}."""
+    a row holds that its name does not say (a loop rate over only some attempts), counted: what
+    the per-second rows count (samples, items)}."""
     rows = []
     for name, path, unit, higher in ROWS:
         va, vb = _get(a, path), _get(b, path)
@@ -58,4 +59,11 @@ def compare_reports(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     units = [(r.get("throughput") or {}).get("unit") for r in (a, b)]
     if units[0] != units[1] and all(units):
         notes.append(f"A counts {units[0]}, B {units[1]}: the per-second rows compare different units")
-    return {"a": a.get("run"), "b": b.get("run"), "rows": rows, "notes": notes}
+    known = {u for u in units if u}
+    return {
+        "a": a.get("run"),
+        "b": b.get("run"),
+        "rows": rows,
+        "notes": notes,
+        "counted": known.pop() if len(known) == 1 else "units" if known else "samples",
+    }
