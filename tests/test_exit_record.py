@@ -13,7 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from gpuwarden.core.exit_record import is_recorder, read_program_pid, read_status, recorded_argv
+from gpuwarden.core.exit_record import (
+    is_recorder,
+    read_peak_rss,
+    read_program_pid,
+    read_status,
+    recorded_argv,
+)
 from tests.daemon.conftest import wait_for
 
 # Counts the signal named in argv[2] into the folder argv[1], says it is ready, then waits for a
@@ -66,7 +72,22 @@ def _status(tmp_path: Path) -> dict[str, int]:
     doc = json.loads((tmp_path / "exit.json").read_text())
     assert isinstance(doc, dict)
     doc.pop("pid", None)
+    doc.pop("maxrss", None)
     return doc
+
+
+def test_the_programs_peak_resident_set_is_recorded(tmp_path: Path) -> None:
+    # 300 MiB touched, then freed before the end: the peak is what it held, not what it holds.
+    code = "b = bytearray(300 << 20); del b; b = bytearray(1 << 20)"
+    proc = _start(tmp_path, [sys.executable, "-c", code])
+    assert proc.wait(timeout=60) == 0
+    peak = read_peak_rss(str(tmp_path / "exit.json"))
+    assert peak is not None and 300 << 20 <= peak < 600 << 20
+    small = tmp_path / "small"
+    small.mkdir()
+    assert _start(small, [sys.executable, "-c", "pass"]).wait(timeout=60) == 0
+    small_peak = read_peak_rss(str(small / "exit.json"))
+    assert small_peak is not None and small_peak < peak - (200 << 20)
 
 
 @pytest.mark.parametrize(("code", "recorded"), [(0, {"code": 0}), (7, {"code": 7})])
@@ -107,6 +128,8 @@ def test_sigkill_to_the_program_alone_is_recorded(tmp_path: Path) -> None:
         ('{"code": 300, "pid": 1}', None, None),
         ('{"code": 0, "pid": "1"}', None, None),
         ('{"code": 0, "pid": -5}', (0, None), None),
+        ('{"code": 0, "pid": 7, "maxrss": 1048576}', (0, None), 7),
+        ('{"code": 0, "pid": 7, "maxrss": "big"}', None, None),
         ("[0]", None, None),
     ],
 )

@@ -67,6 +67,8 @@ _PEAK_KIND = {"cuda_allocated": "CUDA memory allocated", "host_rss": "resident m
 # "n/a" for the row, not one for each of its parts.
 def _memory_text(mem: dict[str, Any]) -> str:
     runner = mem["runner_peak_bytes"]
+    if mem["runner_peak_kind"] == "program_rss" and runner is not None:
+        return f"{_bytes(runner)} resident (the program's peak, as the kernel counted it)"
     kind = _PEAK_KIND.get(mem["runner_peak_kind"], mem["runner_peak_kind"])
     runner_text = f"the runner's peak {kind} {_bytes(runner)}" if runner is not None else ""
     if mem["gpu_used_peak_bytes"] is None:

@@ -79,9 +79,10 @@ def attempt_lines(a: Attempt) -> Iterator[str]:
     gpus = ",".join(g[:12] for g in a.gpus) or "cpu"
     took = f" ({duration(a.ended_at - a.started_at)})" if a.ended_at and a.started_at else ""
     pid = a.program_pid or a.pid or "–"  # the program's: a signal to the recorder would do nothing
+    peak = f"  peak RSS {size(a.peak_rss)}" if a.peak_rss else ""
     yield (
         f"attempt {a.attempt}: {a.classification or a.state}  pid {pid}  gpus {gpus}"
-        f"  {when(a.started_at)} → {when(a.ended_at)}{took}  {a.reason or ''}"
+        f"  {when(a.started_at)} → {when(a.ended_at)}{took}{peak}  {a.reason or ''}"
     ).rstrip()
     if a.restart is not None:
         yield (

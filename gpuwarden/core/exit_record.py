@@ -1,6 +1,6 @@
 """Exit-status recorder: `python -I exit_record.py STATUS_FILE -- PROGRAM ARGS…` runs
 PROGRAM as its child, writes how it ended to STATUS_FILE (`{"code": N}` or `{"signal": N}`, with
-the program's `"pid"`), then ends the same way.
+the program's `"pid"` and its peak resident set in bytes, `"maxrss"`), then ends the same way.
 
 A daemon restarted while a run goes on is not the run's parent and cannot read its exit status;
 the file tells it (as containerd-shim or conmon do for containers). The recorder stays in the
@@ -70,8 +70,17 @@ def read_program_pid(path: str) -> int | None:
     return pid if pid is not None and pid > 0 else None
 
 
+def read_peak_rss(path: str) -> int | None:
+    """The program's peak resident set in bytes, from a valid record that has it (an older
+    recorder's does not)."""
+    doc = _valid_record(path)
+    peak = doc.get("maxrss") if doc is not None else None
+    return peak if peak is not None and peak > 0 else None
+
+
 def _valid_record(path: str) -> dict[str, int] | None:
-    """The record in `path`: one of code or signal (0–255), perhaps the pid; None for anything else."""
+    """The record in `path`: one of code or signal (0–255), perhaps the pid and the peak resident
+    set; None for anything else."""
     import json  # the daemon's side: the recorder itself never reads a status
 
     try:
@@ -85,7 +94,7 @@ def _valid_record(path: str) -> dict[str, int] | None:
         doc = json.loads(raw)
     except ValueError:
         return None
-    if not isinstance(doc, dict) or not set(doc) <= {"code", "signal", "pid"}:
+    if not isinstance(doc, dict) or not set(doc) <= {"code", "signal", "pid", "maxrss"}:
         return None
     if any(type(value) is not int for value in doc.values()) or len(set(doc) & {"code", "signal"}) != 1:
         return None
@@ -142,11 +151,14 @@ def _exec(program: list[str], report: int, ignored: tuple[int, ...]) -> None:
         os._exit(EXIT_CANNOT_START)
 
 
-def _wait(pid: int) -> dict[str, int]:
-    _, wait_status = os.waitpid(pid, 0)  # retried by Python when a handled signal interrupts it
+def _wait(pid: int) -> tuple[dict[str, int], int]:
+    """How the program ended, and its peak resident set in bytes (the kernel's exact figure, of
+    the program or the largest of the processes it waited for)."""
+    _, wait_status, usage = os.wait4(pid, 0)  # retried by Python when a handled signal interrupts it
+    peak = int(usage.ru_maxrss) * 1024  # Linux counts it in KiB
     if os.WIFSIGNALED(wait_status):
-        return {"signal": os.WTERMSIG(wait_status)}
-    return {"code": os.waitstatus_to_exitcode(wait_status)}
+        return {"signal": os.WTERMSIG(wait_status)}, peak
+    return {"code": os.waitstatus_to_exitcode(wait_status)}, peak
 
 
 def _record(path: str, status: dict[str, int]) -> None:
@@ -188,8 +200,8 @@ def main(args: list[str]) -> None:
         _record(path, {"code": EXIT_CANNOT_START})
         sys.stderr.write(f"gpuwarden: cannot start {program[0]!r}: {exc.strerror}\n")
         sys.exit(EXIT_CANNOT_START)
-    status = _wait(pid)
-    _record(path, {**status, "pid": pid})
+    status, peak = _wait(pid)
+    _record(path, {**status, "pid": pid, "maxrss": peak})
     _end_like(status)
 
 

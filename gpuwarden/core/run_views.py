@@ -16,7 +16,7 @@ from gpuwarden.core.api.runs import Attempt, Retune
 from gpuwarden.core.command.record import attempt_dir, with_records
 from gpuwarden.core.command.resume import resume_facts
 from gpuwarden.core.errors import UserError
-from gpuwarden.core.exit_record import STATUS_FILE, read_program_pid
+from gpuwarden.core.exit_record import STATUS_FILE, read_peak_rss, read_program_pid
 from gpuwarden.core.logtail import NO_LOG, log_chunk, read_log
 from gpuwarden.core.oom.roles import effective_batch_of
 from gpuwarden.core.report.energy import stored_energy
@@ -62,10 +62,21 @@ def attempt_models(store: RunStore, run: Mapping[str, Any], live_program: int | 
     said = resume_facts(store.events(run["id"], types=("started", "warning"), limit=_RESUME_EVENTS_LIMIT))
     return [
         Attempt.model_validate(
-            {**a, "program_pid": _program_pid(run_dir, a, live), **said.of(a["attempt"], a["prepared"])}
+            {
+                **a,
+                "program_pid": _program_pid(run_dir, a, live),
+                "peak_rss": _peak_rss(run_dir, a),
+                **said.of(a["attempt"], a["prepared"]),
+            }
         )
         for a in rows
     ]
+
+
+def _peak_rss(run_dir: Path, attempt: dict[str, Any]) -> int | None:
+    if attempt["state"] != "ended":
+        return None
+    return read_peak_rss(str(attempt_dir(run_dir, int(attempt["attempt"])) / STATUS_FILE))
 
 
 def _program_pid(run_dir: Path, attempt: dict[str, Any], live: int | None) -> int | None:

@@ -42,13 +42,15 @@ def store(tmp_path: Path) -> RunStore:
 def test_store_rows_validate_whole(store: RunStore) -> None:
     (attempt,) = [Attempt.model_validate(a) for a in store.attempts("r1")]
     # `prepared` comes from the attempt's folder, not its row: None for a train run.
-    # `program_pid` is read from the live process by the daemon: None here. `resumed_from` and
+    # `program_pid` is read from the live process by the daemon, `peak_rss` from the exit record
+    # of an attempt that ended: None here. `resumed_from` and
     # `resume_warning` come from the run's events, read with every attempt.
     expected = {
         **store.attempts("r1")[0],
         "prepared": None,
         "restart": None,
         "program_pid": None,
+        "peak_rss": None,
         "resumed_from": None,
         "resume_warning": None,
     }

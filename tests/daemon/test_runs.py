@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from gpuwarden.core.errors import UserError
+from gpuwarden.core.units import size
 from tests.daemon.conftest import FINAL, DaemonHandle, command_spec, wait_for
 from tests.daemon.module_daemon import module_daemon
 
@@ -89,6 +90,23 @@ def test_failing_run_is_failed_with_its_exit_code(gw: DaemonHandle) -> None:
     program = int(gw.cli("logs", run["id"]).stdout.split()[1])
     assert done["attempts"][0]["program_pid"] == program != done["attempts"][0]["pid"]
     assert f"pid {program} " in gw.cli("show", run["id"]).stdout
+
+
+def test_a_program_that_reports_nothing_still_has_its_peak_memory_in_show_and_report(
+    gw: DaemonHandle,
+) -> None:
+    code = "b = bytearray(300 << 20); del b; print('done')"
+    done = gw.wait_state(gw.submit(command_spec("held", code, resources={"gpus": 0}))["id"])
+    assert done["state"] == "succeeded"
+    peak = done["attempts"][0]["peak_rss"]
+    assert 300 << 20 <= peak < 600 << 20
+    shown = gw.cli("show", done["id"]).stdout
+    assert f"peak RSS {size(peak)}" in shown
+    (memory,) = [
+        line for line in gw.cli("report", done["id"]).stdout.splitlines() if line.startswith("peak memory")
+    ]
+    assert memory.split(None, 2)[2] == f"{size(peak)} resident (the program's peak, as the kernel counted it)"
+    assert gw.cli_json("report", done["id"])["memory"]["runner_peak_bytes"] == peak
 
 
 def test_logs_of_a_run_with_several_attempts_says_whose_output_it_is_and_how_to_read_the_earlier(

@@ -119,6 +119,11 @@ class Attempt(ApiModel):
         description="the program itself (differs from `pid` for command runs): read live while it "
         "runs, from its exit record once it ended",
     )
+    peak_rss: int | None = Field(
+        None,
+        description="the program's peak resident set (bytes) as the kernel counted it, from its exit "
+        "record once it ended (the largest process of a gang)",
+    )
     create_time: float | None = Field(description="psutil create time: (pid, create_time) names the process")
     started_at: float | None
     ended_at: float | None

@@ -182,9 +182,14 @@ def memory(snap: RunSnapshot) -> dict[str, Any]:
     capacity = _capacity(snap)
     on_gpu = any(a.gpus for a in snap.attempts)
     basis = gpu_peak if gpu_peak is not None else (runner_peak if on_gpu else None)
+    kind = "cuda_allocated" if on_gpu else "host_rss"
+    counted = [a.peak_rss for a in snap.attempts if a.peak_rss]
+    if runner_peak is None and not on_gpu and counted:
+        # A program that reports nothing still had a peak: the kernel's, from its exit record.
+        runner_peak, kind = max(counted), "program_rss"
     return {
         "runner_peak_bytes": runner_peak,
-        "runner_peak_kind": "cuda_allocated" if on_gpu else "host_rss",
+        "runner_peak_kind": kind,
         "gpu_used_peak_bytes": gpu_peak,
         "capacity_bytes": capacity,
         "peak_pct": 100.0 * basis / capacity if basis is not None and capacity else None,

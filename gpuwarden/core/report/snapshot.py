@@ -10,8 +10,10 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from gpuwarden.core.exit_record import STATUS_FILE, read_peak_rss
 from gpuwarden.core.report.data import RunData, Series
 from gpuwarden.core.run_state import FINAL_STATES
 
@@ -45,6 +47,8 @@ class AttemptWindow:
     live: bool = False
     # Joules per GPU between the counter readings at its start and end (where both were read).
     counted_j: dict[str, float] = field(default_factory=dict)
+    # The program's peak resident set as the kernel counted it, from its exit record (bytes).
+    peak_rss: int | None = None
 
     @property
     def wall_s(self) -> float:
@@ -61,6 +65,7 @@ class AttemptWindow:
             "state": self.state,
             "classification": self.classification,
             "exit_code": self.exit_code,
+            "peak_rss": self.peak_rss,
         }
 
 
@@ -142,7 +147,18 @@ def _window(row: dict[str, Any], events: list[dict[str, Any]], run_final: bool, 
         exit_code=row.get("exit_code"),
         live=live,
         counted_j={str(k): float(v) for k, v in (row.get("gpu_energy_j") or {}).items()},
+        peak_rss=_peak_rss(row),
     )
+
+
+def _peak_rss(row: dict[str, Any]) -> int | None:
+    """The attempt's peak resident set: the API's figure, else its exit record beside its output
+    (a store or run folder read on the machine that ran it)."""
+    if isinstance(row.get("peak_rss"), int):
+        return int(row["peak_rss"])
+    if row.get("state") != "ended" or not row.get("stderr_path"):
+        return None
+    return read_peak_rss(str(Path(str(row["stderr_path"])).parent / STATUS_FILE))
 
 
 def points_for(start: float, end: float) -> int:
