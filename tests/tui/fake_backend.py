@@ -296,6 +296,7 @@ class FakeBackend:
                     adopted=False, events_offset=0, events_skipped=0, stdout_path=f"{folder}/stdout.log",
                     stderr_path=f"{folder}/stderr.log", events_path=f"{folder}/events.jsonl",
                     gpus=[self._uuid(i) for i in r.placed], oom_kill_before=None, prepared=prepared,
+                    peak_rss=(1288 << 20) if ended is not None and r.kind == "command" else None,
                 )
             )  # fmt: skip
         return attempts

@@ -379,6 +379,25 @@ def test_resume_edit_and_tune_controls() -> None:
     run(body())
 
 
+def test_a_command_runs_ended_attempts_show_their_peak_resident_memory() -> None:
+    async def body() -> None:
+        app = make_app(FakeBackend())
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot)
+            await pilot.press("2")
+            app.main.runs.select(SCRIPT)
+            await pilot.press("enter")
+            await until(pilot, lambda: isinstance(app.screen, RunDetailScreen), "the run's screen")
+            screen = app.screen
+            assert isinstance(screen, RunDetailScreen)
+            heads = [line for line in timeline_text(screen).splitlines() if line.startswith("#")]
+            ended = [line for line in heads if " → now" not in line]
+            assert ended and all(line.rstrip().endswith("peak RSS 1.3 GiB") for line in ended), heads
+            assert all(len(line.rstrip()) <= 80 for line in heads)
+
+    run(body())
+
+
 def test_knob_dialog_keeps_the_input_with_what_was_wrong() -> None:
     async def body() -> None:
         fake = FakeBackend()

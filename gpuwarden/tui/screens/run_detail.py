@@ -99,6 +99,8 @@ def attempt_lines(a: Attempt, detail: RunDetailView) -> list[RenderableType]:
     head.append(f"  GPU {','.join(map(str, gpus))}" if gpus else "  CPU", style="dim")
     if a.exit_code is not None:
         head.append(f"  exit {a.exit_code}", style="dim")
+    if a.peak_rss:
+        head.append(f"  peak RSS {size(a.peak_rss)}", style="dim")
     out: list[RenderableType] = [head]
     if a.reason and a.reason != f"exit code {a.exit_code}":
         out.append(_indented(Text(a.reason, style="italic")))
