@@ -87,3 +87,27 @@ def test_a_program_named_by_a_relative_path_must_be_in_the_commands_folder(tmp_p
     assert missing_inputs(spec("command", {"argv": ["bin/train"]})) == [
         "command.argv[0]: bin/train is relative to no folder (set command.cwd, or give an absolute path)"
     ]
+
+
+def test_a_python_script_that_is_not_there_is_refused_whatever_the_interpreters_options(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "train.py").write_text("print(1)\n")
+    here = str(tmp_path)
+
+    def problems(*argv: str) -> list[str]:
+        return missing_inputs(spec("command", {"argv": list(argv), "cwd": here}))
+
+    assert problems("python", "train.py", "--lr", "0.1") == []
+    assert problems("/usr/bin/python3.11", "-u", "-X", "dev", "train.py") == []
+    assert problems("python", "trian.py") == [f"command.argv[1]: the script trian.py is not in {here}"]
+    assert problems("python3", "-W", "ignore", "-u", "trian.py", "x.py") == [
+        f"command.argv[4]: the script trian.py is not in {here}"
+    ]
+    # No script file: a module, a string of code, standard input, one filled in per attempt, or
+    # not Python at all.
+    assert problems("python", "-m", "nosuch.module") == []
+    assert problems("python", "-c", "print(1)") == []
+    assert problems("python", "-") == []
+    assert problems("python", "{script}") == []
+    assert problems("pythonista", "nosuch.py") == [] and problems("torchrun", "nosuch.py") == []

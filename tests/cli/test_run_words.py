@@ -165,6 +165,15 @@ def test_a_role_knob_the_command_never_uses_is_one_line(tmp_path: Path) -> None:
     assert used.returncode == 0, used.stderr
 
 
+def test_a_config_binding_without_the_file_names_the_flag_that_gives_it(tmp_path: Path) -> None:
+    forgot = _run(
+        "--bind", "bs=config:training.batch_size", "--print-spec", "--", "python", "t.py", cwd=tmp_path
+    )
+    assert forgot.returncode == 2 and forgot.stdout == "" and forgot.stderr.count("\n") == 1
+    assert "bind.bs names a config key, but command.config_file is not set" in forgot.stderr
+    assert "--config-file FILE" in forgot.stderr
+
+
 def test_a_trainer_args_file_not_named_as_config_file_is_one_line(tmp_path: Path) -> None:
     # HfArgumentParser's idiom: `python ft.py args.json`, every TrainingArguments value in the file.
     (tmp_path / "args.json").write_text('{"output_dir": "out", "per_device_train_batch_size": 16}\n')

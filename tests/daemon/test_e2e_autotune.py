@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from gpuwarden.core.errors import UserError
 from tests.daemon.conftest import DaemonHandle
@@ -68,6 +69,8 @@ def test_profile_auto_on_an_own_script_splits_its_batch_for_the_card(gw: DaemonH
         "python", "ft.py", "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "8",
     )  # fmt: skip
     assert submitted.returncode == 0, submitted.stderr
+    # The script must be there to be submitted; what it does is not this test's business.
+    (Path(yaml.safe_load(submitted.stdout)["command"]["cwd"]) / "ft.py").write_text("pass\n")
     spec = gw.write_spec("own-profiled", "profile: auto\n" + submitted.stdout)
     assert gw.cli("run", str(spec), "--json").returncode == 0
     detail = _detail(gw, "own-profiled")

@@ -50,14 +50,45 @@ def _command_problems(spec: RunSpec) -> list[str | None]:
         return [f"command.cwd: directory {command.cwd} does not exist"]
     program = command.argv[0]
     if "/" not in program or "{" in program or Path(program).is_absolute():
-        return []  # looked up on PATH, filled in per attempt, or named whole
+        return [_python_script_problem(command.argv, command.cwd)]
     if command.cwd is None:
         # Sent without the folder it is relative to (a spec over the API without base_dir).
         where = "set command.cwd, or give an absolute path"
         return [f"command.argv[0]: {program} is relative to no folder ({where})"]
     if not (command.cwd / program).exists():
         return [f"command.argv[0]: {program} is not in {command.cwd}"]
-    return []
+    return [_python_script_problem(command.argv, command.cwd)]
+
+
+# Python's options that take the next word as their value; `-c` and `-m` run no script file.
+_PYTHON_VALUED = frozenset({"-X", "-W", "--check-hash-based-pycs"})
+_PYTHON_NO_SCRIPT = frozenset({"-c", "-m", "-"})
+
+
+def _python_script_problem(argv: list[str], cwd: Path | None) -> str | None:
+    """`python [OPTIONS] SCRIPT …` whose script is not there: Python would say so only once the
+    attempt starts (`can't open file`), a failed run where one line at submit does."""
+    if cwd is None or not _is_python(argv[0]):
+        return None
+    words = iter(enumerate(argv[1:], start=1))
+    for index, word in words:
+        if word in _PYTHON_NO_SCRIPT or word.startswith(("-c", "-m")) or "{" in word:
+            return None
+        if word in _PYTHON_VALUED:
+            next(words, None)
+            continue
+        if word.startswith("-"):
+            continue
+        if (cwd / word).exists():
+            return None
+        return f"command.argv[{index}]: the script {word} is not in {cwd}"
+    return None
+
+
+def _is_python(program: str) -> bool:
+    """`python`, `python3`, `python3.11`, `/usr/bin/python3` … (not `pythonw` wrappers' cousins)."""
+    name = Path(program).name
+    return name == "python" or (name.startswith("python") and name[6:].replace(".", "").isdigit())
 
 
 def _example_arguments(spec: RunSpec) -> list[str | None]:

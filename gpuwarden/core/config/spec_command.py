@@ -227,7 +227,10 @@ class CommandSpec(StrictModel):
     def _bindings_need_a_file(self) -> CommandSpec:
         keyed = [name for name, b in self.bind.items() if b.in_config]
         if keyed and self.config_file is None:
-            raise ValueError(f"bind.{keyed[0]} names a config key, but command.config_file is not set")
+            raise ValueError(
+                f"bind.{keyed[0]} names a config key, but command.config_file is not set"
+                " — name the file (command.config_file, or --config-file FILE on the command line)"
+            )
         if self.checkpoints and self.checkpoints.config_key and self.config_file is None:
             raise ValueError("checkpoints.config_key needs command.config_file")
         return self
