@@ -251,7 +251,32 @@ def completed_document(document: dict[str, Any]) -> dict[str, Any]:
 
 
 def printable_spec(document: dict[str, Any]) -> str:
-    """The completed spec as YAML."""
+    """The completed spec as YAML, its sizes written as a person writes them (`1300MiB`, not
+    1363148800: what `--memory-limit 1300MiB` gave)."""
     import yaml
 
-    return yaml.safe_dump(completed_document(document), sort_keys=False, allow_unicode=True)
+    completed = completed_document(document)
+    resources = completed.get("resources")
+    if isinstance(resources, dict):
+        for key in ("memory_limit", "min_free_memory"):
+            if isinstance(resources.get(key), int):
+                resources[key] = written_size(resources[key])
+    return yaml.safe_dump(completed, sort_keys=False, allow_unicode=True)
+
+
+_UNITS = (
+    ("TiB", 1 << 40),
+    ("GiB", 1 << 30),
+    ("MiB", 1 << 20),
+    ("KiB", 1 << 10),
+    ("GB", 10**9),
+    ("MB", 10**6),
+)
+
+
+def written_size(count: int) -> str | int:
+    """`count` bytes in the largest unit that holds it whole (`6GiB`, `1500MB`); else the count."""
+    for unit, factor in _UNITS:
+        if count >= factor and count % factor == 0:
+            return f"{count // factor}{unit}"
+    return count

@@ -9,8 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gpuwarden.client import NOT_RUNNING
+from gpuwarden.core.config.spec import spec_from_mapping
 from tests import preloaded
 
 
@@ -292,3 +294,28 @@ def test_a_preset_setting_passed_twice_is_the_knob_at_both_places_holding_the_la
         "--gradient_accumulation_steps",
     ]
     assert spec["knobs"]["per_device_train_batch_size"] == 16
+
+
+@pytest.mark.parametrize(
+    ("given", "written"),
+    [
+        ("1300MiB", "1300MiB"),
+        ("6GiB", "6GiB"),
+        ("1500MB", "1500MB"),
+        ("1.5GiB", "1536MiB"),
+        ("123456789", "123456789"),
+    ],
+)
+def test_print_spec_writes_a_memory_limit_as_a_size_that_reads_back_the_same(
+    tmp_path: Path, given: str, written: str
+) -> None:
+    printed = _run("--print-spec", "--memory-limit", given, "--", "python", "-c", "pass", cwd=tmp_path)
+    assert printed.returncode == 0, printed.stderr
+    assert f"  memory_limit: {written}\n" in printed.stdout
+    as_json = _run(
+        "--print-spec", "--json", "--memory-limit", given, "--", "python", "-c", "pass", cwd=tmp_path
+    )
+    limit = json.loads(as_json.stdout)["resources"]["memory_limit"]
+    assert isinstance(limit, int)  # for programs: the count
+    again = spec_from_mapping(yaml.safe_load(printed.stdout), label="printed")
+    assert again.resources.memory_limit == limit
