@@ -31,9 +31,7 @@ lint: $(STAMP)
 # whole suite costs a quarter of a minute), then the rest on three workers, a test module per
 # worker at a time so module fixtures are built once. Three on two cores: many tests wait on a
 # daemon or a child process, and a third worker fills those waits (8.5 against 9.5 minutes). The
-# parallel run goes last so the run ends with the suite's real summary line. The workers take the
-# heaviest modules first (tests/conftest.py orders them; xdist's own order, by test count, would
-# leave a module of four real training runs for the end).
+# parallel run goes last so the run ends with the suite's real summary line.
 JOBS ?= 3
 SERIAL_MODULES = $(shell grep -rl --include='test_*.py' 'mark\.serial' tests)
 # The tests start hundreds of Python processes (daemons, runners, CLI calls) and every xdist
@@ -42,7 +40,7 @@ SERIAL_MODULES = $(shell grep -rl --include='test_*.py' 'mark\.serial' tests)
 unit: export PYTHONDONTWRITEBYTECODE :=
 unit: $(STAMP)
 	$(if $(SERIAL_MODULES),$(BIN)/pytest -q -p no:xdist -m serial $(SERIAL_MODULES))
-	$(BIN)/pytest -q -n $(JOBS) --dist loadfile --no-loadscope-reorder -m "not serial"
+	$(BIN)/pytest -q -n $(JOBS) --dist loadfile -m "not serial"
 
 test: lint unit
 
@@ -52,7 +50,7 @@ test: lint unit
 test-fast: export PYTHONDONTWRITEBYTECODE :=
 test-fast: $(STAMP)
 	$(if $(SERIAL_MODULES),$(BIN)/pytest -q -p no:xdist -m "serial and not slow" $(SERIAL_MODULES) || [ $$? -eq 5 ])
-	$(BIN)/pytest -q -n $(JOBS) --dist loadfile --no-loadscope-reorder -m "not serial and not slow"
+	$(BIN)/pytest -q -n $(JOBS) --dist loadfile -m "not serial and not slow"
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
