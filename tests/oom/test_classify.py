@@ -271,6 +271,22 @@ def test_host_cpu_allocator_exact_string() -> None:
     assert c.retunable
 
 
+def test_a_host_allocation_under_the_runs_memory_limit_is_said_to_be_at_the_limit() -> None:
+    # A user with gigabytes free is not told the host ran out: it was the run's own limit.
+    assert classify_text(CPU_FORM).reason.endswith(": host memory exhausted")
+    limited = classify_text(CPU_FORM, memory_limit=1300 * MiB)
+    assert limited.verdict == "host_oom" and limited.fields["requested"] == 4_000_000_000
+    assert (
+        limited.reason
+        == "host allocator could not allocate 3.73 GiB: the run's memory limit (1.27 GiB) reached"
+    )
+    memory_error = classify_text("MemoryError", memory_limit=6 * GiB)
+    assert memory_error.reason == "Python raised MemoryError: the run's memory limit (6.00 GiB) reached"
+    # The kernel's OOM killer never acts on an address-space limit: the host's memory it is.
+    killed = "RuntimeError: DataLoader worker (pid 31337) is killed by signal: Killed. "
+    assert classify_text(killed, memory_limit=6 * GiB).reason.endswith(": host memory exhausted")
+
+
 def test_dataloader_worker_killed() -> None:
     text = "RuntimeError: DataLoader worker (pid 31337) is killed by signal: Killed. "
     c = classify_text(text)

@@ -471,28 +471,35 @@ def _classify_gpu(
     return Classification(verdict, _line_at(text, match.start), fields, reason)
 
 
-def _classify_host(text: str, match: _Match) -> Classification:
+def _classify_host(text: str, match: _Match, memory_limit: int | None = None) -> Classification:
     line = _line_at(text, match.start)
     fields: dict[str, float | int | str] = {"source": match.source, "device": "cpu"}
+    # Under the run's address-space limit an allocation fails at the limit, not for want of the
+    # host's memory: a user with gigabytes free is told which of the two it was.
+    exhausted = _EXHAUSTED
+    if memory_limit:
+        exhausted = f"the run's memory limit ({format_size(memory_limit)}) reached"
     if match.source == "cpu_allocator":
         m = _RE_CPU_REQUESTED.search(line)
         if m is not None:
             fields["requested"] = int(m.group(1))
-            reason = (
-                f"host allocator could not allocate {format_size(int(m.group(1)))}: host memory exhausted"
-            )
+            reason = f"host allocator could not allocate {format_size(int(m.group(1)))}: {exhausted}"
         else:
-            reason = "host allocator could not allocate memory: host memory exhausted"
+            reason = f"host allocator could not allocate memory: {exhausted}"
     elif match.source == "dataloader_killed":
         pid = re.search(r"\(pid\(?s?\)? ?(\d+)\)", line)
         if pid is not None:
             fields["pid"] = int(pid.group(1))
-        reason = "a DataLoader worker was killed (SIGKILL, the kernel's OOM killer): host memory exhausted"
+        # The kernel's OOM killer: the host's (or the cgroup's) memory, never the address-space limit.
+        reason = f"a DataLoader worker was killed (SIGKILL, the kernel's OOM killer): {_EXHAUSTED}"
     elif match.source == "enomem":
-        reason = "the system refused memory (ENOMEM): host memory exhausted"
+        reason = f"the system refused memory (ENOMEM): {exhausted}"
     else:
-        reason = "Python raised MemoryError: host memory exhausted"
+        reason = f"Python raised MemoryError: {exhausted}"
     return Classification("host_oom", line, fields, reason)
+
+
+_EXHAUSTED = "host memory exhausted"
 
 
 def _killed_by_sigkill(exit_code: int | None, signal: int | None) -> bool:
@@ -508,6 +515,7 @@ def classify_text(
     oom_kill: bool | None = None,
     capacity: int | None = None,
     memory_pressure: bool | None = None,
+    memory_limit: int | None = None,
 ) -> Classification:
     """Classify a failure from its error text (stderr, a traceback) and how the process ended.
 
@@ -515,7 +523,8 @@ def classify_text(
     `read_oom_kill_count`). `capacity` is the card's memory in bytes, used to spot a request
     larger than the card when the message does not say the total. `memory_pressure` is True when
     the daemon's samples showed the card nearly full at the failure: the evidence that turns an
-    ambiguous cuDNN NOT_SUPPORTED into an out-of-memory.
+    ambiguous cuDNN NOT_SUPPORTED into an out-of-memory. `memory_limit` is the run's address-space
+    limit, where it has one: a host allocation's failure is then said to be at that limit.
     """
     killed = _killed_by_sigkill(exit_code, signal)
     if killed and oom_kill:
@@ -527,7 +536,7 @@ def classify_text(
             "killed by SIGKILL and the cgroup's oom_kill counter grew: host memory exhausted",
         )
     matches = _find_matches(text)
-    from_message = _from_oom_message(text, matches, capacity, memory_pressure)
+    from_message = _from_oom_message(text, matches, capacity, memory_pressure, memory_limit)
     if from_message is not None:
         return from_message
     return _without_oom_message(text, matches, exit_code=exit_code, killed=killed, oom_kill=oom_kill)
@@ -538,7 +547,11 @@ def _signal_exit_code(exit_code: int | None) -> int:
 
 
 def _from_oom_message(
-    text: str, matches: list[_Match], capacity: int | None, memory_pressure: bool | None
+    text: str,
+    matches: list[_Match],
+    capacity: int | None,
+    memory_pressure: bool | None,
+    memory_limit: int | None = None,
 ) -> Classification | None:
     """The out-of-memory message that ended the run, classified; None when none is to be trusted.
 
@@ -551,7 +564,7 @@ def _from_oom_message(
         return None
     chosen = _last_line_match(usable, text)
     if chosen.family == "host":
-        return _classify_host(text, chosen)
+        return _classify_host(text, chosen, memory_limit)
     if chosen.family == "ambiguous" and definite:
         # The numbers, if any, come from the last real allocator message before it.
         numbers_from = max(definite, key=lambda m: m.start)

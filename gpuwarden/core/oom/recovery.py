@@ -92,19 +92,25 @@ class RecoveryPlan:
         }
 
 
-def classification_of(facts: AttemptFacts) -> Classification:
-    """The runner's `oom` event of this attempt if any, else the text and exit status."""
+def classification_of(facts: AttemptFacts, memory_limit: int | None = None) -> Classification:
+    """The runner's `oom` event of this attempt if any, else the text and exit status
+    (`memory_limit`: the run's address-space limit, if it has one)."""
     for e in reversed(facts.events):
         if e.get("attempt") == facts.number and e.get("type") == "oom":
             fields = e.get("fields") if isinstance(e.get("fields"), dict) else {}
             verdict = str(e.get("verdict") or "gpu_capacity")
-            text = classify_text(str(e.get("message") or ""), exit_code=facts.exit_code)
+            message = str(e.get("message") or "")
+            text = classify_text(message, exit_code=facts.exit_code, memory_limit=memory_limit)
             # The runner saw the exception chain: its verdict stands; the text adds the reason.
             if text.verdict == verdict:
                 return text
-            return Classification(verdict, str(e.get("message") or ""), fields, text.reason or verdict)  # type: ignore[arg-type]
+            return Classification(verdict, message, fields, text.reason or verdict)  # type: ignore[arg-type]
     return classify_text(
-        facts.stderr_tail, exit_code=facts.exit_code, signal=facts.signal, oom_kill=facts.oom_kill
+        facts.stderr_tail,
+        exit_code=facts.exit_code,
+        signal=facts.signal,
+        oom_kill=facts.oom_kill,
+        memory_limit=memory_limit,
     )
 
 
@@ -271,7 +277,8 @@ def plan_recovery(
     earlier run of the same shape measured under the same memory; `probe_processes` says how many
     processes `probe` started (one per size when not given); `restart_measures` says that no probe
     runs because the restart itself measures its size (a user's own program)."""
-    classification = classification_of(facts)
+    limit = spec.resources.memory_limit
+    classification = classification_of(facts, int(limit) if limit is not None else None)
     policy = resolve_policy(spec.policy, kind=spec.kind)
     knobs = {**current_knobs(spec), **_spec_hints(spec), **(hints or {})}
     host = classification.verdict == "host_oom"

@@ -225,7 +225,14 @@ def _verdict(
     )
     if verdict.outcome == "failed" and status.known:
         # A program that is not our runner says it ran out of memory only on stderr.
-        text = classify_text(stderr_tail, exit_code=status.code, signal=status.signal, oom_kill=oom_kill)
+        limit = ctx.run(active.run_id)["spec"].get("resources", {}).get("memory_limit")
+        text = classify_text(
+            stderr_tail,
+            exit_code=status.code,
+            signal=status.signal,
+            oom_kill=oom_kill,
+            memory_limit=int(limit) if limit else None,
+        )
         if text.is_oom:
             return ExitVerdict("oom", f"{text.verdict}: {plain_text(text.reason)} ({status.describe()})")
         if text.verdict == "shape_bug":
