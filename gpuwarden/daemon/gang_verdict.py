@@ -45,8 +45,10 @@ def gang_verdict(
     rank_stderr: Callable[[int], str],
     torchrun_stderr: str,
     rank0_event: str | None,
+    memory_limit: int | None = None,
 ) -> tuple[ExitVerdict, RankEvidence]:
-    """The attempt's verdict and the evidence behind it."""
+    """The attempt's verdict and the evidence behind it (`memory_limit`: every rank's
+    address-space limit, where the run has one)."""
     first = outcome.first_failure
     if hang_reason is not None:
         return ExitVerdict("hang", hang_reason), RankEvidence(None, status, torchrun_stderr)
@@ -62,16 +64,22 @@ def gang_verdict(
         return verdict, RankEvidence(None, status, torchrun_stderr)
     stderr = rank_stderr(first.rank) or torchrun_stderr
     evidence = RankEvidence(first.rank, rank_status(first), stderr)
-    return _rank_verdict(first, evidence, oom_kill), evidence
+    return _rank_verdict(first, evidence, oom_kill, memory_limit), evidence
 
 
-def _rank_verdict(first: RankOutcome, evidence: RankEvidence, oom_kill: bool | None) -> ExitVerdict:
+def _rank_verdict(
+    first: RankOutcome, evidence: RankEvidence, oom_kill: bool | None, memory_limit: int | None
+) -> ExitVerdict:
     who = f"rank {first.rank}"
     how = evidence.status.describe() if evidence.status.known else "exit status unknown"
     if (first.failure is not None and first.failure.get("type") == "oom") or first.exit_code == EXIT_OOM:
         return ExitVerdict("oom", f"{who}: {first.message or 'out of memory'} ({how})")
     text = classify_text(
-        evidence.stderr_tail, exit_code=evidence.status.code, signal=evidence.status.signal, oom_kill=oom_kill
+        evidence.stderr_tail,
+        exit_code=evidence.status.code,
+        signal=evidence.status.signal,
+        oom_kill=oom_kill,
+        memory_limit=memory_limit,
     )
     if text.is_oom:
         return ExitVerdict("oom", f"{who}: {text.verdict}: {text.reason} ({how})")

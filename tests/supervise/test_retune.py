@@ -107,6 +107,31 @@ def test_a_command_oom_is_read_from_stderr(rig: Rig) -> None:
     assert rig.state(run_id) == RunState.RUNNING and rig.run(run_id)["attempt"] == 2
 
 
+CPU_OOM = (
+    "RuntimeError: [enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
+    "memory: you tried to allocate 134217728 bytes. Error code 12 (Cannot allocate memory)\n"
+)
+
+
+def test_a_host_oom_under_the_runs_memory_limit_names_the_limit_not_the_hosts_memory(rig: Rig) -> None:
+    rig.use(Hooks(retune=Halving()))
+    limited = rig.submit(
+        command("limited", knobs={"bs": 16}, resources={"gpus": 0, "memory_limit": "1300MiB"})
+    )
+    free = rig.submit(command("free", knobs={"bs": 16}, resources={"gpus": 0}))
+    rig.step()
+    for run_id in (limited, free):
+        rig.proc_of(run_id).write_stderr(CPU_OOM)
+        rig.proc_of(run_id).exit(1)
+    rig.step(2)
+    first_limited, first_free = rig.attempts(limited)[0], rig.attempts(free)[0]
+    assert first_limited["reason"] == (
+        "host_oom: host allocator could not allocate 128.00 MiB: the run's memory limit (1.27 GiB) reached"
+        " (exit code 1)"
+    )
+    assert first_free["reason"].endswith("could not allocate 128.00 MiB: host memory exhausted (exit code 1)")
+
+
 def test_a_kernel_oom_kill_is_an_oom(rig: Rig) -> None:
     hook = Halving()
     rig.use(Hooks(retune=hook))

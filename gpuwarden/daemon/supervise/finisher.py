@@ -48,7 +48,7 @@ def finish(
     oom_kill = oom_kill_grew(active.oom_before, ctx.backends.oom_kills())
     stderr_tail = tail_of(active.stderr_path)
     if active.gang:
-        verdict, evidence = _gang(active, status, oom_kill, stderr_tail)
+        verdict, evidence = _gang(active, status, oom_kill, stderr_tail, _memory_limit(ctx, active.run_id))
     else:
         verdict = _verdict(ctx, active, status, oom_kill, stderr_tail)
         evidence = RankEvidence(None, status, stderr_tail)
@@ -148,7 +148,7 @@ def ended_unwatched(active: Active, now: float) -> float:
 
 
 def _gang(
-    active: Active, status: ExitStatus, oom_kill: bool | None, torchrun_stderr: str
+    active: Active, status: ExitStatus, oom_kill: bool | None, torchrun_stderr: str, memory_limit: int | None
 ) -> tuple[ExitVerdict, RankEvidence]:
     # Every machine's torchrun says which of its ranks failed: a rank that wrote no event is found
     # only there.
@@ -167,6 +167,7 @@ def _gang(
         rank_stderr=lambda rank: tail_of(logs[rank].stderr) if rank in logs else "",
         torchrun_stderr=torchrun_stderr,
         rank0_event=active.decisive_event,
+        memory_limit=memory_limit,
     )
 
 
@@ -225,13 +226,12 @@ def _verdict(
     )
     if verdict.outcome == "failed" and status.known:
         # A program that is not our runner says it ran out of memory only on stderr.
-        limit = ctx.run(active.run_id)["spec"].get("resources", {}).get("memory_limit")
         text = classify_text(
             stderr_tail,
             exit_code=status.code,
             signal=status.signal,
             oom_kill=oom_kill,
-            memory_limit=int(limit) if limit else None,
+            memory_limit=_memory_limit(ctx, active.run_id),
         )
         if text.is_oom:
             return ExitVerdict("oom", f"{text.verdict}: {plain_text(text.reason)} ({status.describe()})")
@@ -274,12 +274,12 @@ LOADER_OUT_OF_ROOM = (
 
 
 def _limit_too_small(ctx: Context, run_id: str, status: ExitStatus, stderr_tail: str) -> ExitVerdict | None:
-    limit = (ctx.run(run_id)["spec"].get("resources") or {}).get("memory_limit")
+    limit = _memory_limit(ctx, run_id)
     if not limit or not any(sign in stderr_tail for sign in LOADER_OUT_OF_ROOM):
         return None
     return ExitVerdict(
         "failed",
-        f"resources.memory_limit ({size(int(limit))}) leaves no room to load the program's libraries — "
+        f"resources.memory_limit ({size(limit)}) leaves no room to load the program's libraries — "
         f"raise it ({status.describe()})",
     )
 
@@ -298,10 +298,15 @@ def gpu_capacity(ctx: Context, gpus: Sequence[str]) -> int | None:
     return min(totals) if totals else None
 
 
+def _memory_limit(ctx: Context, run_id: str) -> int | None:
+    """The run's address-space limit, if it has one."""
+    limit = (ctx.run(run_id)["spec"].get("resources") or {}).get("memory_limit")
+    return int(limit) if limit else None
+
+
 def host_capacity(ctx: Context, run_id: str) -> int | None:
     """The run's address-space limit, else the host's memory."""
-    limit = ctx.run(run_id)["spec"].get("resources", {}).get("memory_limit")
-    return int(limit) if limit else ctx.backends.host_memory()
+    return _memory_limit(ctx, run_id) or ctx.backends.host_memory()
 
 
 def tail_of(path: Path, size: int = STDERR_TAIL_BYTES) -> str:
