@@ -111,3 +111,17 @@ def test_the_sentence_says_which_way_it_was_decided() -> None:
     assert retune_sentence(Retune.model_validate(record)).endswith(
         "16 chosen, the largest that divides 64 (2 probe processes, 2 sizes)"
     )
+
+
+def test_a_retune_decided_without_memory_figures_reads_with_one_aside() -> None:
+    blind = {"batch": None, "basis": "no measured peaks", "capacity": 1363148800, "headroom": 0.08}
+    decided = "decided without memory figures, no probe: the restart measures its size itself"
+    record = {
+        **HOST_OOM,
+        "prediction": blind,
+        "evidence": {**HOST_OOM["evidence"], "decided": decided, "decision": {"prediction": blind}},
+    }
+    assert retune_sentence(Retune.model_validate(record)).endswith(
+        "; memory model: no fit yet, no measured peaks (decided without memory figures, no probe: the"
+        " restart measures its size itself)"
+    )

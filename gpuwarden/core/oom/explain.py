@@ -163,7 +163,7 @@ def model_text(retune: Retune) -> str:
     fits = _number(prediction.get("batch"))
     if fits is None:
         basis = prediction.get("basis")
-        return f"memory model: no fit yet ({basis})" if basis else ""
+        return f"memory model: no fit yet, {basis}" if basis else ""
     if fits == 0:
         return "memory model: not even one sample fits under the limit"
     text = f"memory model: {fits:g} fits{_spare_text(prediction, fits)}"
