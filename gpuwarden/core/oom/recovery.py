@@ -277,8 +277,7 @@ def plan_recovery(
     earlier run of the same shape measured under the same memory; `probe_processes` says how many
     processes `probe` started (one per size when not given); `restart_measures` says that no probe
     runs because the restart itself measures its size (a user's own program)."""
-    limit = spec.resources.memory_limit
-    classification = classification_of(facts, int(limit) if limit is not None else None)
+    classification = classification_of(facts, spec.resources.memory_limit)
     policy = resolve_policy(spec.policy, kind=spec.kind)
     knobs = {**current_knobs(spec), **_spec_hints(spec), **(hints or {})}
     host = classification.verdict == "host_oom"
