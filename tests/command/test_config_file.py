@@ -52,6 +52,60 @@ def test_yaml_keeps_comments_order_quotes_and_indent(tmp_path: Path) -> None:
     assert path.read_text() == YAML_TEXT  # only ever read
 
 
+LIGHTNING_CLI_YAML = """\
+# trainer settings
+trainer:
+  max_steps: 12
+  accumulate_grad_batches: 1
+  callbacks:
+    - class_path: lightning.pytorch.callbacks.ModelCheckpoint
+      init_args:
+        every_n_train_steps: 4
+data:
+  batch_size: 64   # per device
+"""
+FLUSH_LIST_YAML = """\
+training:
+  batch_size: 64
+  files:
+  - a.jsonl
+  - b.jsonl
+"""
+LIST_OF_MAPPINGS_YAML = """\
+stages:
+- training:
+    batch_size: 64
+  name: warmup
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "changed"),
+    [
+        (
+            LIGHTNING_CLI_YAML,
+            "data.batch_size",
+            ["-  batch_size: 64   # per device", "+  batch_size: 32   # per device"],
+        ),
+        (FLUSH_LIST_YAML, "training.batch_size", ["-  batch_size: 64", "+  batch_size: 32"]),
+        (
+            LIST_OF_MAPPINGS_YAML,
+            "stages.0.training.batch_size",
+            ["-    batch_size: 64", "+    batch_size: 32"],
+        ),
+    ],
+    ids=["nested-keys-by-2-lists-by-4", "lists-flush-with-their-key", "a-list-of-mappings"],
+)
+def test_yaml_whose_lists_and_mappings_indent_differently_changes_one_line(
+    tmp_path: Path, text: str, key: str, changed: list[str]
+) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    doc = load_config(path)
+    doc.set(key, 32)
+    assert _changed_lines(text, doc.dump()) == changed
+
+
 def test_toml_and_json_keep_their_layout(tmp_path: Path) -> None:
     toml = tmp_path / "c.toml"
     toml.write_text("# run\n[training]\nbatch_size = 8  # micro\nlr = 1e-4\n\n[data]\nmax_length = 512\n")

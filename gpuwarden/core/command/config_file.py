@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import io
+import itertools
 import json
 import re
 import tomllib
@@ -52,8 +53,34 @@ def _yaml(text: str) -> YAML:
         _, indent, block_seq_indent = load_yaml_guess_indent(text)
     except YAMLError:
         indent, block_seq_indent = None, None
-    yaml.indent(mapping=indent or 2, sequence=indent or 2, offset=block_seq_indent or 0)
+    # ruamel's guess is the sequences' indent where the file has a nested list (`callbacks:` then
+    # `    - x`): a mapping nested under a key may be indented less, and is measured on its own.
+    mapping = _mapping_indent(text) or indent or 2
+    yaml.indent(mapping=mapping, sequence=indent or mapping, offset=block_seq_indent or 0)
     return yaml
+
+
+def _mapping_indent(text: str) -> int | None:
+    """How far the file indents a mapping nested under a key: the first `key:` line (nothing after
+    it but a comment) whose next significant line is a deeper key, not a list item."""
+    lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    for line, following in itertools.pairwise(lines):
+        head = line.split(" #", 1)[0].rstrip()
+        if not head.endswith(":") or following.lstrip().startswith("-"):
+            continue
+        deeper = _indent_of(following) - _key_column(line)
+        if deeper > 0:
+            return deeper
+    return None
+
+
+def _indent_of(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def _key_column(line: str) -> int:
+    """Where a line's key starts: after its indent and any list dashes (`  - model:` → 4)."""
+    return len(line) - len(line.lstrip(" -"))
 
 
 @dataclass

@@ -20,6 +20,7 @@ from gpuwarden.core.command.checkpoints import FoundCheckpoint, newest_checkpoin
 from gpuwarden.core.command.config_file import ConfigDocument, load_config, unified_diff
 from gpuwarden.core.command.record import attempt_dir, changes_text, read_record, write_record
 from gpuwarden.core.command.resume import passes_resume, unpassed_note
+from gpuwarden.core.command.saved_config import set_aside, set_aside_note
 from gpuwarden.core.config.spec import RunSpec
 from gpuwarden.core.config.templating import render, render_argv, template_values
 
@@ -149,9 +150,8 @@ def prepare_attempt(spec: RunSpec, run_id: str, run_dir: Path, attempt: int) -> 
     builtins = _builtins(spec, run_id, run_dir, attempt)
     events_file = Path(builtins["events_file"])
     copy = Path(builtins["config_file"]) if command.config_file is not None else None
-    found = _find_resume(
-        spec, template_values(spec, builtins), run_dir, attempt, cwd, _first_started(run_dir, attempt, now)
-    )
+    since = _first_started(run_dir, attempt, now)
+    found = _find_resume(spec, template_values(spec, builtins), run_dir, attempt, cwd, since)
     builtins["resume_from"] = str(found.path) if found is not None else ""
     values = template_values(spec, builtins)
     knobs = {name: values[name] for name in spec.knobs}  # text values with built-ins filled in
@@ -170,6 +170,8 @@ def prepare_attempt(spec: RunSpec, run_id: str, run_dir: Path, attempt: int) -> 
         }
     )
     note = _resume_note(spec, attempt, found)
+    moved = set_aside_note(set_aside(spec, values, argv, cwd, run_dir, attempt, since), attempt)
+    note = "; ".join(part for part in (note, moved) if part)
     # Found is not handed over: a checkpoint the command passes nowhere is not the attempt's resume
     # point (its variable stays set: a script that asks sdk.resume_from() says so itself).
     handed = resume_from if passes_resume(command, spec.knobs) else ""
