@@ -216,3 +216,45 @@ def test_a_knob_value_in_the_spec_wins_over_the_flag_text() -> None:
         "{gradient_accumulation_steps}",
     ]
     assert current_knobs(spec) == {"batch_size": 4, "grad_accum_steps": 4}
+
+
+PRINTED_LIGHTNING_CLI = """\
+# what `python main.py fit --print_config` writes, in part
+seed_everything: 0
+trainer:
+  max_steps: -1
+  max_epochs: 6
+  accumulate_grad_batches: 1
+  default_root_dir: null
+data:
+  batch_size: 64
+ckpt_path: null
+"""
+
+
+def test_a_config_lightning_cli_printed_is_taken_with_its_train_by_epochs_max_steps(tmp_path: Path) -> None:
+    (tmp_path / "full.yaml").write_text(PRINTED_LIGHTNING_CLI)
+    argv = ["python", "main.py", "fit", "--config", "full.yaml"]
+    spec = _command(argv, "lightning", cwd=str(tmp_path), config_file=str(tmp_path / "full.yaml"))
+    assert spec.command is not None
+    assert spec.knobs["max_steps"] == -1 and spec.command.roles.max_steps == "max_steps"
+    first = prepare_attempt(spec, "r1", tmp_path / "run", 1)
+    assert first.record.config is not None and first.record.config.changes == {}
+
+
+def test_a_lightning_cli_config_without_max_steps_can_still_be_probed(tmp_path: Path) -> None:
+    (tmp_path / "config.yaml").write_text("trainer:\n  max_epochs: 6\ndata:\n  batch_size: 64\n")
+    argv = ["python", "main.py", "fit", "--config", "config.yaml"]
+    spec = _command(argv, "lightning", cwd=str(tmp_path), config_file=str(tmp_path / "config.yaml"))
+    assert spec.command is not None and spec.command.roles.max_steps == "max_steps"
+    assert spec.knobs["max_steps"] == -1
+    first = prepare_attempt(spec, "r1", tmp_path / "run", 1)
+    assert first.record.config is not None and first.record.config.changes == {}  # the file as written
+    probe = spec.model_copy(update={"knobs": {**spec.knobs, "max_steps": 5}})
+    copy = prepare_attempt(probe, "p1", tmp_path / "probe", 1).record.config
+    assert copy is not None and copy.changes == {"trainer.max_steps": (-1, 5)}
+
+
+def test_max_steps_below_one_other_than_no_limit_is_one_line() -> None:
+    with pytest.raises(UserError, match=r"a max_steps must be a whole number ≥ 1, or -1 for no limit"):
+        _command(["python", "t.py", "--max_steps", "0"], "lightning")

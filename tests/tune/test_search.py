@@ -90,6 +90,22 @@ def test_a_start_that_does_not_fit_shrinks_over_divisors() -> None:
     assert result.best.candidate.grad_accum_steps == 2
 
 
+def test_a_smaller_batch_chosen_over_one_that_ran_says_the_headroom_ruled_it_out() -> None:
+    # 20 GB: 64 (34 GB) runs out, 32 (18 GB) runs but leaves 10 % free, under a 12 % headroom.
+    m = Machine(knee=10**6)
+    search = Search(m, capacity=int(m.capacity), headroom=0.12)
+    result = search.run(Candidate(64, 1, "fp32", False), per_device_batch=64)
+    assert [c.batch_size for c in m.calls[:3]] == [64, 32, 16]
+    assert result.best is not None and result.best.candidate.batch_size == 16
+    assert result.stopped_because.startswith(
+        "the starting micro-batch did not fit; this is the largest that did"
+    )
+    assert (
+        "(micro-batch 32 ran with a peak of 17 GiB, leaving 10 % of 19 GiB free: less than the 12 % "
+        "headroom kept — --headroom sets it)" in result.stopped_because
+    )
+
+
 def test_precision_then_compile_at_the_best_batch() -> None:
     m = Machine(knee=8, bf16_speedup=1.5)
     result = Search(m, capacity=int(m.capacity)).run(

@@ -128,6 +128,14 @@ def _names_config_file(spec: RunSpec) -> RunSpec:
     )
 
 
+def _whole(value: Any, role: str) -> bool:
+    """A whole number ≥ 1; `max_steps` may also be -1, the frameworks' "train by epochs"
+    (LightningCLI's `--print_config` and the Trainer's defaults write it)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        return False
+    return value >= 1 or (role == "max_steps" and value == -1)
+
+
 def _check_roles(spec: RunSpec) -> None:
     assert spec.command is not None
     roles = spec.command.roles
@@ -140,8 +148,9 @@ def _check_roles(spec: RunSpec) -> None:
             )
         value = spec.knobs.get(name)
         where = f"knobs.{name} (command.roles.{role})"
-        if role in _INT_ROLES and not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
-            raise UserError(f"{where} is {value!r}: a {role} must be a whole number ≥ 1")
+        if role in _INT_ROLES and not _whole(value, role):
+            no_limit = ", or -1 for no limit" if role == "max_steps" else ""
+            raise UserError(f"{where} is {value!r}: a {role} must be a whole number ≥ 1{no_limit}")
         if role == "gradient_checkpointing" and not isinstance(value, bool):
             raise UserError(f"{where} is {value!r}: gradient_checkpointing must be true or false")
         if role == "precision" and value not in PRECISIONS:

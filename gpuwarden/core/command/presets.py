@@ -318,6 +318,26 @@ def _scan_config(draft: _Draft, preset: Preset, config: ConfigDocument) -> None:
             continue
         if isinstance(value, bool | int | float | str) and _claim(draft, preset, name, value):
             draft.bind[knob] = KnobBinding(config=name)
+    if preset is LIGHTNING and isinstance(_get(config, "trainer"), dict):
+        _bind_max_steps(draft)
+
+
+def _get(config: ConfigDocument, key: str) -> Any:
+    try:
+        return config.get(key)
+    except KeyError:
+        return None
+
+
+def _bind_max_steps(draft: _Draft) -> None:
+    """A LightningCLI config without `trainer.max_steps` trains by epochs; the key is still the
+    Trainer's, so a probe can set it to stop after a few steps (`tune`)."""
+    if "max_steps" in draft.roles or "max_steps" in draft.claimed or "max_steps" in draft.bind:
+        return
+    draft.knobs.setdefault("max_steps", -1)
+    draft.roles["max_steps"] = "max_steps"
+    draft.bind["max_steps"] = KnobBinding(config="trainer.max_steps", default=-1)
+    draft.claimed.add("max_steps")
 
 
 def _add_accumulation(draft: _Draft, preset: Preset, from_config: bool, user_roles: set[str]) -> None:

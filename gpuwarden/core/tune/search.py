@@ -32,6 +32,7 @@ from typing import Any
 from gpuwarden.core.oom.memory_model import DEFAULT_HEADROOM, predict_max_batch
 from gpuwarden.core.tune import noise as noise_rule
 from gpuwarden.core.tune.objective import Objective, samples_per_kwh, score
+from gpuwarden.core.units import size
 
 
 @dataclass(frozen=True)
@@ -475,7 +476,32 @@ class Search:
         if shrunk is None:
             why = self._why(self.trials[-1])
             return None, f"even the smallest micro-batch did not fit or failed ({why})"
-        return shrunk, "the starting micro-batch did not fit; this is the largest that did"
+        return (
+            shrunk,
+            "the starting micro-batch did not fit; this is the largest that did"
+            + self._headroom_note(shrunk),
+        )
+
+    def _headroom_note(self, chosen: Candidate) -> str:
+        """Why a larger micro-batch that ran is not chosen: it left less free than the headroom
+        (a user sees its probe's speed and peak, and would otherwise wonder)."""
+        over = [
+            t
+            for t in self.trials
+            if t.candidate.batch_size > chosen.batch_size
+            and t.ok
+            and self._score(t) is not None
+            and not self._fits(t)
+        ]
+        if not over or self.capacity is None:
+            return ""
+        t = max(over, key=lambda t: t.candidate.batch_size)
+        free = 1.0 - (t.mem_peak or 0) / self.capacity
+        return (
+            f" (micro-batch {t.candidate.batch_size} ran with a peak of {size(t.mem_peak)}, leaving "
+            f"{100 * free:.0f} % of {size(self.capacity)} free: less than the {100 * self.headroom:.0f} % "
+            "headroom kept — --headroom sets it)"
+        )
 
     def _predicted_not_to_fit(self, batch: int) -> str | None:
         """Why `batch` is skipped, when the memory model fitted to the probes so far says it will not fit."""
