@@ -9,6 +9,7 @@ refused by the file attempt 1 saved, and the run would end failed."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -98,3 +99,28 @@ def test_a_lightning_cli_project_restarts_past_the_config_its_first_attempt_save
     assert recovered.keys() == reference.keys()
     for name, tensor in reference.items():
         torch.testing.assert_close(recovered[name], tensor, rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.slow
+def test_the_lightning_callback_named_in_the_config_reports_without_a_line_of_code(tmp_path: Path) -> None:
+    folder = _project(tmp_path / "project")
+    config = (folder / "config.yaml").read_text()
+    entry = "    - class_path: gpuwarden.sdk.lightning.GpuwardenCallback\n"
+    (folder / "config.yaml").write_text(
+        config.replace("        save_top_k: -1\n", "        save_top_k: -1\n" + entry)
+    )
+    events = tmp_path / "events.jsonl"  # what the daemon gives each attempt
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUWARDEN_")}
+    done = subprocess.run(
+        [sys.executable, "main.py", "fit", "--config", "config.yaml", "--trainer.max_epochs", "2"],
+        cwd=folder,
+        env={**env, **PINNED, "GPUWARDEN_EVENTS_FILE": str(events)},
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    reported = [json.loads(line) for line in events.read_text().splitlines()]
+    steps = [(e["step"], e["samples_seen"]) for e in reported if e["type"] == "progress"]
+    assert steps == [(1, 64), (2, 128)]
+    assert [e["type"] for e in reported].count("fixed_memory") == 1
