@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import click
 
-from gpuwarden.core.config.argv_flags import setting_name, valued_flags
+from gpuwarden.core.config.argv_flags import override_setting, setting_name, valued_flags
 from gpuwarden.core.errors import UserError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -125,8 +125,13 @@ def _gpus(text: str | None) -> int | list[str]:
     return [g.strip() for g in text.split(",") if g.strip()]
 
 
-def _no_knob(flag: str, target: str) -> str:
+def _no_knob(flag: str, target: str, overrides: bool) -> str:
     """The fix for a role naming nothing, in the flags' words (the spec's are `knobs:`)."""
+    if "." in target and overrides:
+        return (
+            f"{flag}: {target!r} is not in the command — add {target}=VALUE (the value it has now) "
+            "beside the command's other overrides, or --config-file FILE where the key lives"
+        )
     if "." in target:
         return (
             f"{flag}: {target!r} looks like a config key, but no --config-file names the file — add "
@@ -146,6 +151,7 @@ def _roles_and_binds(
     knob_names: set[str],
     preset: bool,
     flags: set[str],
+    overrides: bool = False,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     from gpuwarden.core.config.spec_command import KEY_PATH_RE  # the spec models: `run`'s, not `ps`'s
 
@@ -172,7 +178,7 @@ def _roles_and_binds(
         elif target in bind or target in knob_names or preset or setting_name(target) in flags:
             role_map[role] = target  # a flag of the command becomes its knob (as a preset's do)
         elif config_file is None:
-            raise UserError(_no_knob(f"--role {role}={target}", target))
+            raise UserError(_no_knob(f"--role {role}={target}", target, overrides))
         else:
             # A key of the config file: a knob named after the key's last part carries it.
             knob = target.rsplit(".", 1)[-1]
@@ -204,7 +210,10 @@ def command_document(
     config = (cwd / config_file).absolute() if config_file is not None else None
     knob_values = {k: _value(v) for k, v in _pairs(knobs, "--knob")}
     preset = framework not in (None, "none")
-    role_map, bind = _roles_and_binds(roles, binds, config, set(knob_values), preset, valued_flags(argv))
+    overrides = any(override_setting(item) for item in argv[1:])  # Hydra's `key=value`
+    role_map, bind = _roles_and_binds(
+        roles, binds, config, set(knob_values), preset, valued_flags(argv), overrides
+    )
     command: dict[str, Any] = {"argv": argv, "cwd": str(cwd.absolute())}
     if config is not None:
         command["config_file"] = str(config)

@@ -106,6 +106,19 @@ def test_a_restart_start_flag_sets_it_in_the_spec(tmp_path: Path, flag: str, say
             "--role micro_batch=trainer.batch: 'trainer.batch' looks like a config key, but no --config-file",
         ),
         (
+            [
+                "--role",
+                "accum_steps=training.grad_accum",
+                "--print-spec",
+                "--",
+                "python",
+                "t.py",
+                "training.batch_size=8",
+            ],
+            "--role accum_steps=training.grad_accum: 'training.grad_accum' is not in the command — add "
+            "training.grad_accum=VALUE (the value it has now) beside the command's other overrides",
+        ),
+        (
             ["--bind", "bs=env:BS", "--role", "micro_batch=bs", "--print-spec", "--", "true"],
             "--bind bs=env:BS: give the knob its value too (--knob bs=VALUE)",
         ),

@@ -517,7 +517,8 @@ def test_a_script_run_as_it_is_that_runs_out_of_memory_is_told_how_to_make_it_re
     assert last.endswith(
         "; not retuned: gpu_capacity, and the run names no setting a retune may change — name the "
         "flag that sets the micro-batch, and the accumulation's where there is one (gpuwarden run "
-        "--role micro_batch=batch-size --role accum_steps=grad-accum -- … --batch-size 32 --grad-accum 1), "
+        "--role micro_batch=batch-size --role accum_steps=grad-accum -- … --batch-size 32 --grad-accum 1; "
+        "an override such as training.batch_size=32 the same way: --role micro_batch=training.batch_size), "
         "or command.roles in a spec"
     ), last
 

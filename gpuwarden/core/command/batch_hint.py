@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from gpuwarden.core.config.argv_flags import flag_setting
+from gpuwarden.core.config.argv_flags import flag_setting, override_setting
 from gpuwarden.core.config.spec import RunSpec
 
 UNNAMED_CODE = "batch_unnamed"
@@ -35,6 +35,11 @@ def _batch_flags(argv: list[str]) -> list[str]:
     whole number."""
     found = []
     for i, item in enumerate(argv):
+        override = override_setting(item) if i > 0 else None
+        last = override[1].rpartition(".")[2] if override is not None else ""
+        if override is not None and _BATCH_NAME.search(last) and override[2].isdigit():
+            found.append(override[1])  # Hydra's `training.batch_size=64`: the role names the key
+            continue
         parsed = flag_setting(item)
         if parsed is None or not _BATCH_NAME.search(parsed[0]):
             continue

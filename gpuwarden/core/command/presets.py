@@ -19,7 +19,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuwarden.core.command.config_file import ConfigDocument
-from gpuwarden.core.config.argv_flags import OWN_KNOB_RE, flag_setting, setting_name
+from gpuwarden.core.config.argv_flags import (
+    OWN_KNOB_RE,
+    flag_setting,
+    knob_for,
+    override_setting,
+    setting_name,
+)
 from gpuwarden.core.config.spec import RunSpec
 from gpuwarden.core.config.spec_command import Checkpoints, CommandSpec, KnobBinding
 from gpuwarden.core.errors import UserError
@@ -191,32 +197,45 @@ def _scan_argv(draft: _Draft, preset: Preset) -> None:
 def _lift_role_flags(draft: _Draft) -> None:
     """`--role max_length=max_seq_length` with `--max_seq_length 512` in the command: a flag the
     preset does not know, named by the user's role, becomes that knob as a known one would (a
-    role may name it as the command writes it: `--max-seq-length`)."""
+    role may name it as the command writes it: `--max-seq-length`). So does an override
+    (`training.batch_size=64`, Hydra's way); a dotted setting's knob is its last part."""
     wanted = {
         setting_name(t)
         for t in draft.roles.values()
         if isinstance(t, str) and t not in draft.knobs and t not in draft.bind
     }
-    items = draft.argv
-    lifted: set[str] = set()
-    for i, item in enumerate(items):
-        parsed = flag_setting(item)
-        if parsed is None or parsed[0] not in wanted:
+    lifted: dict[str, str] = {}  # setting → knob
+    for i in range(len(draft.argv)):
+        found = _role_setting(draft.argv, i)
+        if found is None or found[0] not in wanted:
             continue
-        name, inline = parsed
-        if inline is not None:
-            text = inline
-            items[i] = f"{item.partition('=')[0]}={{{name}}}"
-        elif i + 1 < len(items) and not items[i + 1].startswith("--"):
-            text = items[i + 1]
-            items[i + 1] = f"{{{name}}}"
-        else:
-            continue
-        draft.knobs[name] = parse_value(text)  # passed twice: the program takes the last one
-        lifted.add(name)
+        setting, text, index, head = found
+        knob = lifted.get(setting) or knob_for(setting, set(draft.knobs))
+        draft.argv[index] = f"{head}{{{knob}}}"
+        draft.knobs[knob] = parse_value(text)  # passed twice: the program takes the last one
+        lifted[setting] = knob
     for role, target in list(draft.roles.items()):
         if isinstance(target, str) and setting_name(target) in lifted:
-            draft.roles[role] = setting_name(target)
+            draft.roles[role] = lifted[setting_name(target)]
+
+
+def _role_setting(items: list[str], i: int) -> tuple[str, str, int, str] | None:
+    """(setting, its value's text, the item its knob goes into, the text before the knob there)
+    of the flag or override at `items[i]`; None for anything else, or a flag with no value."""
+    item = items[i]
+    parsed = flag_setting(item)
+    if parsed is not None:
+        name, inline = parsed
+        if inline is not None:
+            return name, inline, i, f"{item.partition('=')[0]}="
+        if i + 1 < len(items) and not items[i + 1].startswith("--"):
+            return name, items[i + 1], i + 1, ""
+        return None
+    override = override_setting(item) if i > 0 else None
+    if override is None:
+        return None
+    prefix, key, value = override
+    return key, value, i, f"{prefix}{key}="
 
 
 def _lift_plain(spec: RunSpec) -> RunSpec:

@@ -52,7 +52,8 @@ RETUNABLE = (KIND_KNOBS["train"] | KIND_KNOBS["infer"]) - {"world_size", "device
 NAME_A_SETTING = (
     "a retune may change — name the flag that sets the micro-batch, and the accumulation's where "
     "there is one (gpuwarden run --role micro_batch=batch-size --role accum_steps=grad-accum -- … "
-    "--batch-size 32 --grad-accum 1), or command.roles in a spec"
+    "--batch-size 32 --grad-accum 1; an override such as training.batch_size=32 the same way: "
+    "--role micro_batch=training.batch_size), or command.roles in a spec"
 )
 
 
