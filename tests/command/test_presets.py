@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from gpuwarden.core.command.batch_hint import unnamed_batch_warning
 from gpuwarden.core.command.complete import complete_command
 from gpuwarden.core.command.prepare import prepare_attempt
 from gpuwarden.core.command.record import summary_lines
@@ -258,3 +259,37 @@ def test_a_lightning_cli_config_without_max_steps_can_still_be_probed(tmp_path: 
 def test_max_steps_below_one_other_than_no_limit_is_one_line() -> None:
     with pytest.raises(UserError, match=r"a max_steps must be a whole number ≥ 1, or -1 for no limit"):
         _command(["python", "t.py", "--max_steps", "0"], "lightning")
+
+
+def _composed(tmp_path: Path, order: list[str]) -> RunSpec:
+    (tmp_path / "base.yaml").write_text("trainer:\n  accumulate_grad_batches: 1\ndata:\n  batch_size: 64\n")
+    (tmp_path / "exp.yaml").write_text("trainer:\n  max_epochs: 4\n")
+    argv = ["python", "main.py", "fit"] + [arg for name in order for arg in ("--config", name)]
+    return _command(argv, "lightning", cwd=str(tmp_path), config_file=str(tmp_path / "exp.yaml"))
+
+
+def test_a_composed_lightning_cli_config_retunes_through_the_copy_of_its_last_file(tmp_path: Path) -> None:
+    spec = _composed(tmp_path, ["base.yaml", "exp.yaml"])
+    assert spec.command is not None
+    assert spec.knobs["batch_size"] == 64 and spec.command.roles.micro_batch == "batch_size"
+    assert spec.command.roles.accum_steps == "accumulate_grad_batches"
+    run_dir = tmp_path / "run"
+    first = prepare_attempt(spec, "r1", run_dir, 1).record.config
+    assert first is not None and first.changes == {}  # base.yaml's values, as LightningCLI reads them
+    retuned = spec.model_copy(
+        update={"knobs": {**spec.knobs, "batch_size": 32, "accumulate_grad_batches": 2}}
+    )
+    second = prepare_attempt(retuned, "r1", run_dir, 2).record.config
+    assert second is not None
+    assert second.changes == {"data.batch_size": (64, 32), "trainer.accumulate_grad_batches": (1, 2)}
+    assert "data:\n  batch_size: 32" in Path(second.path).read_text()  # read after base.yaml: it wins
+    assert unnamed_batch_warning(spec) is None
+
+
+def test_a_config_file_read_before_another_has_its_batch_size_unbound_and_said_so(tmp_path: Path) -> None:
+    spec = _composed(tmp_path, ["exp.yaml", "base.yaml"])  # base.yaml would override the copy
+    assert spec.command is not None and spec.command.roles.micro_batch is None
+    said = unnamed_batch_warning(spec)
+    assert said is not None and said.startswith(
+        "the lightning preset found no batch size in the command's flags or exp.yaml, so an out-of-memory"
+    )

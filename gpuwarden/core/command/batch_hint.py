@@ -1,6 +1,6 @@
-"""A program no preset knows, submitted with nothing naming its micro-batch, whose own flags
-include one that looks like its batch size: said at submit, so the first out-of-memory is not
-where the user first learns a role can name that flag."""
+"""A program submitted with nothing naming its micro-batch — no preset knows it and its own flags
+include one that looks like its batch size, or a framework preset found none: said at submit, so
+the first out-of-memory is not where the user first learns a role can name it."""
 
 from __future__ import annotations
 
@@ -15,10 +15,21 @@ _BATCH_NAME = re.compile(r"(^|_)(batch(_size)?|bs|micro_batch)$")
 
 
 def unnamed_batch_warning(spec: RunSpec) -> str | None:
-    """The line for a plain command whose flags carry a batch size no role names; None otherwise."""
+    """The line for a plain command whose flags carry a batch size no role names, or a preset run
+    with no micro-batch; None otherwise."""
     command = spec.command
-    if command is None or command.framework != "none" or "micro_batch" in command.roles.knob_names():
+    if command is None or "micro_batch" in command.roles.knob_names():
         return None
+    if command.framework != "none":
+        where = (
+            f"the command's flags or {command.config_file.name}"
+            if command.config_file
+            else "the command's flags"
+        )
+        return (
+            f"the {command.framework} preset found no batch size in {where}, so an out-of-memory stops "
+            "the run — name where it is set: --role micro_batch=FLAG or KEY (or command.roles in a spec)"
+        )
     flag = next((f for f in _batch_flags(command.argv)), None)
     if flag is None:
         return None

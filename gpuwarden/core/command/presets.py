@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from gpuwarden.core.command.composed_configs import earlier_configs
 from gpuwarden.core.command.config_file import ConfigDocument
 from gpuwarden.core.config.argv_flags import (
     OWN_KNOB_RE,
@@ -327,7 +329,10 @@ def _set_precision(draft: _Draft, precision: str) -> None:
     draft.claimed.add(PRECISION_KNOB)
 
 
-def _scan_config(draft: _Draft, preset: Preset, config: ConfigDocument) -> None:
+def _scan_config(draft: _Draft, preset: Preset, config: ConfigDocument, earlier: bool = False) -> None:
+    """Known keys of the run's config file become knobs bound to them; of a file LightningCLI
+    reads before it (`earlier`), bound to the same key with the value found there, which the
+    run's copy takes when a retune changes it."""
     for name, (knob, _) in preset.names.items():
         if knob in draft.claimed or knob in draft.bind:
             continue
@@ -336,8 +341,18 @@ def _scan_config(draft: _Draft, preset: Preset, config: ConfigDocument) -> None:
         except KeyError:
             continue
         if isinstance(value, bool | int | float | str) and _claim(draft, preset, name, value):
-            draft.bind[knob] = KnobBinding(config=name)
-    if preset is LIGHTNING and isinstance(_get(config, "trainer"), dict):
+            draft.bind[knob] = KnobBinding(config=name, default=value if earlier else None)
+
+
+def _scan_configs(draft: _Draft, preset: Preset, config: ConfigDocument, cwd: Path) -> None:
+    """The run's config file, then (LightningCLI) the files composed before it, last first."""
+    _scan_config(draft, preset, config)
+    if preset is not LIGHTNING:
+        return
+    earlier = earlier_configs(draft.argv, cwd, config.path)
+    for document in reversed(earlier):
+        _scan_config(draft, preset, document, earlier=True)
+    if any(isinstance(_get(d, "trainer"), dict) for d in [config, *earlier]):
         _bind_max_steps(draft)
 
 
@@ -400,7 +415,7 @@ def apply_preset(spec: RunSpec, config: ConfigDocument | None) -> RunSpec:
     _scan_precision_argv(draft, preset)
     from_config = config is not None and "micro_batch" not in draft.roles
     if config is not None:
-        _scan_config(draft, preset, config)
+        _scan_configs(draft, preset, config, command.cwd or config.path.parent)
         _scan_precision_config(draft, preset, config)
     _add_accumulation(draft, preset, from_config and "micro_batch" in draft.roles, user_roles)
     checkpoints = command.checkpoints
