@@ -69,6 +69,21 @@ def test_a_programs_own_exit_codes_mean_nothing_more_and_its_last_stderr_line_sa
     )
 
 
+def test_a_hydra_scripts_failure_is_said_by_its_error_not_hydras_closing_hint(rig: Rig) -> None:
+    run = rig.submit(command("hydra"))
+    rig.step()
+    rig.proc_of(run).write_stderr(
+        "Error executing job with overrides: ['training.steps=oops']\nTraceback (most recent call last):\n"
+        "TypeError: 'str' object cannot be interpreted as an integer\n\n"
+        "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.\n"
+    )
+    rig.proc_of(run).exit(1)
+    rig.step()
+    assert rig.run(run)["message"] == (
+        "attempt 1: exit code 1 — last stderr line: TypeError: 'str' object cannot be interpreted as an integer"
+    )
+
+
 def test_terminal_codes_in_what_a_program_wrote_do_not_reach_the_runs_message(rig: Rig) -> None:
     """Colours, a terminal title, a bell or a bidirectional override in a program's last words
     would repaint the terminal of whoever runs `gpuwarden ps`: the message is plain text."""

@@ -284,9 +284,17 @@ def _limit_too_small(ctx: Context, run_id: str, status: ExitStatus, stderr_tail:
     )
 
 
+# Lines a framework prints after the error itself, which say nothing about it: the error is the
+# line before (Hydra ends every failed job with this one).
+_TRAILERS = ("Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.",)
+
+
 def last_line(text: str, width: int = 200) -> str:
-    """The last non-blank line of `text` as plain text, cut to `width` characters."""
+    """The last non-blank line of `text` but a framework's trailer, as plain text, cut to `width`
+    characters."""
     lines = [line for line in map(plain_text, text.splitlines()) if line]
+    while len(lines) > 1 and lines[-1].strip() in _TRAILERS:
+        lines.pop()
     if not lines:
         return ""
     return lines[-1] if len(lines[-1]) <= width else lines[-1][: width - 1] + "…"
