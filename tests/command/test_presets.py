@@ -284,6 +284,7 @@ def test_a_composed_lightning_cli_config_retunes_through_the_copy_of_its_last_fi
     assert second.changes == {"data.batch_size": (64, 32), "trainer.accumulate_grad_batches": (1, 2)}
     assert "data:\n  batch_size: 32" in Path(second.path).read_text()  # read after base.yaml: it wins
     assert unnamed_batch_warning(spec) is None
+    assert complete_command(spec) == spec  # a completed spec names exp.yaml by its placeholder
 
 
 def test_a_config_file_read_before_another_has_its_batch_size_unbound_and_said_so(tmp_path: Path) -> None:

@@ -31,7 +31,10 @@ def config_args(argv: list[str]) -> list[str]:
 def earlier_configs(argv: list[str], cwd: Path, named: Path) -> list[ConfigDocument]:
     """The config files given before `named`, first to last, when `named` is the last one; none
     otherwise. One that cannot be read is left for the program to say so."""
-    paths = [(cwd / arg).resolve() for arg in config_args(argv)]
+    # A completed spec names the run's file by its placeholder: it is that file's copy.
+    paths = [
+        named.resolve() if arg == "{config_file}" else (cwd / arg).resolve() for arg in config_args(argv)
+    ]
     if len(paths) < 2 or paths[-1] != named.resolve():
         return []
     documents = []
