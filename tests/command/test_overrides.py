@@ -61,3 +61,30 @@ def test_an_override_that_reads_as_the_batch_size_is_pointed_out_at_submit() -> 
     spec = _spec(["python", "train.py", "training.batch_size=64"], {})
     said = unnamed_batch_warning(spec)
     assert said is not None and "--role micro_batch=training.batch_size" in said
+
+
+def test_a_lightning_project_run_through_hydra_gets_its_settings_as_overrides(tmp_path: Path) -> None:
+    argv = [
+        "python",
+        "train.py",
+        "data.batch_size=64",
+        "trainer.default_root_dir=logs",
+        "trainer.max_epochs=3",
+    ]
+    command = {"argv": argv, "framework": "lightning", "cwd": str(tmp_path)}
+    spec = complete_command(spec_from_mapping({"name": "hl", "kind": "command", "command": command}))
+    assert spec.command is not None
+    assert spec.command.argv[2:] == [
+        "data.batch_size={batch_size}",
+        "trainer.default_root_dir={default_root_dir}",
+        "trainer.max_epochs=3",
+        "++trainer.accumulate_grad_batches={accumulate_grad_batches}",  # no flag: Hydra takes none
+        "++ckpt_path='{resume_from?}'",  # quoted: a Lightning checkpoint's name holds '='
+    ]
+    assert spec.knobs == {"batch_size": 64, "default_root_dir": "logs", "accumulate_grad_batches": 1}
+    run_dir = tmp_path / "run"
+    assert prepare_attempt(spec, "r1", run_dir, 1).argv[-1] == "++trainer.accumulate_grad_batches=1"
+    checkpoint = tmp_path / "logs" / "checkpoints" / "epoch=2-step=3.ckpt"
+    checkpoint.parent.mkdir(parents=True)
+    checkpoint.write_bytes(b"weights")
+    assert prepare_attempt(spec, "r1", run_dir, 2).argv[-1] == f"++ckpt_path='{checkpoint}'"

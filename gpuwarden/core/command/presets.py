@@ -127,6 +127,7 @@ class _Draft:
     roles: dict[str, Any]
     claimed: set[str] = field(default_factory=set)  # knobs this preset has put in place
     from_flags: set[str] = field(default_factory=set)  # of those, the ones made of a flag's text
+    overrides: bool = False  # the settings came as Hydra overrides (`data.batch_size=64`), not flags
     given: set[str] = field(init=False)  # the user's own values: no flag's text replaces them
 
     def __post_init__(self) -> None:
@@ -166,6 +167,9 @@ def _scan_argv(draft: _Draft, preset: Preset) -> None:
     while i < len(items):
         item = items[i]
         parsed = flag_setting(item)
+        if parsed is None and i > 0 and _scan_override(draft, preset, item, out):
+            i += 1
+            continue
         if parsed is None or parsed[0] not in preset.names:
             out.append(item)
             i += 1
@@ -194,6 +198,19 @@ def _scan_argv(draft: _Draft, preset: Preset) -> None:
             out.append(item)
             i += 1
     draft.argv = out
+
+
+def _scan_override(draft: _Draft, preset: Preset, item: str, out: list[str]) -> bool:
+    """A Hydra override of a key the preset knows (`data.batch_size=64`, as a Lightning project
+    configured by Hydra takes it) becomes its knob in place; whether `item` was one."""
+    override = override_setting(item)
+    if override is None or override[1] not in preset.names:
+        return False
+    prefix, key, value = override
+    knob = _claim(draft, preset, key, parse_value(value))
+    out.append(f"{prefix}{key}={{{knob}}}" if knob else item)
+    draft.overrides = True
+    return True
 
 
 def _lift_role_flags(draft: _Draft) -> None:
@@ -390,6 +407,10 @@ def _add_accumulation(draft: _Draft, preset: Preset, from_config: bool, user_rol
         draft.bind[knob] = KnobBinding(config=key, default=1)
     else:
         flag = preset.accum_flag
+        if preset is LIGHTNING and draft.overrides:
+            # Added or overridden, whether or not the project's trainer config names the key.
+            draft.argv.append(f"++trainer.accumulate_grad_batches={{{knob}}}")
+            return
         if preset is LIGHTNING and any(a.startswith("--trainer.") for a in draft.argv):
             flag = "--trainer.accumulate_grad_batches"
         draft.argv += [flag, f"{{{knob}}}"]
@@ -433,6 +454,9 @@ def apply_preset(spec: RunSpec, config: ConfigDocument | None) -> RunSpec:
         if config is not None and from_config:
             if checkpoints.config_key is None:
                 checkpoints = checkpoints.model_copy(update={"config_key": preset.resume_key})
+        elif preset is LIGHTNING and draft.overrides:
+            # Quoted: Lightning's checkpoint names hold '=', which Hydra's grammar takes otherwise.
+            draft.argv.append(f"++{preset.resume_key}='{{resume_from?}}'")
         elif command.resume_flag:  # false: the script does not take the flag (help_check)
             draft.argv += [preset.resume_flag, "{resume_from?}"]
     new_command = CommandSpec.model_validate(
