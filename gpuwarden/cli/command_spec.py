@@ -69,8 +69,9 @@ def command_options(fn: F) -> F:
         ),
         click.option(
             "--framework",
-            type=click.Choice(["none", "transformers", "lightning"]),
-            help="Known flag names: Trainer's TrainingArguments, Lightning's Trainer.",
+            type=click.Choice(["none", "transformers", "accelerate", "lightning"]),
+            help="Known flag names and checkpoints: Trainer's TrainingArguments, a loop of your own on "
+            "Accelerate (as the *_no_trainer.py examples: step_N folders), Lightning's Trainer.",
         ),
         click.option("--env", "envs", multiple=True, metavar="NAME=VALUE", help="An environment variable."),
         click.option(

@@ -46,12 +46,16 @@ def step_in_name(name: str) -> int | None:
     return int(numbers[-1]) if numbers else None
 
 
-def is_complete(path: Path, complete_when: str | None) -> bool:
+def is_complete(found: FoundCheckpoint, complete_when: str | None) -> bool:
+    """A folder with its `complete_when` file. Where the spec names one, its checkpoints are
+    folders: a file the pattern also matches (`step_10.log` beside `step_*` folders) is not one;
+    a file the program itself reported is."""
+    path = found.path
     if not path.exists():
         return False
     if path.is_dir() and complete_when:
         return (path / complete_when).exists()
-    return True
+    return not (complete_when and found.source == "glob")
 
 
 def _mtime(path: Path) -> float:
@@ -108,7 +112,6 @@ def newest_checkpoint(
     usable = [
         c
         for c in found
-        if is_complete(c.path, complete_when)
-        and (c.source == "event" or earliest is None or c.mtime >= earliest)
+        if is_complete(c, complete_when) and (c.source == "event" or earliest is None or c.mtime >= earliest)
     ]
     return max(usable, key=FoundCheckpoint.order, default=None)

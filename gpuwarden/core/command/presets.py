@@ -1,4 +1,4 @@
-"""Framework presets: what gpuwarden knows about Hugging Face Trainer and Lightning programs.
+"""Framework presets: what gpuwarden knows about Hugging Face Trainer, Accelerate and Lightning programs.
 
 A preset reads the program's argv (and its config file, for a program that takes its arguments
 from a JSON/YAML file) for the settings it knows by name, and turns each into a knob with its
@@ -95,7 +95,28 @@ LIGHTNING = Preset(
     sdk_resume="trainer.fit(model, ckpt_path=sdk.resume_from())",
 )
 
-PRESETS: dict[str, Preset] = {"transformers": TRANSFORMERS, "lightning": LIGHTNING}
+# A training loop of the user's own on Accelerate, as transformers' `*_no_trainer.py` examples
+# write it: the Trainer's flag names, but `accelerator.save_state` folders (`step_12`, `epoch_0`)
+# and a `--resume_from_checkpoint` that the script hands to `accelerator.load_state`.
+ACCELERATE = Preset(
+    names={
+        "per_device_train_batch_size": ("per_device_train_batch_size", "micro_batch"),
+        "gradient_accumulation_steps": ("gradient_accumulation_steps", "accum_steps"),
+        "max_train_steps": ("max_train_steps", "max_steps"),
+        "output_dir": ("output_dir", "output_dir"),
+    },
+    accum_flag="--gradient_accumulation_steps",
+    accum_knob="gradient_accumulation_steps",
+    resume_flag="--resume_from_checkpoint",
+    resume_key="resume_from_checkpoint",
+    checkpoint_glob="{output}/*_[0-9]*",
+    checkpoint_glob_default="*_[0-9]*",
+    # save_state writes the weights, optimizer, scheduler and samplers, then each process's random
+    # states; the main process's file last of what it writes itself.
+    complete_when="random_states_0.pkl",
+)
+
+PRESETS: dict[str, Preset] = {"transformers": TRANSFORMERS, "lightning": LIGHTNING, "accelerate": ACCELERATE}
 
 
 # A value that is one placeholder alone (`{bs}`, `{precision=bf16}`) is a knob already in place;

@@ -19,7 +19,7 @@ from gpuwarden.core.config.excerpt import value_excerpt
 from gpuwarden.core.config.validation import StrictModel
 
 KnobValue = int | float | str | bool
-Framework = Literal["none", "transformers", "lightning"]
+Framework = Literal["none", "transformers", "accelerate", "lightning"]
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # A key path inside a config file: names separated by dots; digits index a list.
 KEY_PATH_RE = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
@@ -183,7 +183,9 @@ class CommandSpec(StrictModel):
         "knobs' keys changed, named by {config_file} in argv; the file itself is never modified",
     )
     framework: Framework = Field(
-        "none", description="transformers or lightning: their flag and key names are known"
+        "none",
+        description="transformers, accelerate (a loop of your own on Accelerate, as the *_no_trainer.py "
+        "examples) or lightning: their flag and key names and checkpoint folders are known",
     )
     bind: dict[str, KnobBinding] = Field(
         default_factory=dict, description="knob → config key or environment variable"
