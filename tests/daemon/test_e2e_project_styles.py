@@ -1,7 +1,8 @@
 """Projects recovered end to end as their users run them, with the settings where those projects
 keep them: a LightningCLI project (`python main.py fit --config config.yaml`, everything in one
-YAML) and a Hydra script (`python train.py training.batch_size=64`, overrides on the command
-line). A real daemon, a real allocation failure under an address-space limit, the final weights
+YAML), a Hydra script (`python train.py training.batch_size=64`, overrides on the command
+line) and a loop of its own on Accelerate (`accelerate launch train.py
+--per_device_train_batch_size 16`, checkpoints by `accelerator.save_state`). A real daemon, a real allocation failure under an address-space limit, the final weights
 compared with the same project run uninterrupted at the original micro-batch.
 
 LightningCLI saves the config it ran with in the trainer's log folder and refuses to start where
@@ -30,6 +31,9 @@ PINNED = {"OMP_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "2"}
 LIGHTNING_LIMIT = "1300MiB"
 # Hydra: micro-batch 64 needs about 1.3 GiB from step 9 on, 32 under 1.05 GiB.
 HYDRA_LIMIT = "1200MiB"
+# Accelerate: micro-batch 16 needs about 1.2 GiB once the texts grow long (step 4), 8 about 1.1, 4
+# under 1.05: the run recovers at 8 × 2, or at 4 × 4 where 8 runs out too.
+ACCELERATE_LIMIT = "1100MiB"
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +45,15 @@ def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonHandle]:
 def _project(example: str, folder: Path) -> Path:
     shutil.copytree(EXAMPLES / example, folder)
     return folder
+
+
+def _weights(path: Path) -> dict[str, torch.Tensor]:
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return dict(load_file(str(path)))
+    loaded: dict[str, torch.Tensor] = torch.load(path, weights_only=True)
+    return loaded
 
 
 def _plain(folder: Path, argv: list[str], env: dict[str, str] | None = None) -> None:
@@ -58,7 +71,7 @@ def _plain(folder: Path, argv: list[str], env: dict[str, str] | None = None) -> 
 
 
 def _assert_same_weights(got: Path, want: Path) -> None:
-    recovered, reference = (torch.load(p, weights_only=True) for p in (got, want))
+    recovered, reference = (_weights(p) for p in (got, want))
     assert recovered.keys() == reference.keys()
     for name, tensor in reference.items():
         torch.testing.assert_close(recovered[name], tensor, rtol=1e-4, atol=1e-6, msg=name)
@@ -160,3 +173,62 @@ def test_a_hydra_script_is_retuned_through_its_overrides_and_resumed(
     reference = _project("hydra", tmp_path / "reference")
     _plain(reference, ["train.py"])
     _assert_same_weights(folder / "out" / "final.pt", reference / "out" / "final.pt")
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from gpuwarden.runners.testing_models import build_example_assets
+
+    root = tmp_path_factory.mktemp("assets")
+    build_example_assets(root)
+    return root
+
+
+def _accelerate_args(assets: Path) -> list[str]:
+    return [
+        "train.py",
+        "--model_name_or_path", str(assets / "train-lm"),
+        "--train_file", str(assets / "ramp-texts.jsonl"),
+        "--per_device_train_batch_size", "16",
+        "--output_dir", "out",
+    ]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_an_accelerate_loop_resumes_from_the_folders_save_state_wrote(
+    gw: DaemonHandle, assets: Path, tmp_path: Path
+) -> None:
+    folder = _project("accelerate", tmp_path / "project")
+    launch = [str(Path(sys.executable).parent / "accelerate"), "launch", "--num_processes", "1"]
+    argv = [*launch, *_accelerate_args(assets), "--checkpointing_steps", "1"]
+    run = ["run", "--framework", "accelerate", "--memory-limit", ACCELERATE_LIMIT, "--name", "acc"]
+    result = gw.cli(*run, "--follow", "--", *argv, env=PINNED, cwd=folder, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+    with gw.client() as client:
+        detail = client.run("acc")
+    outcomes = [a.classification for a in detail.attempts]
+    assert outcomes[0] == "oom" and outcomes[-1] == "succeeded" and set(outcomes[1:-1]) <= {"oom"}, outcomes
+    prepared = [a.prepared for a in detail.attempts]
+    assert all(p is not None for p in prepared)
+    sizes = [
+        (p.knobs["per_device_train_batch_size"], p.knobs["gradient_accumulation_steps"])
+        for p in prepared
+        if p
+    ]
+    assert sizes[0] == (16, 1) and all(micro * accum == 16 for micro, accum in sizes), sizes
+    # The texts grow long at step 4: attempt 1 wrote step_1 … step_3 and ran out in step 4.
+    second = prepared[1]
+    assert second is not None and second.resume_from == str(folder / "out" / "step_3")
+    assert second.argv[-2:] == ["--resume_from_checkpoint", str(folder / "out" / "step_3")]
+    logs = gw.cli("logs", "acc", "--attempt", "2", cwd=folder).stdout
+    assert f"Resumed from checkpoint: {folder / 'out' / 'step_3'}" in logs
+    assert "step 4 loss" in logs and "step 1 loss" not in logs
+    shown = gw.cli("show", "acc", cwd=folder).stdout
+    assert "resumed from step_3 with accumulation 2, written with 1" in " ".join(shown.split())
+
+    # The example resets Accelerate's micro-batch counter after load_state: the recovered run
+    # trained on the same batches as one that never ran out of memory.
+    reference = _project("accelerate", tmp_path / "reference")
+    _plain(reference, _accelerate_args(assets))
+    _assert_same_weights(folder / "out" / "model.safetensors", reference / "out" / "model.safetensors")

@@ -9,6 +9,7 @@ shows as the attempt's diff.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -16,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from gpuwarden.core.api.runs import AttemptRecord, ConfigCopy
+from gpuwarden.core.command.accumulation_counter import counter_warning
 from gpuwarden.core.command.checkpoints import FoundCheckpoint, newest_checkpoint
 from gpuwarden.core.command.config_file import ConfigDocument, load_config, unified_diff
+from gpuwarden.core.command.other_checkpoints import other_checkpoint, other_checkpoint_note
 from gpuwarden.core.command.record import attempt_dir, changes_text, read_record, write_record
 from gpuwarden.core.command.resume import passes_resume, unpassed_note
 from gpuwarden.core.command.saved_config import set_aside, set_aside_note
@@ -38,6 +41,7 @@ class PreparedAttempt:
     cwd: Path
     record: AttemptRecord
     note: str  # one line for the run's events; "" when there is nothing to say
+    warning: str = ""  # why its resume will differ from an uninterrupted run (an inexact_resume)
 
 
 def env_text(value: Any) -> str:
@@ -50,23 +54,52 @@ def _first_started(run_dir: Path, attempt: int, now: float) -> float:
     return first.prepared_at if first is not None else now
 
 
+def _pattern(spec: RunSpec, values: dict[str, Any]) -> str | None:
+    assert spec.command is not None
+    checkpoints = spec.command.checkpoints
+    return render(checkpoints.glob, values, "command.checkpoints.glob") if checkpoints else None
+
+
 def _find_resume(
     spec: RunSpec, values: dict[str, Any], run_dir: Path, attempt: int, cwd: Path, since: float
 ) -> FoundCheckpoint | None:
     assert spec.command is not None
     checkpoints = spec.command.checkpoints
-    pattern = render(checkpoints.glob, values, "command.checkpoints.glob") if checkpoints else None
-    return newest_checkpoint(
-        run_dir, attempt, cwd, pattern, checkpoints.complete_when if checkpoints else None, since
-    )
+    complete_when = checkpoints.complete_when if checkpoints else None
+    return newest_checkpoint(run_dir, attempt, cwd, _pattern(spec, values), complete_when, since)
 
 
-def _resume_note(spec: RunSpec, attempt: int, found: FoundCheckpoint | None) -> str:
+def _written_to(spec: RunSpec, values: dict[str, Any], cwd: Path) -> list[Path]:
+    """The folders the program writes its output to, as far as the spec tells: its working
+    folder, its output_dir knob's, and the fixed part of where its checkpoints are looked for."""
+    assert spec.command is not None
+    folders = [cwd]
+    knob = spec.command.roles.output_dir
+    if knob and isinstance(values.get(knob), str) and values[knob]:
+        folders.append(cwd / Path(values[knob]).expanduser())
+    pattern = _pattern(spec, values)
+    if pattern:
+        fixed = pattern.split("*")[0].split("?")[0].split("[")[0]
+        folders.append(cwd / Path(fixed if fixed.endswith("/") else os.path.dirname(fixed)).expanduser())
+    return folders
+
+
+def _scratch_note(spec: RunSpec, values: dict[str, Any], attempt: int, cwd: Path, since: float) -> str:
+    """Why an attempt starts from the beginning: nothing was written, or a checkpoint of another
+    framework's layout was (the spec's preset is likely the wrong one)."""
+    assert spec.command is not None
+    other = other_checkpoint(_written_to(spec, values, cwd), spec.command.framework, since)
+    if other is not None:
+        return other_checkpoint_note(attempt, _pattern(spec, values), other)
+    return f"attempt {attempt} starts from scratch: no complete checkpoint from an earlier attempt"
+
+
+def _resume_note(spec: RunSpec, attempt: int, found: FoundCheckpoint | None, scratch: str) -> str:
     assert spec.command is not None
     if attempt <= 1:
         return ""
     if found is None:
-        return f"attempt {attempt} starts from scratch: no complete checkpoint from an earlier attempt"
+        return scratch
     if not passes_resume(spec.command, spec.knobs):
         return unpassed_note(spec.command, attempt, found.path, found.step, found.source == "event")
     step = f" (step {found.step})" if found.step is not None else ""
@@ -169,12 +202,14 @@ def prepare_attempt(spec: RunSpec, run_id: str, run_dir: Path, attempt: int) -> 
             ENV_RESUME_FROM: resume_from,
         }
     )
-    note = _resume_note(spec, attempt, found)
+    scratch = _scratch_note(spec, values, attempt, cwd, since) if attempt > 1 and found is None else ""
+    note = _resume_note(spec, attempt, found, scratch)
     moved = set_aside_note(set_aside(spec, values, argv, cwd, run_dir, attempt, since), attempt)
     note = "; ".join(part for part in (note, moved) if part)
     # Found is not handed over: a checkpoint the command passes nowhere is not the attempt's resume
     # point (its variable stays set: a script that asks sdk.resume_from() says so itself).
     handed = resume_from if passes_resume(command, spec.knobs) else ""
+    warning = counter_warning(spec, run_dir, attempt, found, knobs) if found and handed else None
     record = AttemptRecord(
         prepared_at=now,
         argv=argv,
@@ -189,4 +224,4 @@ def prepare_attempt(spec: RunSpec, run_id: str, run_dir: Path, attempt: int) -> 
     if config is not None and config.changes:
         changed = changes_text(config.changes)
         note = f"{note}; config copy: {changed}" if note else f"config copy: {changed}"
-    return PreparedAttempt(argv, env, cwd, record, note)
+    return PreparedAttempt(argv, env, cwd, record, note, warning or "")

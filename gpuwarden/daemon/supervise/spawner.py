@@ -36,6 +36,7 @@ import yaml
 
 from gpuwarden.core.command.prepare import prepare_attempt
 from gpuwarden.core.command.record import mark_started_warm
+from gpuwarden.core.command.resume import INEXACT_CODE
 from gpuwarden.core.config.spec import RunSpec
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.exit_record import STATUS_FILE
@@ -108,6 +109,7 @@ class Launch:
     resume_from: str | None = None  # a command run's: the checkpoint its program is handed
     program: Program | None = None  # what a gang's ranks run
     added_env: dict[str, str] = field(default_factory=dict)  # the run's over the machine's
+    warning: str = ""  # a command run's: why its resume will differ from an uninterrupted run
 
 
 def start(ctx: Context, start: Start) -> None:
@@ -130,6 +132,8 @@ def start(ctx: Context, start: Start) -> None:
     if launch.note:
         # The path as data, not only in the line: the report finds the samples it resumed at.
         record.event(run_id, number, "prepared", message=launch.note, resume_from=launch.resume_from)
+    if launch.warning:
+        record.event(run_id, number, "warning", code=INEXACT_CODE, message=launch.warning)
     record.commit()
     env = launch.env
     env.update(placement.env())  # placement and tag are the daemon's: nothing overrides them
@@ -338,6 +342,7 @@ def command_line(
     env = dict(base)
     env.update(spec.env)  # retunes put allocator settings here
     resume_from: str | None = None
+    warning = ""
     if spec.kind != "command":
         program = runner_program(sys.executable, files.resolved, run_dir, number)
         argv = [sys.executable, "-m", program.target, *program.args]
@@ -347,18 +352,18 @@ def command_line(
         env.update(prepared.env)
         env.update(spec.env)
         argv, cwd, note = prepared.argv, prepared.cwd, prepared.note
-        resume_from = prepared.record.resume_from
+        resume_from, warning = prepared.record.resume_from, prepared.warning
         if uses_torchrun(spec):
             program = program_from_argv(argv, sys.executable)
     if not uses_torchrun(spec):
-        return Launch(argv, env, cwd, note, resume_from=resume_from)
+        return Launch(argv, env, cwd, note, resume_from=resume_from, warning=warning)
     # What the other machines of a run over several add to their own environment.
     added = {name: value for name, value in env.items() if base.get(name) != value or name in spec.env}
     gang = gang_launch(
         spec, program, gpus, attempt_dir=files.dir, python=sys.executable, cpu_count=_cpus(), node=node
     )
     env.update(gang.env)
-    return Launch(gang.argv, env, cwd, note, gang.world_size, resume_from, program, added)
+    return Launch(gang.argv, env, cwd, note, gang.world_size, resume_from, program, added, warning)
 
 
 def _cpus() -> int:
