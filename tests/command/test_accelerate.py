@@ -60,11 +60,12 @@ def test_the_preset_takes_the_trainer_flag_names_and_looks_for_save_state_folder
         "{output_dir}",
         "--checkpointing_steps",
         "1",
-        "--gradient_accumulation_steps",
-        "{gradient_accumulation_steps}",
         "--resume_from_checkpoint",
         "{resume_from?}",
     ]
+    # Passed once a retune sets it: a script without the flag runs at 1 as it always did.
+    binding = spec.command.bind["gradient_accumulation_steps"]
+    assert (binding.flag, binding.default) == ("--gradient_accumulation_steps", 1)
     assert spec.knobs == {
         "per_device_train_batch_size": 16,
         "output_dir": "out",
@@ -161,6 +162,12 @@ def test_a_resume_with_another_accumulation_from_a_step_folder_is_said_to_be_ine
     prepare_attempt(spec, "r1", run_dir, 1)
     _save_state(tmp_path / "out" / "step_3")
     second = prepare_attempt(_retuned(spec, 8, 2), "r1", run_dir, 2)
+    assert second.argv[-4:] == [
+        "--gradient_accumulation_steps",
+        "2",
+        "--resume_from_checkpoint",
+        str(tmp_path / "out" / "step_3"),
+    ]
     assert second.warning == (
         "resumed from step_3 with accumulation 2, written with 1: Accelerate restores its micro-batch "
         "counter from the checkpoint, so the accumulation windows after the resume are shifted and the "

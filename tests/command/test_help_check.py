@@ -15,9 +15,12 @@ from gpuwarden.core.command.complete import complete_command, complete_submitted
 from gpuwarden.core.command.help_check import (
     MISSING_CODE,
     UNCHECKED_CODE,
+    HelpAsk,
     HelpOutput,
+    ask_resume_flag,
     check_resume_flag,
     help_argv,
+    judge_help,
     lists_flag,
     run_help,
     without_flag,
@@ -228,3 +231,24 @@ def test_without_flag_takes_back_the_pair_the_preset_appended() -> None:
         "{resume_from?}",
         "--x",
     ]  # the last pair only
+
+
+def test_the_accumulation_flag_alone_is_asked_when_the_command_passes_its_own_resume(tmp_path: Path) -> None:
+    spec = _spec(
+        ["{python}", "ft.py", "--per_device_train_batch_size", "8", "--resume", "{resume_from?}"],
+        tmp_path,
+        framework="transformers",
+    )
+    ask = ask_resume_flag(spec, {})
+    assert isinstance(ask, HelpAsk) and ask.flag == ""  # the user's own --resume is not judged
+    completed = complete_command(spec)
+    lacking = judge_help(
+        completed, ask, HelpOutput("usage: ft.py [--per_device_train_batch_size N] [--resume R]\n")
+    )
+    assert lacking.dropped == ("gradient_accumulation_steps",) and lacking.code is None
+    assert [code for code, _ in lacking.lines()] == ["knob_flag_missing"]
+    assert lacking.spec.command is not None and lacking.spec.command.roles.accum_steps is None
+    # Completed again (an edit does so), the spec gets no accumulation role back.
+    assert complete_command(lacking.spec).command.roles.accum_steps is None  # type: ignore[union-attr]
+    listing = judge_help(completed, ask, HelpOutput("usage: ft.py [--gradient_accumulation_steps G]\n"))
+    assert listing.spec is completed and listing.lines() == []

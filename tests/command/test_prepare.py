@@ -185,6 +185,8 @@ def test_a_checkpoint_passed_through_a_variable_or_the_config_copy_is_handed_ove
         ({"bind": {"micro": {"config": "training"}}}, "is a mapping, not a single value"),
         ({"argv": ["python", "train.py"]}, "neither argv nor command.env passes it — put {config_file}"),
         ({"roles": {"micro_batch": "alloc"}}, "a micro_batch must be a whole number"),
+        ({"bind": {"accum": {"flag": "grad-accum", "default": 1}}}, "is not a flag — write it like --grad"),
+        ({"bind": {"accum": {"flag": "--grad-accum"}}}, "a `flag` binding needs `default`: the value"),
     ],
 )
 def test_mistakes_are_one_line_at_submit(tmp_path: Path, change: dict[str, Any], message: str) -> None:

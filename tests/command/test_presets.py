@@ -46,11 +46,12 @@ def test_transformers_flags_become_knobs_and_the_restart_flags_are_added() -> No
         "--per_device_train_batch_size={per_device_train_batch_size}",
         "--gradient_checkpointing",
         "{gradient_checkpointing}",
-        "--gradient_accumulation_steps",
-        "{gradient_accumulation_steps}",
         "--resume_from_checkpoint",
         "{resume_from?}",
     ]
+    # The accumulation the program did not pass goes in only once a retune sets it.
+    binding = spec.command.bind["gradient_accumulation_steps"]
+    assert (binding.flag, binding.default) == ("--gradient_accumulation_steps", 1)
     assert spec.knobs == {
         "output_dir": "out",
         "per_device_train_batch_size": 8,
@@ -113,12 +114,8 @@ def test_lightning_flags_and_ckpt_path() -> None:
         "lightning",
     )
     assert spec.command is not None
-    assert spec.command.argv[-4:] == [
-        "--accumulate_grad_batches",
-        "{accumulate_grad_batches}",
-        "--ckpt_path",
-        "{resume_from?}",
-    ]
+    assert spec.command.argv[-2:] == ["--ckpt_path", "{resume_from?}"]
+    assert spec.command.bind["accumulate_grad_batches"].flag == "--accumulate_grad_batches"
     assert spec.knobs == {
         "batch_size": 16,
         "default_root_dir": "runs",
@@ -202,7 +199,7 @@ def test_trainer_args_file_precision_keys_are_switched_in_the_copy(tmp_path: Pat
     assert args.read_text().count("true") == 1  # the user's file is only read
 
 
-def test_a_knob_value_in_the_spec_wins_over_the_flag_text() -> None:
+def test_a_knob_value_in_the_spec_wins_over_the_flag_text(tmp_path: Path) -> None:
     # What a tuned spec looks like: the user's argv, the tuned values under `knobs:`.
     spec = _command(
         ["python", "ft.py", "--per_device_train_batch_size", "16"],
@@ -210,13 +207,10 @@ def test_a_knob_value_in_the_spec_wins_over_the_flag_text() -> None:
         knobs={"per_device_train_batch_size": 4, "gradient_accumulation_steps": 4},
     )
     assert spec.command is not None
-    assert spec.command.argv[2:6] == [
-        "--per_device_train_batch_size",
-        "{per_device_train_batch_size}",
-        "--gradient_accumulation_steps",
-        "{gradient_accumulation_steps}",
-    ]
+    assert spec.command.argv[2:4] == ["--per_device_train_batch_size", "{per_device_train_batch_size}"]
     assert current_knobs(spec) == {"batch_size": 4, "grad_accum_steps": 4}
+    tuned = prepare_attempt(spec, "r", tmp_path / "run", 1)
+    assert tuned.argv[2:6] == ["--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "4"]
 
 
 PRINTED_LIGHTNING_CLI = """\

@@ -90,6 +90,52 @@ def test_a_preset_flag_the_scripts_help_does_not_list_is_left_out(gw: DaemonHand
     assert "--ckpt_path" not in detail["spec"]["command"]["argv"]
 
 
+# The Trainer's batch and resume flags, but no --gradient_accumulation_steps.
+NO_ACCUM_FLAG = """
+    import argparse
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--per_device_train_batch_size", type=int, default=8)
+    parser.add_argument("--output_dir")
+    parser.add_argument("--resume_from_checkpoint")
+    print("trained with", vars(parser.parse_args()))
+"""
+
+
+def test_a_script_without_the_accumulation_flag_runs_and_is_told_what_a_retune_cannot_do(
+    gw: DaemonHandle, tmp_path: Path
+) -> None:
+    (tmp_path / "train.py").write_text(textwrap.dedent(NO_ACCUM_FLAG))
+    script = [sys.executable, "train.py", "--per_device_train_batch_size", "8", "--output_dir", "out"]
+    done = gw.cli(
+        "run",
+        "--gpus",
+        "0",
+        "--name",
+        "no-accum",
+        "--framework",
+        "accelerate",
+        "--follow",
+        "--",
+        *script,
+        cwd=tmp_path,
+    )
+    # Accumulation 1 is the script's own default: nothing is added while it holds, so nothing refused.
+    assert done.returncode == 0, done.stderr
+    run_id = gw.cli_json("show", "no-accum")["id"]
+    assert "unrecognized arguments" not in gw.cli("logs", run_id, "--stderr").stdout
+    (warning,) = _warnings(gw, run_id)
+    assert warning["code"] == "knob_flag_missing" and warning["message"] in done.stderr
+    assert warning["message"] == (
+        f"`{Path(sys.executable).name} train.py --help` does not list --gradient_accumulation_steps, so a "
+        "retune cannot keep the effective batch with a smaller micro-batch and tries the policy's other "
+        "steps — give the script a --gradient_accumulation_steps flag, or name the one it has: "
+        "--role accum_steps=NAME"
+    )
+    command = gw.cli_json("show", run_id)["spec"]["command"]
+    assert command["roles"].get("accum_steps") is None  # a retune leaves the accumulation at 1
+    assert command["resume_flag"] is True  # the help lists --resume_from_checkpoint
+
+
 # A script whose help comes only once its first attempt has started: read at submit, in front of
 # the attempt, the help would never come (the submit would say it did not finish); read beside it,
 # it lists no --ckpt_path. Its first attempt writes a checkpoint and fails with 7, restarted at

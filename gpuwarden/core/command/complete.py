@@ -231,8 +231,8 @@ def complete_submitted(
         checked = check_resume_flag(spec, environment, help_runner, help_timeout_s)
     if checked.spec is not spec:
         completed = complete_command(checked.spec)
-    if checked.code is not None and checked.message is not None:
-        return Submitted(completed, [(checked.code, checked.message)])  # says it for the flag too
+    if checked.lines():
+        return Submitted(completed, checked.lines())  # says it for the flag too
     said = [(NOWHERE_CODE, nowhere_warning(completed)), (UNNAMED_CODE, unnamed_batch_warning(completed))]
     return Submitted(completed, [(code, message) for code, message in said if message])
 

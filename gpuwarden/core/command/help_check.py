@@ -36,6 +36,7 @@ from gpuwarden.core.errors import UserError
 HELP_TIMEOUT_S = 20.0
 HELP_OUTPUT_LIMIT = 1 << 20  # argparse's help for every TrainingArguments field is about 45 KiB
 MISSING_CODE = "resume_flag_missing"
+FLAG_MISSING_CODE = "knob_flag_missing"
 UNCHECKED_CODE = "resume_flag_unchecked"
 
 
@@ -53,11 +54,20 @@ HelpRunner = Callable[[list[str], Mapping[str, str], Path, float], HelpOutput]
 
 @dataclass(frozen=True)
 class FlagCheck:
-    """The spec to submit (the resume flag off when the script lacks it) and the line to say."""
+    """The spec to submit (the resume flag off when the script lacks it) and the line to say;
+    `dropped`: the knobs whose flag the script lacks (no role names them any more), each with a
+    line of its own in `more`."""
 
     spec: RunSpec
     code: str | None = None
     message: str | None = None
+    dropped: tuple[str, ...] = ()
+    more: tuple[tuple[str, str], ...] = ()
+
+    def lines(self) -> list[tuple[str, str]]:
+        """Every (code, message) to say, the resume flag's first."""
+        first = [(self.code, self.message)] if self.code is not None and self.message is not None else []
+        return [*first, *self.more]
 
 
 @dataclass(frozen=True)
@@ -73,17 +83,23 @@ class HelpAsk:
 
 def ask_resume_flag(spec: RunSpec, environment: Mapping[str, str]) -> FlagCheck | HelpAsk:
     """The answer where none needs the script (no preset would add a flag, or its help cannot
-    be run), else the help to read."""
+    be run), else the help to read. `HelpAsk.flag` is the resume flag to judge, "" when only the
+    flags a retune passes (the accumulation's) are in question."""
     command = spec.command
     preset = PRESETS.get(command.framework) if command is not None else None
-    if command is None or preset is None or not _adds_flag(spec, preset):
+    if command is None or preset is None:
+        return FlagCheck(spec)
+    resume = _adds_flag(spec, preset)
+    if not resume and not _added_flag_bindings(spec):
         return FlagCheck(spec)
     argv = help_argv(command.argv)
-    if argv is None:
-        return _unchecked(spec, preset, "its `--help` was not run: the program is known only once it starts")
-    if command.cwd is None:
-        return _unchecked(spec, preset, "its `--help` was not run: the command names no working folder")
-    return HelpAsk(argv, help_env(spec, environment), command.cwd, preset.resume_flag)
+    why = (
+        "the program is known only once it starts" if argv is None else "the command names no working folder"
+    )
+    if argv is None or command.cwd is None:
+        # A flag a retune passes and the script lacks shows as the attempt's own one-line error.
+        return _unchecked(spec, preset, f"its `--help` was not run: {why}") if resume else FlagCheck(spec)
+    return HelpAsk(argv, help_env(spec, environment), command.cwd, preset.resume_flag if resume else "")
 
 
 def judge_help(spec: RunSpec, ask: HelpAsk, out: HelpOutput) -> FlagCheck:
@@ -94,17 +110,74 @@ def judge_help(spec: RunSpec, ask: HelpAsk, out: HelpOutput) -> FlagCheck:
     assert command is not None and preset is not None
     shown = shlex.join([Path(ask.argv[0]).name, *ask.argv[1:]])
     if out.text is None:
-        return _unchecked(spec, preset, f"`{shown}` {out.problem}")
-    if lists_flag(out.text, preset.resume_flag):
-        return FlagCheck(spec)
-    off = command.model_copy(update={"resume_flag": False})
+        return _unchecked(spec, preset, f"`{shown}` {out.problem}") if ask.flag else FlagCheck(spec)
+    dropped, more = _missing_bound_flags(spec, out.text, shown)
+    checked = spec
+    for name in dropped:
+        checked = without_role(checked, name)
+    if not ask.flag or lists_flag(out.text, preset.resume_flag):
+        return FlagCheck(checked, dropped=dropped, more=more)
+    assert checked.command is not None
+    off = checked.command.model_copy(update={"resume_flag": False})
     flag = preset.resume_flag
     message = (
         f"`{shown}` does not list {flag}, so the {command.framework} preset passes no checkpoint and a "
         f"restart starts from the beginning — load it with sdk.resume_from() in the script "
         f"({preset.sdk_resume}), or give the script a {flag} flag"
     )
-    return FlagCheck(spec.model_copy(update={"command": off}), MISSING_CODE, message)
+    return FlagCheck(checked.model_copy(update={"command": off}), MISSING_CODE, message, dropped, more)
+
+
+def _missing_bound_flags(
+    spec: RunSpec, text: str, shown: str
+) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """The knobs passed as a flag (only once a retune changes them) that the help does not list,
+    and the line for each."""
+    assert spec.command is not None
+    roles = {name: role for role, name in spec.command.roles.knob_names().items()}
+    dropped: list[str] = []
+    lines: list[tuple[str, str]] = []
+    for name, binding in spec.command.bind.items():
+        if binding.flag is None or name not in roles or lists_flag(text, binding.flag):
+            continue
+        dropped.append(name)
+        role = roles.get(name, "")
+        lines.append((FLAG_MISSING_CODE, _flag_missing_line(shown, binding.flag, role)))
+    return tuple(dropped), tuple(lines)
+
+
+def _flag_missing_line(shown: str, flag: str, role: str) -> str:
+    if role == "accum_steps":
+        return (
+            f"`{shown}` does not list {flag}, so a retune cannot keep the effective batch with a smaller "
+            f"micro-batch and tries the policy's other steps — give the script a {flag} flag, or name "
+            "the one it has: --role accum_steps=NAME"
+        )
+    return f"`{shown}` does not list {flag}, so a retune does not pass it — give the script a {flag} flag"
+
+
+def without_role(spec: RunSpec, name: str) -> RunSpec:
+    """The spec with no role naming knob `name`: a retune leaves it at its default, so its flag
+    is never passed. Its binding stays, so completing the spec again (an edit) adds no other."""
+    command = spec.command
+    assert command is not None
+    roles = command.roles.model_copy(
+        update={role: None for role, knob in command.roles.knob_names().items() if knob == name}
+    )
+    return spec.model_copy(update={"command": command.model_copy(update={"roles": roles})})
+
+
+def _added_flag_bindings(spec: RunSpec) -> list[str]:
+    """The flag bindings completing the spec would add (a preset's accumulation)."""
+    command = spec.command
+    assert command is not None
+    try:
+        config = load_config(command.config_file) if command.config_file is not None else None
+        completed = apply_preset(spec, config)
+    except UserError:
+        return []
+    assert completed.command is not None
+    return [n for n, b in completed.command.bind.items() if b.flag is not None and n not in command.bind]
 
 
 def check_resume_flag(

@@ -171,6 +171,20 @@ def _builtins(spec: RunSpec, run_id: str, run_dir: Path, attempt: int) -> dict[s
     }
 
 
+def with_bound_flags(spec: RunSpec, knobs: dict[str, Any]) -> list[str]:
+    """The command's argv (placeholders still in) with each `flag` binding's flag and knob added
+    where the knob differs from the program's default: before a preset's resume flag when argv
+    ends with one, else at the end."""
+    assert spec.command is not None
+    argv = list(spec.command.argv)
+    added: list[str] = []
+    for name, binding in spec.command.bind.items():
+        if binding.flag is not None and env_text(knobs[name]) != env_text(binding.default):
+            added += [binding.flag, f"{{{name}}}"]
+    at = len(argv) - 2 if len(argv) >= 2 and argv[-1] == "{resume_from?}" else len(argv)
+    return [*argv[:at], *added, *argv[at:]]
+
+
 def prepare_attempt(spec: RunSpec, run_id: str, run_dir: Path, attempt: int) -> PreparedAttempt:
     """Everything attempt `attempt` of a command run starts with; its record is written."""
     command = spec.command
@@ -190,7 +204,7 @@ def prepare_attempt(spec: RunSpec, run_id: str, run_dir: Path, attempt: int) -> 
     knobs = {name: values[name] for name in spec.knobs}  # text values with built-ins filled in
     resume_from = str(builtins["resume_from"])
     config = _config_copy(spec, knobs, copy, resume_from) if copy is not None else None
-    argv = render_argv(command.argv, values)
+    argv = render_argv(with_bound_flags(spec, knobs), values)
     env = {name: render(value, values, f"command.env.{name}") for name, value in command.env.items()}
     bound = {b.env: env_text(knobs[n]) for n, b in command.bind.items() if b.env is not None}
     env.update(bound)

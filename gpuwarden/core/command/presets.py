@@ -434,7 +434,9 @@ def _add_accumulation(draft: _Draft, preset: Preset, from_config: bool, user_rol
             return
         if preset is LIGHTNING and any(a.startswith("--trainer.") for a in draft.argv):
             flag = "--trainer.accumulate_grad_batches"
-        draft.argv += [flag, f"{{{knob}}}"]
+        # Passed only once a retune sets it: at 1 it changes nothing, and a script that has no
+        # such flag still runs (help_check finds out before a retune counts on it).
+        draft.bind[knob] = KnobBinding(flag=flag, default=1)
 
 
 def apply_preset(spec: RunSpec, config: ConfigDocument | None) -> RunSpec:

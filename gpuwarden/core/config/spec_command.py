@@ -22,6 +22,7 @@ KnobValue = int | float | str | bool
 Framework = Literal["none", "transformers", "accelerate", "lightning"]
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # A key path inside a config file: names separated by dots; digits index a list.
+FLAG_RE = re.compile(r"--?[A-Za-z][A-Za-z0-9_.-]*")
 KEY_PATH_RE = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
 
 
@@ -49,6 +50,11 @@ class KnobBinding(StrictModel):
         None, description="key path in command.config_file, e.g. training.batch_size (digits index lists)"
     )
     env: str | None = Field(None, description="environment variable that carries the value")
+    flag: str | None = Field(
+        None,
+        description="a flag of the command that takes the value, passed only while the value differs "
+        "from `default` (what the program does without the flag), e.g. --gradient_accumulation_steps",
+    )
     flags: dict[str, KnobValue] | None = Field(
         None,
         description="config keys that are switches, each true when the knob holds its value and "
@@ -92,11 +98,25 @@ class KnobBinding(StrictModel):
                 raise ValueError(f"{value_excerpt(bad[0])} is not a key path — write it like training.bf16")
         return v
 
+    @field_validator("flag")
+    @classmethod
+    def _flag_name(cls, v: str | None) -> str | None:
+        if v is not None and not FLAG_RE.fullmatch(v):
+            raise ValueError(
+                f"{value_excerpt(v)} is not a flag — write it like --gradient_accumulation_steps"
+            )
+        return v
+
     @model_validator(mode="after")
     def _one_place(self) -> KnobBinding:
-        if sum(x is not None for x in (self.config, self.env, self.flags)) != 1:
-            raise ValueError("give exactly one of `config: key.path`, `env: VARIABLE`, `flags: {key: value}`")
-        if self.default is not None and not self.in_config:
+        if sum(x is not None for x in (self.config, self.env, self.flag, self.flags)) != 1:
+            raise ValueError(
+                "give exactly one of `config: key.path`, `env: VARIABLE`, `flag: --name`, "
+                "`flags: {key: value}`"
+            )
+        if self.flag is not None and self.default is None:
+            raise ValueError("a `flag` binding needs `default`: the value the program has without the flag")
+        if self.default is not None and not self.in_config and self.flag is None:
             raise ValueError("`default` is for config keys (the value used when the file lacks the key)")
         return self
 

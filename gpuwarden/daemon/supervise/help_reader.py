@@ -24,11 +24,13 @@ from pathlib import Path
 from gpuwarden.core.command.help_check import (
     HELP_TIMEOUT_S,
     MISSING_CODE,
+    FlagCheck,
     HelpAsk,
     help_env,
     judge_help,
     run_help,
     without_flag,
+    without_role,
 )
 from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
 from gpuwarden.core.errors import UserError, one_line
@@ -59,8 +61,8 @@ def read_later(ctx: Context, run_id: str, run_dir: Path, spec: RunSpec, ask: Hel
         try:
             out = run_help(ask.argv, ask.env, ask.cwd, HELP_TIMEOUT_S)
             checked = judge_help(spec, ask, out)
-            if checked.code is not None and checked.message is not None:
-                _record(ctx, run_id, ask, checked.code, checked.message, off=checked.code == MISSING_CODE)
+            if checked.lines():
+                _record(ctx, run_id, ask, checked, off=checked.code == MISSING_CODE)
             pending_file.unlink(missing_ok=True)
         except Exception as exc:
             log.warning("run %s: the script's help was not recorded: %s", run_id, one_line(exc))
@@ -92,16 +94,21 @@ def _environment(ctx: Context, run_id: str) -> dict[str, str] | None:
     return ctx.store(lambda s: s.environment(run_id))
 
 
-def _record(ctx: Context, run_id: str, ask: HelpAsk, code: str, message: str, *, off: bool) -> None:
-    """The warning, and the flag out of the stored spec as it is then (read and written in one
-    transaction, so an edit made meanwhile is kept)."""
+def _record(ctx: Context, run_id: str, ask: HelpAsk, checked: FlagCheck, *, off: bool) -> None:
+    """The warnings, and the flags the script lacks out of the stored spec as it is then (read
+    and written in one transaction, so an edit made meanwhile is kept)."""
     if ctx.find(run_id) is None:
         return  # deleted meanwhile
-    batch = ctx.batch().write(lambda s: _flag_off(s, run_id, ask.flag)) if off else ctx.batch()
-    batch.event(run_id, None, "warning", code=code, message=message).commit()
+    flag = ask.flag if off else None
+    batch = ctx.batch()
+    if flag or checked.dropped:
+        batch = batch.write(lambda s: _flags_off(s, run_id, flag, checked.dropped))
+    for code, message in checked.lines():
+        batch = batch.event(run_id, None, "warning", code=code, message=message)
+    batch.commit()
 
 
-def _flag_off(store: RunStore, run_id: str, flag: str) -> None:
+def _flags_off(store: RunStore, run_id: str, flag: str | None, dropped: tuple[str, ...]) -> None:
     run = store.get_run(run_id)
     if run is None:
         return
@@ -109,7 +116,11 @@ def _flag_off(store: RunStore, run_id: str, flag: str) -> None:
         spec = spec_from_mapping(dict(run["spec"]))
     except UserError:
         return  # a spec that no longer validates fails in the queue anyway
-    store.update_run(run_id, spec=spec_document(without_flag(spec, flag)))
+    if flag:
+        spec = without_flag(spec, flag)
+    for name in dropped:
+        spec = without_role(spec, name)
+    store.update_run(run_id, spec=spec_document(spec))
 
 
 def pending(ctx: Context, run_id: str) -> bool:
