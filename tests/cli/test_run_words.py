@@ -300,11 +300,12 @@ def test_a_preset_setting_passed_twice_is_the_knob_at_both_places_holding_the_la
     done = _run("--json", "--print-spec", "--framework", "transformers", "--", *argv, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     spec = json.loads(done.stdout)
-    assert spec["command"]["argv"][2:6] == [
+    assert spec["command"]["argv"][2:] == [
         "--per_device_train_batch_size",
         "{per_device_train_batch_size}",
         "--per_device_train_batch_size={per_device_train_batch_size}",
-        "--gradient_accumulation_steps",
+        "--resume_from_checkpoint",
+        "{resume_from?}",
     ]
     assert spec["knobs"]["per_device_train_batch_size"] == 16
 
