@@ -252,3 +252,32 @@ def test_the_accumulation_flag_alone_is_asked_when_the_command_passes_its_own_re
     assert complete_command(lacking.spec).command.roles.accum_steps is None  # type: ignore[union-attr]
     listing = judge_help(completed, ask, HelpOutput("usage: ft.py [--gradient_accumulation_steps G]\n"))
     assert listing.spec is completed and listing.lines() == []
+
+
+NO_TRAINER_HELP = (
+    "usage: train.py [--per_device_train_batch_size N] [--gradient_accumulation_steps G]\n"
+    "                [--checkpointing_steps CHECKPOINTING_STEPS] [--resume_from_checkpoint R]\n"
+)
+
+
+def test_a_loop_on_accelerate_submitted_with_the_trainer_preset_is_told_its_preset(tmp_path: Path) -> None:
+    spec = _spec(["{python}", "train.py", "--per_device_train_batch_size", "8"], tmp_path, "transformers")
+    completed = complete_command(spec)
+    ask = ask_resume_flag(spec, {})
+    assert isinstance(ask, HelpAsk)
+    checked = judge_help(completed, ask, HelpOutput(NO_TRAINER_HELP))
+    assert checked.lines() == [
+        (
+            "preset_mismatch",
+            f"`{Path(sys.executable).name} train.py --help` lists --checkpointing_steps but not --save_steps, "
+            "as a loop of its own on Accelerate does: the transformers preset looks for the Trainer's "
+            "checkpoint-N folders and a restart would start from the beginning — submit with "
+            "--framework accelerate",
+        )
+    ]
+    assert checked.spec is completed  # told, not changed: the flags it lists are all there
+    # The right preset, or a Trainer script's help (it lists --save_steps), says nothing.
+    right = _spec(["{python}", "train.py", "--per_device_train_batch_size", "8"], tmp_path, "accelerate")
+    assert judge_help(complete_command(right), ask, HelpOutput(NO_TRAINER_HELP)).lines() == []
+    trainer_help = NO_TRAINER_HELP + "                [--save_steps S]\n"
+    assert judge_help(completed, ask, HelpOutput(trainer_help)).lines() == []

@@ -37,6 +37,7 @@ HELP_TIMEOUT_S = 20.0
 HELP_OUTPUT_LIMIT = 1 << 20  # argparse's help for every TrainingArguments field is about 45 KiB
 MISSING_CODE = "resume_flag_missing"
 FLAG_MISSING_CODE = "knob_flag_missing"
+MISMATCH_CODE = "preset_mismatch"
 UNCHECKED_CODE = "resume_flag_unchecked"
 
 
@@ -112,6 +113,8 @@ def judge_help(spec: RunSpec, ask: HelpAsk, out: HelpOutput) -> FlagCheck:
     if out.text is None:
         return _unchecked(spec, preset, f"`{shown}` {out.problem}") if ask.flag else FlagCheck(spec)
     dropped, more = _missing_bound_flags(spec, out.text, shown)
+    if (mismatch := _other_preset(command.framework, out.text, shown)) is not None:
+        more = (mismatch, *more)
     checked = spec
     for name in dropped:
         checked = without_role(checked, name)
@@ -126,6 +129,32 @@ def judge_help(spec: RunSpec, ask: HelpAsk, out: HelpOutput) -> FlagCheck:
         f"({preset.sdk_resume}), or give the script a {flag} flag"
     )
     return FlagCheck(checked.model_copy(update={"command": off}), MISSING_CODE, message, dropped, more)
+
+
+# A flag only one of two kinds of script has, both with the Trainer's batch flags: the Trainer's
+# TrainingArguments list --save_steps; the *_no_trainer.py loops on Accelerate take
+# --checkpointing_steps instead, and write checkpoints the other preset never looks for.
+_SIGNATURE_FLAGS = {"transformers": "--save_steps", "accelerate": "--checkpointing_steps"}
+_KINDS = {"transformers": "a Trainer script does", "accelerate": "a loop of its own on Accelerate does"}
+_LOOKS_FOR = {
+    "transformers": "the Trainer's checkpoint-N folders",
+    "accelerate": "accelerator.save_state's step_N folders",
+}
+
+
+def _other_preset(framework: str, text: str, shown: str) -> tuple[str, str] | None:
+    """The line for a script whose help reads as the other preset's kind, or None."""
+    own = _SIGNATURE_FLAGS.get(framework)
+    if own is None or lists_flag(text, own):
+        return None
+    for other, flag in _SIGNATURE_FLAGS.items():
+        if other != framework and lists_flag(text, flag):
+            return MISMATCH_CODE, (
+                f"`{shown}` lists {flag} but not {own}, as {_KINDS[other]}: the {framework} preset looks "
+                f"for {_LOOKS_FOR[framework]} and a restart would start from the beginning — submit "
+                f"with --framework {other}"
+            )
+    return None
 
 
 def _missing_bound_flags(
