@@ -90,8 +90,11 @@ def ask_resume_flag(spec: RunSpec, environment: Mapping[str, str]) -> FlagCheck 
     preset = PRESETS.get(command.framework) if command is not None else None
     if command is None or preset is None:
         return FlagCheck(spec)
-    resume = _adds_flag(spec, preset)
-    if not resume and not _added_flag_bindings(spec):
+    completed = _preset_applied(spec)
+    if completed is None:
+        return FlagCheck(spec)
+    resume = _adds_flag(spec, completed, preset)
+    if not resume and not _added_flag_bindings(spec, completed):
         return FlagCheck(spec)
     argv = help_argv(command.argv)
     why = (
@@ -196,17 +199,22 @@ def without_role(spec: RunSpec, name: str) -> RunSpec:
     return spec.model_copy(update={"command": command.model_copy(update={"roles": roles})})
 
 
-def _added_flag_bindings(spec: RunSpec) -> list[str]:
-    """The flag bindings completing the spec would add (a preset's accumulation)."""
+def _preset_applied(spec: RunSpec) -> RunSpec | None:
+    """The spec as completing it would make it (its config file read once), or None when that
+    refuses it: completion then says why in one line of its own."""
     command = spec.command
     assert command is not None
     try:
         config = load_config(command.config_file) if command.config_file is not None else None
-        completed = apply_preset(spec, config)
+        return apply_preset(spec, config)
     except UserError:
-        return []
-    assert completed.command is not None
-    return [n for n, b in completed.command.bind.items() if b.flag is not None and n not in command.bind]
+        return None
+
+
+def _added_flag_bindings(spec: RunSpec, completed: RunSpec) -> list[str]:
+    """The flag bindings completing the spec adds (a preset's accumulation)."""
+    assert spec.command is not None and completed.command is not None
+    return [n for n, b in completed.command.bind.items() if b.flag is not None and n not in spec.command.bind]
 
 
 def check_resume_flag(
@@ -237,19 +245,13 @@ def without_flag(spec: RunSpec, flag: str) -> RunSpec:
     return spec.model_copy(update={"command": off})
 
 
-def _adds_flag(spec: RunSpec, preset: Preset) -> bool:
-    """Whether completing the spec would append the preset's resume flag to its argv."""
-    command = spec.command
-    assert command is not None
-    if not command.resume_flag:
+def _adds_flag(spec: RunSpec, completed: RunSpec, preset: Preset) -> bool:
+    """Whether completing the spec appends the preset's resume flag to its argv."""
+    assert spec.command is not None and completed.command is not None
+    if not spec.command.resume_flag:
         return False
-    try:
-        config = load_config(command.config_file) if command.config_file is not None else None
-        completed = apply_preset(spec, config)
-    except UserError:
-        return False  # completing the spec refuses it in one line of its own
-    assert completed.command is not None
-    return completed.command.argv.count(preset.resume_flag) > command.argv.count(preset.resume_flag)
+    flag = preset.resume_flag
+    return completed.command.argv.count(flag) > spec.command.argv.count(flag)
 
 
 def _unchecked(spec: RunSpec, preset: Preset, why: str) -> FlagCheck:
