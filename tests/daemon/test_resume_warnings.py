@@ -74,12 +74,13 @@ def _lightning_run(
 def test_a_preset_flag_the_scripts_help_does_not_list_is_left_out(gw: DaemonHandle, tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(textwrap.dedent(NO_CKPT_FLAG))
     script = [sys.executable, "train.py", "--batch_size", "4"]
-    # Read beside the first attempt, the help's verdict reaches `run --follow` as the run goes.
     done = _lightning_run(gw, tmp_path, "no-flag", script, "--follow")
     assert done.returncode == 0, done.stderr
     run_id = gw.cli_json("show", "no-flag")["id"]
-    (warning,) = _warnings(gw, run_id)
-    assert warning["code"] == "resume_flag_missing" and warning["message"] in done.stderr
+    # Read beside an attempt this short, the help can be recorded after the run ended (and `run
+    # --follow` returned): wait for its warning rather than for the attempt.
+    (warning,) = wait_for(lambda: _warnings(gw, run_id), "the help's warning")
+    assert warning["code"] == "resume_flag_missing"
     shown = gw.cli("show", run_id, env={"COLUMNS": "1000"}).stdout
     assert f"warning:  {warning['message']}" in shown  # for whoever looks later
     assert warning["message"].startswith(
@@ -123,8 +124,8 @@ def test_a_script_without_the_accumulation_flag_runs_and_is_told_what_a_retune_c
     assert done.returncode == 0, done.stderr
     run_id = gw.cli_json("show", "no-accum")["id"]
     assert "unrecognized arguments" not in gw.cli("logs", run_id, "--stderr").stdout
-    (warning,) = _warnings(gw, run_id)
-    assert warning["code"] == "knob_flag_missing" and warning["message"] in done.stderr
+    (warning,) = wait_for(lambda: _warnings(gw, run_id), "the help's warning")
+    assert warning["code"] == "knob_flag_missing"
     assert warning["message"] == (
         f"`{Path(sys.executable).name} train.py --help` does not list --gradient_accumulation_steps, so a "
         "retune cannot keep the effective batch with a smaller micro-batch and tries the policy's other "
