@@ -6,6 +6,7 @@ from typing import ClassVar
 
 from rich.text import Text
 from textual.binding import Binding, BindingType
+from textual.events import Resize
 from textual.widgets import DataTable
 
 
@@ -27,3 +28,10 @@ class NavTable(DataTable[str | Text]):
     def action_last_row(self) -> None:
         if self.row_count:
             self.move_cursor(row=self.row_count - 1)
+
+    def on_resize(self, event: Resize) -> None:
+        # DataTable caches each rendered row under a counter it bumps only when this event comes,
+        # not under its width; the screen repaints at the new width before the event arrives, so
+        # a row rendered just before kept the old width's padding (a header cell in the screen's
+        # background where a scrollbar went away) until something else repainted the table.
+        self.refresh()
