@@ -138,10 +138,13 @@ def _no_knob(flag: str, target: str, overrides: bool) -> str:
             f"{flag}: {target!r} looks like a config key, but no --config-file names the file — add "
             "--config-file FILE, or give a knob (--knob NAME=VALUE) and write {NAME} in the command"
         )
+    # The flag as the user spelled it: a script of `--gradient_accumulation_steps` is not told to
+    # add `--gradient-accumulation-steps`, which its parser would refuse.
+    option = f"--{target.lstrip('-')}"
     return (
-        f"{flag}: no knob {target!r} and no --{setting_name(target).replace('_', '-')} VALUE in the "
-        f"command — name a flag the command passes, or give a knob (--knob {target}=VALUE) and write "
-        f"{{{target}}} in the command"
+        f"{flag}: no knob {target!r} and no {option} VALUE in the command — add {option} N (the value "
+        f"the program uses now) to the command, name a flag it passes, or give a knob (--knob "
+        f"{target}=VALUE) and write {{{target}}} in the command"
     )
 
 

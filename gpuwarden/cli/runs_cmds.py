@@ -263,10 +263,12 @@ def follow_run(
     as_json: bool,
     since: int = 0,
     printed: dict[tuple[int, str], int] | None = None,
+    first_attempt: int = 1,
 ) -> RunDetail:
     """Print events after `since` and stdout/stderr as they come (long-polls); the run's final
     detail. From the daemon, or from a run folder (`gpuwarden exec`). `printed`: how much of each
-    (attempt, stream) is printed already (an exec taking a run up again)."""
+    (attempt, stream) is printed already (an exec taking a run up again); output of attempts before
+    `first_attempt` is not printed (a resumed run's earlier attempts)."""
     from gpuwarden.cli.event_lines import event_line
 
     offsets: dict[tuple[int, str], int] = dict(printed or {})
@@ -278,17 +280,18 @@ def follow_run(
             if _ends_an_attempt(event):
                 # What the attempt wrote came before its end: said first, not after the end's line
                 # (and not what a next attempt has written already).
-                _print_new_output(client, run_id, client.run(run_id), offsets, as_json, upto=event.attempt)
+                detail = client.run(run_id)
+                _print_new_output(client, run_id, detail, offsets, as_json, first_attempt, upto=event.attempt)
             click.echo(event_line(event, with_message=False), err=True)
         since = batch.next_since
         detail = client.run(run_id)
-        _print_new_output(client, run_id, detail, offsets, as_json)
+        _print_new_output(client, run_id, detail, offsets, as_json, first_attempt)
         if detail.state in FINAL_STATES:
             more = client.events(run_id, since=since)
             for event in more.events:
                 if not as_json:
                     click.echo(event_line(event, with_message=False), err=True)
-            _print_new_output(client, run_id, detail, offsets, as_json)
+            _print_new_output(client, run_id, detail, offsets, as_json, first_attempt)
             if not as_json:
                 click.echo(f"{run_id}: {detail.state} — {detail.message or ''}", err=True)
             return detail
@@ -321,13 +324,16 @@ def _print_new_output(
     detail: RunDetail,
     offsets: dict[tuple[int, str], int],
     as_json: bool,
+    first: int = 1,
     upto: int | None = None,
 ) -> None:
-    """Each attempt's new stdout and stderr (with `upto`, of the attempts up to that one). The
-    two are separate files, so which came first is known only as far as their last writes: the
-    stream written to less recently prints first (a script's printed steps before the traceback
-    after them)."""
-    numbers = [a.attempt for a in detail.attempts if upto is None or a.attempt <= upto]
+    """Each attempt's new stdout and stderr from attempt `first` on (with `upto`, of the attempts up
+    to that one). The two are separate files, so which came first is known only as far as their
+    last writes: the stream written to less recently prints first (a script's printed steps before
+    the traceback after them)."""
+    numbers = [
+        a.attempt for a in detail.attempts if a.attempt >= first and (upto is None or a.attempt <= upto)
+    ]
     print_attempts_output(client, run_id, numbers, offsets, as_json)
 
 
@@ -402,15 +408,35 @@ def stop(run: str, grace: float | None, wait: bool, as_json: bool) -> None:
 
 @click.command()
 @click.argument("run")
+@click.option("-f", "--follow", is_flag=True, help="Stream state, events and output until the run ends.")
 @json_option
-def resume(run: str, as_json: bool) -> None:
+def resume(run: str, follow: bool, as_json: bool) -> None:
     """Queue a new attempt of a failed, stopped or interrupted run."""
     with daemon_client() as client:
+        since = _events_end(client, run) if follow else 0
         detail = client.resume(run)
+        if follow:
+            if not as_json:
+                click.echo(f"{detail.id}  {detail.name}  resumed", err=True)
+            # What the earlier attempts said is in `logs` and `events`: follow what comes now.
+            first = max((a.attempt for a in detail.attempts), default=0) + 1
+            detail = follow_run(client, detail.id, as_json, since=since, first_attempt=first)
     if as_json:
         print_json(detail)
-    else:
+    elif not follow:
         click.echo(f"{detail.id}  {detail.state} — {detail.message or ''}")
+    if follow:
+        sys.exit(0 if detail.state == "succeeded" else 1)
+
+
+def _events_end(client: RunReader, run: str) -> int:
+    """Where the run's events end now: a follower started here sees only what comes next."""
+    since = 0
+    while True:
+        page = client.events(run, since=since)
+        if not page.events:
+            return since
+        since = page.next_since
 
 
 @click.command()

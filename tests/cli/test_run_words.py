@@ -79,8 +79,9 @@ def test_a_restart_start_flag_sets_it_in_the_spec(tmp_path: Path, flag: str, say
         # the fix in the flags' own words, not a spec file's `knobs:`
         (
             ["--role", "micro_batch=bs", "--print-spec", "--", "true"],
-            "--role micro_batch=bs: no knob 'bs' and no --bs VALUE in the command — name a flag the command "
-            "passes, or give a knob (--knob bs=VALUE) and write {bs} in the command",
+            "--role micro_batch=bs: no knob 'bs' and no --bs VALUE in the command — add --bs N (the value "
+            "the program uses now) to the command, name a flag it passes, or give a knob (--knob bs=VALUE) "
+            "and write {bs} in the command",
         ),
         (
             ["--role", "micro_batch=--", "--print-spec", "--", "python", "t.py", "--batch-size", "4"],
@@ -290,7 +291,8 @@ def test_a_role_may_name_a_flag_of_a_plain_command(tmp_path: Path) -> None:
     )
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1, missing.stderr
     assert (
-        "no knob 'bsz' and no --bsz VALUE in the command — name a flag the command passes" in missing.stderr
+        "no knob 'bsz' and no --bsz VALUE in the command — add --bsz N (the value the program uses now)"
+        in missing.stderr
     )
 
 

@@ -249,6 +249,22 @@ def test_down_leaves_runs_running_and_up_readopts_them(daemon_factory: Any) -> N
     wait_for(lambda: not gw.socket.exists(), "the daemon to remove its socket")
 
 
+def test_resume_follow_shows_the_new_attempt_alone_and_exits_with_its_outcome(
+    daemon_factory: Any, tmp_path: Path
+) -> None:
+    gw: DaemonHandle = daemon_factory()
+    script = "if [ -e tried ]; then echo second attempt; else touch tried; echo first attempt; exit 3; fi"
+    failed = gw.cli("run", "--name", "twice", "--follow", "--", "sh", "-c", script, cwd=tmp_path)
+    assert failed.returncode == 1 and "first attempt" in failed.stdout, failed.stderr
+
+    resumed = gw.cli("resume", "twice", "-f")
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout == "second attempt\n"  # the failed attempt's output is in `logs`, not here
+    assert "resumed" in resumed.stderr and "[2] state: running" in resumed.stderr
+    assert "[1] state: failed" not in resumed.stderr  # nor its events
+    assert resumed.stderr.rstrip().endswith("succeeded — attempt 2: exit code 0")
+
+
 def test_history_for_gpus_and_the_host_with_units(daemon_factory: Any) -> None:
     gw: DaemonHandle = daemon_factory()
     gw.wait_samples(3)
