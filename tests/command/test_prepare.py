@@ -103,6 +103,17 @@ def test_a_restart_without_a_complete_checkpoint_starts_from_scratch_and_says_so
     assert second.note == "attempt 2 starts from scratch: no complete checkpoint from an earlier attempt"
 
 
+def test_a_restart_of_a_spec_that_names_no_checkpoints_claims_no_scratch_start(tmp_path: Path) -> None:
+    # The program may resume by itself (a batch job that goes on after its last output line).
+    spec = _spec(tmp_path, checkpoints=None)
+    run_dir = tmp_path / "run"
+    prepare_attempt(spec, "r1", run_dir, 1)
+    assert prepare_attempt(spec, "r1", run_dir, 2).note == (
+        "attempt 2 is given no checkpoint (the spec names none: --checkpoints GLOB, and the program "
+        "reported none): it starts from the beginning unless it picks up its own progress"
+    )
+
+
 def test_checkpoints_left_by_an_earlier_run_are_not_this_runs(tmp_path: Path) -> None:
     old = tmp_path / "outputs" / "checkpoint-9"
     old.mkdir(parents=True)

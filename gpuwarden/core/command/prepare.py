@@ -89,8 +89,16 @@ def _scratch_note(spec: RunSpec, values: dict[str, Any], attempt: int, cwd: Path
     framework's layout was (the spec's preset is likely the wrong one)."""
     assert spec.command is not None
     other = other_checkpoint(_written_to(spec, values, cwd), spec.command.framework, since)
+    pattern = _pattern(spec, values)
     if other is not None:
-        return other_checkpoint_note(attempt, _pattern(spec, values), other)
+        return other_checkpoint_note(attempt, pattern, other)
+    if pattern is None:
+        # Nothing says where the program keeps its progress: it may well take it up by itself (its
+        # own output so far, a checkpoint folder it looks in), which gpuwarden cannot see.
+        return (
+            f"attempt {attempt} is given no checkpoint (the spec names none: --checkpoints GLOB, and "
+            "the program reported none): it starts from the beginning unless it picks up its own progress"
+        )
     return f"attempt {attempt} starts from scratch: no complete checkpoint from an earlier attempt"
 
 
