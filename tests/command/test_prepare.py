@@ -272,4 +272,4 @@ def test_the_flags_that_read_as_a_batch_size(tmp_path: Path, argv: list[str], fl
         "command": {"argv": ["python", "t.py", *argv], "cwd": str(tmp_path)},
     }
     said = unnamed_batch_warning(spec_from_mapping(document))
-    assert (said is not None and f"if {flag} sets it" in said) if flag else said is None, said
+    assert (said is not None and f"if {flag} sets the micro-batch" in said) if flag else said is None, said

@@ -521,6 +521,16 @@ def test_a_script_run_as_it_is_that_runs_out_of_memory_is_told_how_to_make_it_re
         "an override such as training.batch_size=32 the same way: --role micro_batch=training.batch_size), "
         "or command.roles in a spec"
     ), last
+    # With a flag of its own that reads as the batch size, the answer names that flag.
+    flagged = gw.cli(
+        "run", "--name", "as-it-is", "--follow", "--", sys.executable, "-c", oom, "--batch_size", "64"
+    )
+    assert flagged.returncode == 1, flagged.stderr
+    assert flagged.stderr.rstrip().endswith(
+        "; not retuned: gpu_capacity, and the run names no setting a retune may change — if --batch_size "
+        "sets the micro-batch, add --role micro_batch=batch_size (and --role accum_steps=… where the "
+        "script accumulates gradients)"
+    ), flagged.stderr
 
 
 def test_a_scripts_own_flags_named_by_roles_are_retuned_keeping_the_effective_batch(gw: DaemonHandle) -> None:
@@ -563,7 +573,7 @@ def test_a_plain_script_whose_flags_carry_a_batch_size_no_role_names_is_told_at_
     assert told.returncode == 0, told.stderr
     assert told.stderr == (
         "warning: nothing names the micro-batch, so an out-of-memory stops the run — if "
-        "--train-batch-size sets it, add --role micro_batch=train-batch-size (and --role "
+        "--train-batch-size sets the micro-batch, add --role micro_batch=train-batch-size (and --role "
         "accum_steps=… where the script accumulates gradients), or command.roles in a spec\n"
     )
     named = gw.cli("run", "--gpus", "0", "--name", "named", "--role", "micro_batch=train-batch-size", *argv)

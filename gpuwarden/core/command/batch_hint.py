@@ -30,14 +30,24 @@ def unnamed_batch_warning(spec: RunSpec) -> str | None:
             f"the {command.framework} preset found no batch size in {where}, so an out-of-memory stops "
             "the run — name where it is set: --role micro_batch=FLAG or KEY (or command.roles in a spec)"
         )
-    flag = next((f for f in _batch_flags(command.argv)), None)
+    fix = role_fix(spec)
+    if fix is None:
+        return None
+    return (
+        f"nothing names the micro-batch, so an out-of-memory stops the run — "
+        f"{fix}, or command.roles in a spec"
+    )
+
+
+def role_fix(spec: RunSpec) -> str | None:
+    """How to name the flag of the command that reads as its batch size; None when none does."""
+    command = spec.command
+    flag = next(iter(_batch_flags(command.argv)), None) if command is not None else None
     if flag is None:
         return None
-    name = flag.lstrip("-")
     return (
-        f"nothing names the micro-batch, so an out-of-memory stops the run — if {flag} sets it, "
-        f"add --role micro_batch={name} (and --role accum_steps=… where the script accumulates "
-        "gradients), or command.roles in a spec"
+        f"if {flag} sets the micro-batch, add --role micro_batch={flag.lstrip('-')} (and --role "
+        "accum_steps=… where the script accumulates gradients)"
     )
 
 

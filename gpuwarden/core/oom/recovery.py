@@ -21,11 +21,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gpuwarden.core.command.batch_hint import role_fix
 from gpuwarden.core.config.spec import RunSpec
 from gpuwarden.core.oom.classify import Classification, classify_text
 from gpuwarden.core.oom.memory_model import headroom_on, predict_max_batch
 from gpuwarden.core.oom.policy import resolve_policy
-from gpuwarden.core.oom.retune import KIND_KNOBS, RetuneDecision, decide, memory_capacity
+from gpuwarden.core.oom.retune import KIND_KNOBS, NAME_A_SETTING, RetuneDecision, decide, memory_capacity
 from gpuwarden.core.oom.roles import knob_for, role_knobs
 
 # A probe: run the job briefly at this micro-batch; the measured peak (bytes) or None, and
@@ -303,6 +304,7 @@ def plan_recovery(
     )
     plan = RecoveryPlan(classification, decision, probes=measured.probes, decided=measured.decided)
     if decision.is_give_up:
+        plan.decision = _named_fix(spec, decision)
         return plan
     if decision.prediction is None and points and capacity and isinstance(batch, int):
         decision_prediction = predict_max_batch(
@@ -316,6 +318,16 @@ def plan_recovery(
         plan.decision = replace(decision, prediction=decision_prediction)
     plan.spec, plan.from_, plan.to = apply_decision(spec, plan.decision)
     return plan
+
+
+def _named_fix(spec: RunSpec, decision: RetuneDecision) -> RetuneDecision:
+    """A script run as it is: its give-up names the flag of its own command that reads as the
+    batch size, not an example's."""
+    fix = role_fix(spec)
+    if fix is None or decision.give_up is None or NAME_A_SETTING not in decision.give_up:
+        return decision
+    concrete = f"a retune may change — {fix}"
+    return replace(decision, give_up=decision.give_up.replace(NAME_A_SETTING, concrete))
 
 
 def _weighed_fixed_memory(spec: RunSpec, facts: AttemptFacts, host: bool) -> int | None:
