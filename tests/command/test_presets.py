@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -288,3 +290,26 @@ def test_a_config_file_read_before_another_has_its_batch_size_unbound_and_said_s
     assert said is not None and said.startswith(
         "the lightning preset found no batch size in the command's flags or exp.yaml, so an out-of-memory"
     )
+
+
+def test_a_lightning_restart_takes_last_ckpt_over_an_older_best_k_file(tmp_path: Path) -> None:
+    # ModelCheckpoint(monitor="val_loss", save_top_k=1, save_last=True): the best checkpoint (step 30)
+    # stays while training goes on; last.ckpt, with no step in its name, holds step 40.
+    spec = _command(
+        ["python", "fit.py", "--batch-size", "16", "--default_root_dir", "runs"],
+        "lightning",
+        cwd=str(tmp_path),
+    )
+    run_dir = tmp_path / "run"
+    prepare_attempt(spec, "r1", run_dir, 1)
+    folder = tmp_path / "runs" / "lightning_logs" / "version_0" / "checkpoints"
+    folder.mkdir(parents=True)
+    best, last = folder / "epoch=2-step=30.ckpt", folder / "last.ckpt"
+    best.write_text("step 30")
+    last.write_text("step 40")
+    started = time.time()  # both written after the first attempt started, the best one first
+    os.utime(best, (started + 10, started + 10))
+    os.utime(last, (started + 20, started + 20))
+    second = prepare_attempt(spec, "r1", run_dir, 2)
+    assert second.argv[-2:] == ["--ckpt_path", str(last)]
+    assert second.note == f"attempt 2 resumes from {last}"

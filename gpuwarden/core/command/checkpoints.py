@@ -33,8 +33,12 @@ class FoundCheckpoint:
     source: str  # "event" or "glob"
     mtime: float
 
-    def order(self) -> tuple[int, float]:
-        return (self.step if self.step is not None else -1, self.mtime)
+    def order(self) -> tuple[float, int]:
+        """The one written last comes first; the step in its name only breaks a tie. A run's
+        progress moves forward in time, not always in the names: Lightning's `last.ckpt` (no step)
+        is newer than the best-so-far `epoch=2-step=30.ckpt` a monitored callback keeps, and an
+        attempt that resumed from an older checkpoint writes the line the run now follows."""
+        return (self.mtime, self.step if self.step is not None else -1)
 
 
 def step_in_name(name: str) -> int | None:
