@@ -313,3 +313,27 @@ def test_a_lightning_restart_takes_last_ckpt_over_an_older_best_k_file(tmp_path:
     second = prepare_attempt(spec, "r1", run_dir, 2)
     assert second.argv[-2:] == ["--ckpt_path", str(last)]
     assert second.note == f"attempt 2 resumes from {last}"
+
+
+def test_a_checkpoint_pattern_inside_the_output_folder_follows_its_knob(tmp_path: Path) -> None:
+    # nanoGPT's shape: `--out_dir=out` and its one checkpoint file, out/ckpt.pt.
+    argv = ["python", "train.py", "--batch_size=64", "--out_dir=./out/", "{resume_from?--init_from=resume}"]
+    knobs = {"batch_size": 64, "out_dir": "./out/"}
+    roles = {"micro_batch": "batch_size", "output_dir": "out_dir"}
+    argv[2:4] = ["--batch_size={batch_size}", "--out_dir={out_dir}"]
+    spec = _command(argv, "none", knobs, roles=roles, checkpoints={"glob": "out/ckpt.pt"}, cwd=str(tmp_path))
+    assert spec.command is not None and spec.command.checkpoints is not None
+    assert spec.command.checkpoints.glob == "{out_dir}/ckpt.pt"
+    # Run again into another folder: the restart looks there, not in the first run's.
+    other = spec.model_copy(update={"knobs": {**spec.knobs, "out_dir": "elsewhere"}})
+    run_dir = tmp_path / "run"
+    prepare_attempt(other, "r1", run_dir, 1)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "ckpt.pt").write_text("x")
+    second = prepare_attempt(other, "r1", run_dir, 2)
+    assert second.argv[-1] == "--init_from=resume" and second.note.endswith("elsewhere/ckpt.pt")
+    # A pattern elsewhere, or one written with the knob already, is left as it is.
+    for pattern in ("ckpts/*.pt", "{out_dir}/best.pt", "outer/ckpt.pt"):
+        kept = _command(argv, "none", knobs, roles=roles, checkpoints={"glob": pattern}, cwd=str(tmp_path))
+        assert kept.command is not None and kept.command.checkpoints is not None
+        assert kept.command.checkpoints.glob == pattern

@@ -237,6 +237,22 @@ def complete_submitted(
     return Submitted(completed, [(code, message) for code, message in said if message])
 
 
+def _glob_follows_output_dir(spec: RunSpec) -> RunSpec:
+    """A checkpoint pattern inside the folder the output_dir knob names follows the knob: a run
+    again with another folder (or a probe, which points it elsewhere) looks where that one writes."""
+    command = spec.command
+    knob = command.roles.output_dir if command is not None else None
+    value = spec.knobs.get(knob) if knob else None
+    if command is None or command.checkpoints is None or not isinstance(value, str) or not value.strip("./"):
+        return spec
+    pattern, folder = command.checkpoints.glob, os.path.normpath(value)
+    inside = os.path.normpath(pattern)
+    if placeholder_names(pattern) or not (inside + "/").startswith(folder + "/"):
+        return spec
+    checkpoints = command.checkpoints.model_copy(update={"glob": f"{{{knob}}}{inside[len(folder) :]}"})
+    return spec.model_copy(update={"command": command.model_copy(update={"checkpoints": checkpoints})})
+
+
 def complete_command(spec: RunSpec) -> RunSpec:
     """The command run's spec with preset knobs and config values filled in, after every check
     that can be made before it runs (other kinds come back unchanged)."""
@@ -244,7 +260,7 @@ def complete_command(spec: RunSpec) -> RunSpec:
     if command is None:
         return spec
     config = load_config(command.config_file) if command.config_file is not None else None
-    spec = apply_preset(spec, config)
+    spec = _glob_follows_output_dir(apply_preset(spec, config))
     if command.framework != "none":
         _check_args_file(spec)
     if config is not None:
