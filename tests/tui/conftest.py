@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from textual import events
 from textual.pilot import Pilot
 from textual.widgets import DataTable
 
+from gpuwarden.tui import app as app_module
 from gpuwarden.tui.app import GpuwardenApp
 from gpuwarden.tui.backend import DashboardBackend
 from tests.tui.fake_backend import FROZEN_TS, FakeBackend
@@ -21,6 +23,28 @@ os.environ["TZ"] = "UTC"
 time.tzset()
 
 
+class SaidApp(GpuwardenApp):
+    """The app, keeping every toast it showed. A toast goes after its few seconds; on a loaded
+    machine a test may look later than that, and must still read what was said."""
+
+    # Textual reads a relative CSS_PATH beside the module of the class: this one's is elsewhere.
+    CSS_PATH = str(Path(app_module.__file__).parent / str(GpuwardenApp.CSS_PATH))
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.said: list[str] = []
+
+    def notify(self, message: str, **kwargs: Any) -> None:
+        self.said.append(message)
+        super().notify(message, **kwargs)
+
+
+def messages(app: GpuwardenApp) -> list[str]:
+    """The notifications shown so far, oldest first, gone ones too."""
+    assert isinstance(app, SaidApp), "build the app with make_app() or SaidApp() to read its toasts"
+    return list(app.said)
+
+
 def make_app(
     backend: DashboardBackend | None = None,
     *,
@@ -28,7 +52,7 @@ def make_app(
     clock: Callable[[], float] | None = None,
 ) -> GpuwardenApp:
     """The app as every test builds it: a fake backend and a clock stopped at FROZEN_TS."""
-    return GpuwardenApp(backend or FakeBackend(), readonly=readonly, clock=clock or (lambda: FROZEN_TS))
+    return SaidApp(backend or FakeBackend(), readonly=readonly, clock=clock or (lambda: FROZEN_TS))
 
 
 # Bounds a failure only (a condition is waited for, never a time): generous, so a loaded machine

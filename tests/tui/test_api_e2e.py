@@ -25,7 +25,7 @@ from tests.daemon.conftest import (  # noqa: F401  (fixtures used by name)
     short_tmp,
 )
 from tests.daemon.test_logs_follow import retuned_spec
-from tests.tui.conftest import SETTLE_S, make_app, run, settle, until, wait_workers
+from tests.tui.conftest import SETTLE_S, make_app, messages, run, settle, until, wait_workers
 from tests.tui.test_app import text_of
 
 pytestmark = pytest.mark.slow
@@ -172,7 +172,7 @@ def test_tune_a_stopped_script_from_the_dashboard_answers_as_the_daemon_does(
             await wait_workers(pilot)
             await until(
                 pilot,
-                lambda: any("name the knob that is the micro-batch" in n.message for n in app._notifications),
+                lambda: any("name the knob that is the micro-batch" in m for m in messages(app)),
                 "the daemon's answer in the dashboard",
             )
 

@@ -29,7 +29,17 @@ from gpuwarden.tui.screens.run_detail import RunDetailScreen, Scroller
 from gpuwarden.tui.screens.runs import RunsPane
 from gpuwarden.tui.widgets.gpu_card import GpuCard
 from gpuwarden.tui.widgets.nav_table import NavTable
-from tests.tui.conftest import SETTLE_S, clock_at, make_app, run, settle, until, wait_workers
+from tests.tui.conftest import (
+    SETTLE_S,
+    SaidApp,
+    clock_at,
+    make_app,
+    messages,
+    run,
+    settle,
+    until,
+    wait_workers,
+)
 from tests.tui.fake_backend import FROZEN_TS, FakeBackend
 
 RUNNING = "ra1b2c3d4e5"
@@ -51,11 +61,6 @@ def rendered(widget: Static, width: int = 1000) -> str:
 
 def timeline_text(screen: RunDetailScreen) -> str:
     return rendered(screen.query_one("#timeline-text", Static))
-
-
-def messages(app: GpuwardenApp) -> list[str]:
-    """The notifications shown so far, oldest first."""
-    return [n.message for n in app._notifications]
 
 
 def footer_keys(app: GpuwardenApp) -> set[str]:
@@ -454,7 +459,7 @@ def test_submit_lists_the_completions_and_selects_the_new_run(tmp_path: Any) -> 
 
     async def body() -> None:
         fake = FakeBackend()
-        app = GpuwardenApp(fake, clock=lambda: FROZEN_TS, cwd=tmp_path)
+        app = SaidApp(fake, clock=lambda: FROZEN_TS, cwd=tmp_path)
         async with app.run_test(size=(80, 24)) as pilot:
             await settle(pilot)
             await pilot.press("n")
@@ -494,7 +499,7 @@ def test_tab_right_after_typing_completes_what_was_typed_not_the_stale_list(tmp_
     (tmp_path / "specs" / "serve.yaml").write_text("name: y\n")
 
     async def body() -> None:
-        app = GpuwardenApp(FakeBackend(), clock=lambda: FROZEN_TS, cwd=tmp_path)
+        app = SaidApp(FakeBackend(), clock=lambda: FROZEN_TS, cwd=tmp_path)
         async with app.run_test(size=(80, 24)) as pilot:
             await settle(pilot)
             await pilot.press("n", *"specs/")
@@ -517,7 +522,7 @@ def test_a_refused_spec_stays_in_the_dialog(tmp_path: Any) -> None:
 
     async def body() -> None:
         fake = FakeBackend()
-        app = GpuwardenApp(fake, clock=lambda: FROZEN_TS, cwd=tmp_path)
+        app = SaidApp(fake, clock=lambda: FROZEN_TS, cwd=tmp_path)
         async with app.run_test(size=(80, 24)) as pilot:
             await settle(pilot)
             await pilot.press("n", *"notes.txt", "enter")
@@ -893,7 +898,7 @@ def test_lost_connection_is_reported_then_retried() -> None:
         async with app.run_test(size=(80, 24)) as pilot:
             await settle(pilot)
             assert fake.attempts == 2
-            assert any("not running" in n.message for n in app._notifications)
+            assert any("not running" in m for m in messages(app))
 
     run(body())
 

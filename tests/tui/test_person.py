@@ -32,9 +32,9 @@ from gpuwarden.tui.screens.main import MainScreen
 from gpuwarden.tui.screens.run_detail import RunDetailScreen, Scroller
 from gpuwarden.tui.screens.runs import RunsPane
 from gpuwarden.tui.widgets.chart import Chart
-from tests.tui.conftest import burst, make_app, run, settle, until, wait_workers
+from tests.tui.conftest import burst, make_app, messages, run, settle, until, wait_workers
 from tests.tui.fake_backend import FROZEN_TS, FakeBackend
-from tests.tui.test_app import footer_keys, messages, rendered, text_of, timeline_text
+from tests.tui.test_app import footer_keys, rendered, text_of, timeline_text
 
 RUNNING, QUEUED, SUCCEEDED, FAILED, STOPPED, SCRIPT = (
     "ra1b2c3d4e5", "re5f6a7b8c9", "rc9d0e1f2a3", "r0a1b2c3d4e", "r4e5f6a7b8c", "r7c8d9e0f1a"

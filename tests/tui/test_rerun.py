@@ -12,9 +12,8 @@ from gpuwarden.tui.app import GpuwardenApp
 from gpuwarden.tui.screens.dialogs import KnobScreen
 from gpuwarden.tui.screens.main import MainScreen
 from gpuwarden.tui.screens.run_detail import RunDetailScreen
-from tests.tui.conftest import make_app, run, settle, until, wait_workers
+from tests.tui.conftest import make_app, messages, run, settle, until, wait_workers
 from tests.tui.fake_backend import FakeBackend
-from tests.tui.test_app import messages
 
 RUNNING = "ra1b2c3d4e5"
 QUEUED = "re5f6a7b8c9"

@@ -9,9 +9,9 @@ from textual.widgets import Static
 
 from gpuwarden.tui.app import GpuwardenApp
 from gpuwarden.tui.screens.help import HelpScreen
-from tests.tui.conftest import make_app, run, settle, until
+from tests.tui.conftest import make_app, messages, run, settle, until
 from tests.tui.fake_backend import FakeBackend
-from tests.tui.test_app import messages, text_of
+from tests.tui.test_app import text_of
 from tests.tui.test_person import RUNNING, open_run_screen
 
 STATE = "/home/ana/.local/state/gpuwarden"
