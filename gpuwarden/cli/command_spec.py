@@ -6,8 +6,9 @@ start from the command line and keep the spec once it works.
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -54,7 +55,10 @@ def command_options(fn: F) -> F:
             "roles",
             multiple=True,
             metavar="ROLE=KNOB|KEY",
-            help=f"Which knob (or config key) plays a role: {', '.join(_ROLES)} (repeatable).",
+            help=(
+                f"Which knob, flag, config key or environment variable plays a role: {', '.join(_ROLES)} "
+                "(repeatable)."
+            ),
         ),
         click.option(
             "--config-file",
@@ -141,11 +145,32 @@ def _no_knob(flag: str, target: str, overrides: bool) -> str:
     # The flag as the user spelled it: a script of `--gradient_accumulation_steps` is not told to
     # add `--gradient-accumulation-steps`, which its parser would refuse.
     option = f"--{target.lstrip('-')}"
+    from gpuwarden.core.config.spec_command import ENV_NAME_RE
+
+    if ENV_NAME_RE.fullmatch(target) and target.isupper():
+        return (
+            f"{flag}: no knob {target!r}, no {option} VALUE in the command and no variable {target} "
+            f"set — give the variable its value (--env {target}=N, the value the program uses now), or "
+            "name a flag the command passes"
+        )
     return (
         f"{flag}: no knob {target!r} and no {option} VALUE in the command — add {option} N (the value "
         f"the program uses now) to the command, name a flag it passes, or give a knob (--knob "
         f"{target}=VALUE) and write {{{target}}} in the command"
     )
+
+
+def _binds(binds: tuple[str, ...], knob_names: set[str], preset: bool) -> dict[str, Any]:
+    """`--bind NAME=config:KEY|env:VAR` as the spec's `command.bind`."""
+    bind: dict[str, Any] = {}
+    for name, where in _pairs(binds, "--bind"):
+        kind, _, target = where.partition(":")
+        if kind not in ("config", "env") or not target:
+            raise UserError(f"--bind {name}={where}: write config:KEY or env:VARIABLE")
+        if kind == "env" and name not in knob_names and not preset:
+            raise UserError(f"--bind {name}={where}: give the knob its value too (--knob {name}=VALUE)")
+        bind[name] = {kind: target}
+    return bind
 
 
 def _roles_and_binds(
@@ -156,18 +181,15 @@ def _roles_and_binds(
     preset: bool,
     flags: set[str],
     overrides: bool = False,
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    from gpuwarden.core.config.spec_command import KEY_PATH_RE  # the spec models: `run`'s, not `ps`'s
+    variables: Mapping[str, str] | None = None,
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The roles and bindings the flags ask for, and the knobs a role naming a variable adds."""
+    # the spec models: `run`'s, not `ps`'s
+    from gpuwarden.core.config.spec_command import ENV_NAME_RE, KEY_PATH_RE
 
-    bind: dict[str, Any] = {}
-    for name, where in _pairs(binds, "--bind"):
-        kind, _, target = where.partition(":")
-        if kind not in ("config", "env") or not target:
-            raise UserError(f"--bind {name}={where}: write config:KEY or env:VARIABLE")
-        if kind == "env" and name not in knob_names and not preset:
-            raise UserError(f"--bind {name}={where}: give the knob its value too (--knob {name}=VALUE)")
-        bind[name] = {kind: target}
+    bind = _binds(binds, knob_names, preset)
     role_map: dict[str, Any] = {}
+    added: dict[str, Any] = {}
     for role, target in _pairs(roles, "--role"):
         if role not in _ROLES:
             raise UserError(f"--role {role}: unknown role — one of {', '.join(_ROLES)}")
@@ -181,6 +203,12 @@ def _roles_and_binds(
             role_map[role] = int(target)
         elif target in bind or target in knob_names or preset or setting_name(target) in flags:
             role_map[role] = target  # a flag of the command becomes its knob (as a preset's do)
+        elif variables is not None and target in variables and ENV_NAME_RE.fullmatch(target):
+            # `BATCH_SIZE=64 python train.py`: a knob bound to the variable carries the role.
+            knob = target.lower() if target.lower() not in knob_names else target
+            bind[knob] = {"env": target}
+            added[knob] = _value(variables[target])
+            role_map[role] = knob
         elif config_file is None:
             raise UserError(_no_knob(f"--role {role}={target}", target, overrides))
         else:
@@ -188,7 +216,7 @@ def _roles_and_binds(
             knob = target.rsplit(".", 1)[-1]
             bind.setdefault(knob, {"config": target})
             role_map[role] = knob
-    return role_map, bind
+    return role_map, bind, added
 
 
 def command_document(
@@ -215,9 +243,21 @@ def command_document(
     knob_values = {k: _value(v) for k, v in _pairs(knobs, "--knob")}
     preset = framework not in (None, "none")
     overrides = any(override_setting(item) for item in argv[1:])  # Hydra's `key=value`
-    role_map, bind = _roles_and_binds(
-        roles, binds, config, set(knob_values), preset, valued_flags(argv), overrides
+    variables = dict(_pairs(envs, "--env"))
+    # The run gets this shell's environment: a role may name a variable set here or by --env.
+    role_map, bind, added = _roles_and_binds(
+        roles,
+        binds,
+        config,
+        set(knob_values),
+        preset,
+        valued_flags(argv),
+        overrides,
+        {**os.environ, **variables},
     )
+    knob_values.update(added)
+    for binding in bind.values():
+        variables.pop(binding.get("env", ""), None)  # the binding sets it now, each attempt its knob's value
     command: dict[str, Any] = {"argv": argv, "cwd": str(cwd.absolute())}
     if config is not None:
         command["config_file"] = str(config)
@@ -241,8 +281,8 @@ def command_document(
         doc["resources"]["memory_limit"] = memory_limit
     if policy:
         doc["policy"] = policy
-    if envs:
-        doc["env"] = dict(_pairs(envs, "--env"))
+    if variables:
+        doc["env"] = variables
     return doc
 
 

@@ -563,6 +563,38 @@ def test_a_scripts_own_flags_named_by_roles_are_retuned_keeping_the_effective_ba
     assert f"ran with {last['knobs.batch_size']} x {last['knobs.grad_accum']}" in result.stdout
 
 
+def test_a_script_that_reads_its_batch_size_from_a_variable_is_retuned_through_it(gw: DaemonHandle) -> None:
+    """`BATCH_SIZE=32 ACCUM=1 python train.py`: roles naming the variables bind knobs to them."""
+    script = textwrap.dedent(
+        """
+        import os, sys
+        size, accum = int(os.environ["BATCH_SIZE"]), int(os.environ["ACCUM"])
+        if size > 8:
+            sys.stderr.write(
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+                "total capacity of 79.10 GiB of which 1.20 GiB is free.\\n"
+            )
+            sys.exit(1)
+        print("ran with", size, "x", accum)
+        """
+    )
+    env = {**os.environ, "ACCUM": "1"}  # one set in the shell, one given with --env
+    result = gw.cli(
+        "run", "--name", "by-variable", "--env", "BATCH_SIZE=32", "--role", "micro_batch=BATCH_SIZE",
+        "--role", "accum_steps=ACCUM", "--follow", "--", sys.executable, "-c", script, env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    detail = gw.cli_json("show", "by-variable")
+    assert detail["retunes"][0]["from"] == {"knobs.batch_size": 32, "knobs.accum": 1}
+    last = detail["retunes"][-1]["to"]
+    assert last["knobs.batch_size"] <= 8 and last["knobs.batch_size"] * last["knobs.accum"] == 32
+    assert f"ran with {last['knobs.batch_size']} x {last['knobs.accum']}" in result.stdout
+    # Named but set nowhere: one line with the fix.
+    unset = gw.cli("run", "--print-spec", "--role", "micro_batch=MICRO", "--", "true")
+    assert unset.returncode == 2 and unset.stderr.count("\n") == 1
+    assert "no variable MICRO set — give the variable its value (--env MICRO=N" in unset.stderr
+
+
 def test_a_plain_script_whose_flags_carry_a_batch_size_no_role_names_is_told_at_submit(
     gw: DaemonHandle,
 ) -> None:
