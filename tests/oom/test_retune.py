@@ -441,6 +441,12 @@ def test_command_run_uses_its_declared_knobs() -> None:
     no_accum = run(kind="command", knobs={"batch_size": 16})
     assert no_accum.action == "reduce_generation_batch"
     assert no_accum.changes == {"batch_size": (16, 8)} and no_accum.lr_scale is None
+    # Nor is it said to be one: the program may train, keeping its global batch itself or not.
+    assert no_accum.reason.endswith(
+        "batch 16 → 8 (no accumulation is named: a training run's effective batch changes with it, "
+        "unless the program keeps it itself)"
+    )
+    assert run(kind="infer", knobs={"batch_size": 16}).reason.endswith("generation batch 16 → 8")
     at_one = run(kind="command", knobs={"batch_size": 1})
     assert at_one.give_up is not None
     assert "no grad_accum_steps knob, so the effective batch cannot be kept" in at_one.give_up

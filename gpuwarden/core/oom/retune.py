@@ -327,10 +327,18 @@ def _generation_batch(ctx: _Context, rung: Rung) -> RetuneDecision | str:
         target = math.floor(batch * (rung.factor or DEFAULT_FACTOR))
         why = f"no prediction ({prediction.basis}); ×{rung.factor or DEFAULT_FACTOR}"
     new = max(floor, min(target, batch - 1))
+    # A user's program with a batch and no accumulation may be inference, or training that keeps
+    # its effective batch itself (LitGPT's global_batch_size) or does not: said, not presumed.
+    what = (
+        f"batch {batch} → {new} (no accumulation is named: a training run's effective batch changes "
+        "with it, unless the program keeps it itself)"
+        if ctx.kind == "command"
+        else f"generation batch {batch} → {new}"
+    )
     return RetuneDecision(
         action=rung.action,
         changes={"batch_size": (batch, new)},
-        reason=f"{ctx.classification.reason}; {why}: generation batch {batch} → {new}",
+        reason=f"{ctx.classification.reason}; {why}: {what}",
         prediction=prediction.to_dict(),
     )
 
