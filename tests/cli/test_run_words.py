@@ -335,3 +335,24 @@ def test_print_spec_writes_a_memory_limit_as_a_size_that_reads_back_the_same(
     assert isinstance(limit, int)  # for programs: the count
     again = spec_from_mapping(yaml.safe_load(printed.stdout), label="printed")
     assert again.resources.memory_limit == limit
+
+
+def test_a_role_naming_a_variable_of_the_shell_takes_its_value_or_says_in_one_short_line(
+    tmp_path: Path,
+) -> None:
+    bound = _run(
+        "--json", "--print-spec", "--role", "micro_batch=MICRO", "--", "python", "t.py", cwd=tmp_path
+    )
+    assert bound.returncode == 2 and "no variable MICRO set" in bound.stderr  # set nowhere yet
+    given = _run(
+        "--json", "--print-spec", "--env", "MICRO=8", "--role", "micro_batch=MICRO", "--", "python", "t.py",
+        cwd=tmp_path,
+    )  # fmt: skip
+    spec = json.loads(given.stdout)
+    assert spec["knobs"] == {"micro": 8} and spec["command"]["bind"] == {"micro": {"env": "MICRO"}}
+    assert "MICRO" not in spec.get("env", {})  # each attempt gets its knob's value, not the first one
+    # A variable that holds no batch size (PATH here) is refused in one bounded line.
+    path = _run("--print-spec", "--role", "micro_batch=PATH", "--", "python", "t.py", cwd=tmp_path)
+    assert path.returncode == 2 and path.stderr.count("\n") == 1 and len(path.stderr) < 200, path.stderr
+    assert "knobs.path (command.roles.micro_batch) is '" in path.stderr
+    assert path.stderr.rstrip().endswith("a micro_batch must be a whole number ≥ 1")

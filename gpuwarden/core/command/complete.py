@@ -26,6 +26,7 @@ from gpuwarden.core.command.help_check import (
 )
 from gpuwarden.core.command.presets import apply_preset
 from gpuwarden.core.command.resume import NOWHERE_CODE, nowhere_warning
+from gpuwarden.core.config.excerpt import value_excerpt
 from gpuwarden.core.config.spec import RunSpec, spec_from_mapping
 from gpuwarden.core.config.spec_command import CONFIG_SUFFIXES, KnobBinding
 from gpuwarden.core.config.templating import check_command, placeholder_names
@@ -147,14 +148,14 @@ def _check_roles(spec: RunSpec) -> None:
                 f"preset to take it from: add the flag with its value, or give the knob (--knob {name}=VALUE)"
             )
         value = spec.knobs.get(name)
-        where = f"knobs.{name} (command.roles.{role})"
+        where = f"knobs.{name} (command.roles.{role}) is {value_excerpt(value)}"
         if role in _INT_ROLES and not _whole(value, role):
             no_limit = ", or -1 for no limit" if role == "max_steps" else ""
-            raise UserError(f"{where} is {value!r}: a {role} must be a whole number ≥ 1{no_limit}")
+            raise UserError(f"{where}: a {role} must be a whole number ≥ 1{no_limit}")
         if role == "gradient_checkpointing" and not isinstance(value, bool):
-            raise UserError(f"{where} is {value!r}: gradient_checkpointing must be true or false")
+            raise UserError(f"{where}: gradient_checkpointing must be true or false")
         if role == "precision" and value not in PRECISIONS:
-            raise UserError(f"{where} is {value!r}: a precision knob holds one of {', '.join(PRECISIONS)}")
+            raise UserError(f"{where}: a precision knob holds one of {', '.join(PRECISIONS)}")
 
 
 def _check_roles_reach(spec: RunSpec) -> None:
