@@ -433,7 +433,7 @@ def _events_end(client: RunReader, run: str) -> int:
     """Where the run's events end now: a follower started here sees only what comes next."""
     since = 0
     while True:
-        page = client.events(run, since=since)
+        page = client.events(run, since=since, limit=10_000)  # the API's largest page: fewest asks
         if not page.events:
             return since
         since = page.next_since
