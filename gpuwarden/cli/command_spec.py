@@ -160,6 +160,15 @@ def _no_knob(flag: str, target: str, overrides: bool) -> str:
     )
 
 
+def _names_a_variable(
+    target: str, variables: Mapping[str, str], config_file: Path | None, name_re: re.Pattern[str]
+) -> bool:
+    """A role naming a variable the run gets. With a config file, a lower-case name is its key."""
+    if target not in variables or not name_re.fullmatch(target):
+        return False
+    return config_file is None or target.isupper()
+
+
 def _binds(binds: tuple[str, ...], knob_names: set[str], preset: bool) -> dict[str, Any]:
     """`--bind NAME=config:KEY|env:VAR` as the spec's `command.bind`."""
     bind: dict[str, Any] = {}
@@ -190,6 +199,7 @@ def _roles_and_binds(
     bind = _binds(binds, knob_names, preset)
     role_map: dict[str, Any] = {}
     added: dict[str, Any] = {}
+    variables = variables or {}
     for role, target in _pairs(roles, "--role"):
         if role not in _ROLES:
             raise UserError(f"--role {role}: unknown role — one of {', '.join(_ROLES)}")
@@ -203,7 +213,7 @@ def _roles_and_binds(
             role_map[role] = int(target)
         elif target in bind or target in knob_names or preset or setting_name(target) in flags:
             role_map[role] = target  # a flag of the command becomes its knob (as a preset's do)
-        elif variables is not None and target in variables and ENV_NAME_RE.fullmatch(target):
+        elif _names_a_variable(target, variables, config_file, ENV_NAME_RE):
             # `BATCH_SIZE=64 python train.py`: a knob bound to the variable carries the role.
             knob = target.lower() if target.lower() not in knob_names else target
             bind[knob] = {"env": target}
