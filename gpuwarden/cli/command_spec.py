@@ -55,10 +55,7 @@ def command_options(fn: F) -> F:
             "roles",
             multiple=True,
             metavar="ROLE=KNOB|KEY",
-            help=(
-                f"Which knob, flag, config key or environment variable plays a role: {', '.join(_ROLES)} "
-                "(repeatable)."
-            ),
+            help=f"Which knob, flag, config key or variable plays a role: {', '.join(_ROLES)} (repeatable).",
         ),
         click.option(
             "--config-file",
@@ -229,6 +226,28 @@ def _roles_and_binds(
     return role_map, bind, added
 
 
+def _roles_binds_and_knobs(
+    roles: tuple[str, ...],
+    binds: tuple[str, ...],
+    config: Path | None,
+    knob_values: dict[str, Any],
+    preset: bool,
+    flags: set[str],
+    overrides: bool,
+    variables: dict[str, str],
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The roles and bindings; `knob_values` gains the knobs of roles naming a variable, and
+    `variables` (the --env ones) loses those variables: each attempt gets its knob's value."""
+    # The run gets this shell's environment: a role may name a variable set there or by --env.
+    role_map, bind, added = _roles_and_binds(
+        roles, binds, config, set(knob_values), preset, flags, overrides, {**os.environ, **variables}
+    )
+    knob_values.update(added)
+    for binding in bind.values():
+        variables.pop(binding.get("env", ""), None)
+    return role_map, bind
+
+
 def command_document(
     argv: list[str],
     cwd: Path,
@@ -254,20 +273,9 @@ def command_document(
     preset = framework not in (None, "none")
     overrides = any(override_setting(item) for item in argv[1:])  # Hydra's `key=value`
     variables = dict(_pairs(envs, "--env"))
-    # The run gets this shell's environment: a role may name a variable set here or by --env.
-    role_map, bind, added = _roles_and_binds(
-        roles,
-        binds,
-        config,
-        set(knob_values),
-        preset,
-        valued_flags(argv),
-        overrides,
-        {**os.environ, **variables},
+    role_map, bind = _roles_binds_and_knobs(
+        roles, binds, config, knob_values, preset, valued_flags(argv), overrides, variables
     )
-    knob_values.update(added)
-    for binding in bind.values():
-        variables.pop(binding.get("env", ""), None)  # the binding sets it now, each attempt its knob's value
     command: dict[str, Any] = {"argv": argv, "cwd": str(cwd.absolute())}
     if config is not None:
         command["config_file"] = str(config)

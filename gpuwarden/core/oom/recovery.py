@@ -304,8 +304,7 @@ def plan_recovery(
     )
     plan = RecoveryPlan(classification, decision, probes=measured.probes, decided=measured.decided)
     if decision.is_give_up:
-        plan.decision = _named_fix(spec, decision)
-        return plan
+        return replace(plan, decision=_named_fix(spec, decision))
     if decision.prediction is None and points and capacity and isinstance(batch, int):
         decision_prediction = predict_max_batch(
             points,
