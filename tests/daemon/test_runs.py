@@ -578,7 +578,7 @@ def test_a_script_that_reads_its_batch_size_from_a_variable_is_retuned_through_i
         print("ran with", size, "x", accum)
         """
     )
-    env = {**os.environ, "ACCUM": "1"}  # one set in the shell, one given with --env
+    env = {"ACCUM": "1"}  # one set in the shell (over the daemon's), one given with --env
     result = gw.cli(
         "run", "--name", "by-variable", "--env", "BATCH_SIZE=32", "--role", "micro_batch=BATCH_SIZE",
         "--role", "accum_steps=ACCUM", "--follow", "--", sys.executable, "-c", script, env=env,
