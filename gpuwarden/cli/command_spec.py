@@ -186,8 +186,8 @@ def _roles_and_binds(
     knob_names: set[str],
     preset: bool,
     flags: set[str],
-    overrides: bool = False,
-    variables: Mapping[str, str] | None = None,
+    overrides: bool,
+    variables: Mapping[str, str],
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """The roles and bindings the flags ask for, and the knobs a role naming a variable adds."""
     # the spec models: `run`'s, not `ps`'s
@@ -196,7 +196,6 @@ def _roles_and_binds(
     bind = _binds(binds, knob_names, preset)
     role_map: dict[str, Any] = {}
     added: dict[str, Any] = {}
-    variables = variables or {}
     for role, target in _pairs(roles, "--role"):
         if role not in _ROLES:
             raise UserError(f"--role {role}: unknown role — one of {', '.join(_ROLES)}")

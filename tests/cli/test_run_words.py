@@ -343,7 +343,8 @@ def test_a_role_naming_a_variable_of_the_shell_takes_its_value_or_says_in_one_sh
     bound = _run(
         "--json", "--print-spec", "--role", "micro_batch=MICRO", "--", "python", "t.py", cwd=tmp_path
     )
-    assert bound.returncode == 2 and "no variable MICRO set" in bound.stderr  # set nowhere yet
+    assert bound.returncode == 2 and bound.stderr.count("\n") == 1  # set nowhere yet: one line, the fix
+    assert "no variable MICRO set — give the variable its value (--env MICRO=N" in bound.stderr
     given = _run(
         "--json", "--print-spec", "--env", "MICRO=8", "--role", "micro_batch=MICRO", "--", "python", "t.py",
         cwd=tmp_path,
