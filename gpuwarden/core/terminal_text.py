@@ -29,9 +29,9 @@ def plain_text(text: str) -> str:
 
 
 def log_text(text: str) -> str:
-    """`text` with its lines and tabs kept, for a log view: escape sequences removed, a carriage
-    return that does not end a line made a line break (a terminal would have overwritten the
-    line in place; a log view keeps what was written), every other control character removed.
-    Format characters stay: emoji sequences and other scripts need them."""
-    text = ESCAPES.sub("", text).replace("\r\n", "\n").replace("\r", "\n")
-    return "".join(ch for ch in text if ch in "\n\t" or unicodedata.category(ch) != "Cc")
+    """`text` with its lines, tabs and carriage returns kept, for a log view: escape sequences
+    and every other control character removed (a log view redraws a line that a carriage return
+    rewrites, as a terminal would: `terminal_line.TerminalLine`). Format characters stay: emoji
+    sequences and other scripts need them."""
+    text = ESCAPES.sub("", text).replace("\r\n", "\n")
+    return "".join(ch for ch in text if ch in "\n\t\r" or unicodedata.category(ch) != "Cc")

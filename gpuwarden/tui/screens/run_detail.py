@@ -18,7 +18,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Log, Static, TabbedContent, TabPane
+from textual.widgets import Footer, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
 from gpuwarden.core.api import Attempt, Retune, RunMetric
@@ -26,7 +26,6 @@ from gpuwarden.core.attempt_heading import attempt_heading
 from gpuwarden.core.command.record import summary_lines
 from gpuwarden.core.oom.explain import retune_sentence
 from gpuwarden.core.oom.roles import world_size_of
-from gpuwarden.core.terminal_text import log_text
 from gpuwarden.core.units import compact, duration, named, num, size
 from gpuwarden.tui.backend import DashboardBackend, DoctorFinding, RunDetailView, RunRow
 from gpuwarden.tui.controls import CONTROL_KEYS, OFFLINE, RUN_CONTROLS, refusal, rerun_in_footer
@@ -36,6 +35,7 @@ from gpuwarden.tui.messages import DetailLoaded, DoctorLoaded, LogLoaded
 from gpuwarden.tui.requests import AskEdit, AskRerun, AskResume, AskStop, AskTune
 from gpuwarden.tui.screens.runs import state_text
 from gpuwarden.tui.widgets.chart import Chart
+from gpuwarden.tui.widgets.program_log import ProgramLog
 from gpuwarden.tui.widgets.rank_table import RankTable
 from gpuwarden.tui.widgets.status_bar import storage_warning
 
@@ -283,7 +283,7 @@ class RunDetailScreen(Screen[None]):
                         yield Chart(height=4, style=style, fit=True, y_gutter=9, axis=True)
             with TabPane("Log", id="log"):
                 yield Static(id="log-head")
-                yield Log(max_lines=5000, auto_scroll=True, id="log-view")
+                yield ProgramLog(max_lines=5000, id="log-view")
             with TabPane("Doctor", id="doctor"), Scroller(id="doctor-scroll"):
                 yield Static("(press d to diagnose this run)", id="doctor-text")
         yield Footer(compact=True)  # at 80 columns the most keys offered at once fit only so
@@ -364,15 +364,13 @@ class RunDetailScreen(Screen[None]):
         chunk = message.chunk
         if chunk.stream != self.stream:
             return  # a read of the stream the user switched away from
-        log = self.query_one("#log-view", Log)
+        log = self.query_one("#log-view", ProgramLog)
         if message.heading:
-            _write_line(log, message.heading)
+            log.write_notice(message.heading)
         if chunk.overflow:
-            _write_line(log, "… (log skipped ahead: it grew faster than it was read)")
+            log.write_notice("… (log skipped ahead: it grew faster than it was read)")
         if chunk.data:
-            # Log only masks C0 codes below ESC: a program's colours, cursor moves and screen
-            # clears would otherwise reach the terminal and repaint the whole dashboard.
-            log.write(log_text(chunk.data))
+            log.write_output(chunk.data)
             self._log_seen = True
         if message.earlier:
             return  # on the way to the newest attempt, which says where the log goes on
@@ -595,13 +593,13 @@ class RunDetailScreen(Screen[None]):
         self.log_offset = -LOG_TAIL_BYTES
         self.log_attempt = 0
         self._log_seen = False
-        self.query_one("#log-view", Log).clear()
+        self.query_one("#log-view", ProgramLog).clear()
         self._show_log_head(0)
         self._tail_log()
 
     def action_toggle_follow(self) -> None:
         self.follow = not self.follow
-        self.query_one("#log-view", Log).auto_scroll = self.follow
+        self.query_one("#log-view", ProgramLog).auto_scroll = self.follow
         if self.follow:
             self._tail_log()
         self.notify("following the log" if self.follow else "log paused", timeout=2)
@@ -623,14 +621,6 @@ class RunDetailScreen(Screen[None]):
 
 def _heading(detail: RunDetailView, attempt: int) -> str:
     return attempt_heading(attempt, detail.attempts, detail.retunes, world_size_of(detail.spec))
-
-
-def _write_line(log: Log, line: str) -> None:
-    """`line` on a line of its own: `Log.write_line` would leave a program's unfinished last line
-    open, and the next output would run on after `line`."""
-    if log.lines and log.lines[-1]:
-        log.write("\n")
-    log.write(line + "\n")
 
 
 def _step_labels(metrics: list[RunMetric]) -> list[tuple[float, str]]:
