@@ -19,6 +19,7 @@ from gpuwarden.cli.table import output_width, wrapped
 from gpuwarden.client.reader import RunReader
 from gpuwarden.core.api import Attempt, RankStatus, RunDetail, RunEvent
 from gpuwarden.core.command.record import summary_lines
+from gpuwarden.core.events import LEFT_RUNNING_CODE
 from gpuwarden.core.oom.explain import oom_phases, retune_sentence
 from gpuwarden.core.oom.roles import world_size_of
 from gpuwarden.core.units import duration, named, size
@@ -131,10 +132,13 @@ def retuning_lines(detail: RunDetail, events: list[RunEvent]) -> Iterator[str]:
 
 def warning_lines(events: list[RunEvent]) -> Iterator[str]:
     """The run's own warnings (how a restart would resume, what its script's help said): said at
-    submit, or once the help beside the first attempt was read — kept here for whoever looks later."""
+    submit, or once the help beside the first attempt was read — kept here for whoever looks later;
+    and what an attempt left running, which was killed."""
     for e in events:
-        message = (e.model_extra or {}).get("message")
-        if e.type == "warning" and e.attempt is None and isinstance(message, str) and message:
+        extra = e.model_extra or {}
+        message = extra.get("message")
+        said = e.attempt is None or extra.get("code") == LEFT_RUNNING_CODE
+        if e.type == "warning" and said and isinstance(message, str) and message:
             yield f"warning:  {message}"
 
 

@@ -29,6 +29,10 @@ EXIT_OOM = 3  # an `oom` event was written (after a checkpoint when the state wa
 EXIT_GANG_ABORTED = 4  # another rank of a multi-process run failed; this rank stopped without a checkpoint
 EXIT_TERMINATED = 143  # stopped by SIGTERM after writing a checkpoint
 
+# The daemon's own warning when an ended attempt left processes running outside its process group
+# (killed); `show` says it beside the run's warnings.
+LEFT_RUNNING_CODE = "left_running"
+
 EventType = Literal[
     "started", "fixed_memory", "progress", "checkpoint", "warning", "oom", "error", "finished"
 ]

@@ -53,6 +53,7 @@ class Tagged:
     create_time: float
     group: int  # its process group
     leader: bool  # it leads its session: what the daemon started, not something that started
+    name: str = ""  # its program's name, to say what was killed
 
 
 class Identified(Protocol):
@@ -308,7 +309,7 @@ class LocalProcesses:
         """This user's live processes that carry a run tag."""
         found = []
         uid = os.getuid()
-        for proc in psutil.process_iter(["uids", "create_time"]):
+        for proc in psutil.process_iter(["uids", "create_time", "name"]):
             try:
                 if proc.info["uids"] is None or proc.info["uids"].real != uid:
                     continue
@@ -320,7 +321,8 @@ class LocalProcesses:
                 continue  # gone meanwhile, or not readable
             run_id, _, number = tag.partition("/")
             attempt = int(number) if number.isdigit() else None
-            found.append(Tagged(run_id, attempt, proc.pid, float(proc.info["create_time"]), group, leader))
+            created, name = float(proc.info["create_time"]), str(proc.info["name"] or "")
+            found.append(Tagged(run_id, attempt, proc.pid, created, group, leader, name))
         return found
 
     def kill(self, processes: Collection[Tagged]) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwarden.core.command.resume import INEXACT_CODE, inexact_resume
+from gpuwarden.core.events import LEFT_RUNNING_CODE
 from gpuwarden.core.gang.files import rank_logs
 from gpuwarden.core.gang.nodes import node_output
 from gpuwarden.core.gang.outcome import read_gang_outcome
@@ -32,6 +33,7 @@ from gpuwarden.daemon.supervise.pump import pump
 log = logging.getLogger("gpuwarden.daemon.supervisor")
 
 STDERR_TAIL_BYTES = 65536
+ESCAPED_SHOWN = 3
 
 
 def finish(
@@ -44,7 +46,7 @@ def finish(
     been reused since, so its process group is no longer known to be the run's.
     """
     status = or_recorded(status, active.exit_file)  # a re-adopted attempt's recorded status
-    _last_events(ctx, active, kill_group)
+    left_running = _last_events(ctx, active, kill_group)
     oom_kill = oom_kill_grew(active.oom_before, ctx.backends.oom_kills())
     stderr_tail = tail_of(active.stderr_path)
     if active.gang:
@@ -54,7 +56,7 @@ def finish(
         evidence = RankEvidence(None, status, stderr_tail)
     reason = f"{verdict.reason}; {note}" if note else verdict.reason
     ended = (active.exited_at or ctx.clock()) if kill_group else ended_unwatched(active, ctx.clock())
-    _record_end(ctx, active, status, verdict, reason, ended)
+    _record_end(ctx, active, status, verdict, reason, ended, left_running)
     # Watched until its end is recorded: a store that refused it has it again at the next pass.
     ctx.active.pop(active.run_id, None)
     log.info("run %s attempt %d: %s", active.run_id, active.attempt, reason)
@@ -84,9 +86,16 @@ def finish(
 
 
 def _record_end(
-    ctx: Context, active: Active, status: ExitStatus, verdict: ExitVerdict, reason: str, ended: float
+    ctx: Context,
+    active: Active,
+    status: ExitStatus,
+    verdict: ExitVerdict,
+    reason: str,
+    ended: float,
+    left_running: str | None,
 ) -> None:
-    """The attempt's end, its retune's outcome and what its log says of its resume, at once."""
+    """The attempt's end, its retune's outcome, what its log says of its resume and what it left
+    running, at once."""
     record = (
         ctx.batch()
         .write(
@@ -105,6 +114,8 @@ def _record_end(
     )
     if (inexact := _inexact_resume(ctx, active)) is not None:
         record.event(active.run_id, active.attempt, "warning", code=INEXACT_CODE, message=inexact)
+    if left_running is not None:
+        record.event(active.run_id, active.attempt, "warning", code=LEFT_RUNNING_CODE, message=left_running)
     record.commit()
 
 
@@ -122,16 +133,43 @@ def _inexact_resume(ctx: Context, active: Active) -> str | None:
     return inexact_resume(logs)
 
 
-def _last_events(ctx: Context, active: Active, kill_group: bool) -> None:
+def _last_events(ctx: Context, active: Active, kill_group: bool) -> str | None:
     """Store what the attempt wrote last; kill what it left behind, once, even when the store
-    refuses the events (the run is over: nothing it started may outlive it)."""
+    refuses the events (the run is over: nothing it started may outlive it). Returns what was
+    killed outside the attempt's process group, to be said."""
     try:
         pump(ctx, active, final=True)
     finally:
         alive = kill_group and not active.group_killed and active.child.pid
         if alive and (active.gang or active.child.group_alive()):  # a gang's ranks lead groups of their own
             kill_now(active)
+        escaped = _escaped(ctx, active) if kill_group and not active.group_killed else None
         active.group_killed = True
+    return escaped
+
+
+def _escaped(ctx: Context, active: Active) -> str | None:
+    """Kill what the attempt started outside its process group (a helper started with `setsid`,
+    a daemonized server) that still carries its tag; say what, since a program may have meant
+    it to stay. A gang's ranks lead groups of their own and are killed as a tree already."""
+    if active.gang or not active.child.pid:
+        return None
+    left = [
+        t
+        for t in ctx.backends.processes.tagged()
+        if t.run_id == active.run_id and t.attempt == active.attempt and t.group != active.child.pid
+    ]
+    if not left:
+        return None
+    ctx.backends.processes.kill(left)
+    shown = ", ".join(f"{t.pid} {t.name}".rstrip() for t in left[:ESCAPED_SHOWN])
+    more = f" and {len(left) - ESCAPED_SHOWN} more" if len(left) > ESCAPED_SHOWN else ""
+    log.info("run %s attempt %d: killed %d left running", active.run_id, active.attempt, len(left))
+    return (
+        f"attempt {active.attempt} left {len(left)} process(es) running outside its process group "
+        f"(pid {shown}{more}): killed, as nothing a run starts outlives it — a server the program "
+        "needs afterwards belongs in a run or a service of its own"
+    )
 
 
 def ended_unwatched(active: Active, now: float) -> float:
