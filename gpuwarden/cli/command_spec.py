@@ -288,15 +288,17 @@ def command_document(
         command["roles"] = role_map
     command.update(_restart_start(warm_restart, cold_restart))
     doc: dict[str, Any] = {
-        "name": name or _default_name(argv),
+        "name": _default_name(argv) if name is None else name,
         "kind": "command",
         "command": command,
         "knobs": knob_values,
         "resources": {"gpus": _gpus(gpus)},
     }
-    if memory_limit:
+    # An empty value (`--memory-limit "$LIMIT"` with LIMIT unset) is refused by the spec's checks,
+    # never taken as the option left out.
+    if memory_limit is not None:
         doc["resources"]["memory_limit"] = memory_limit
-    if policy:
+    if policy is not None:
         doc["policy"] = policy
     if variables:
         doc["env"] = variables

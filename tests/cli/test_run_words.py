@@ -357,3 +357,18 @@ def test_a_role_naming_a_variable_of_the_shell_takes_its_value_or_says_in_one_sh
     assert path.returncode == 2 and path.stderr.count("\n") == 1 and len(path.stderr) < 200, path.stderr
     assert "knobs.path (command.roles.micro_batch) is '" in path.stderr
     assert path.stderr.rstrip().endswith("a micro_batch must be a whole number ≥ 1")
+
+
+@pytest.mark.parametrize(
+    ("flag", "says"),
+    [
+        ("--memory-limit", "resources.memory_limit: '' is not a size"),
+        ("--policy", "policy: '' is not a policy name"),
+        ("--name", "name: must be 1–64 letters"),
+    ],
+)
+def test_an_empty_value_is_refused_not_taken_as_the_flag_left_out(tmp_path: Path, flag: str, says: str) -> None:
+    """`--memory-limit "$LIMIT"` with LIMIT unset would otherwise run with no limit at all."""
+    done = _run(flag, "", "--print-spec", "--", "true", cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == ""
+    assert says in done.stderr and done.stderr.count("\n") == 1, done.stderr
