@@ -367,7 +367,9 @@ def test_a_role_naming_a_variable_of_the_shell_takes_its_value_or_says_in_one_sh
         ("--name", "name: must be 1–64 letters"),
     ],
 )
-def test_an_empty_value_is_refused_not_taken_as_the_flag_left_out(tmp_path: Path, flag: str, says: str) -> None:
+def test_an_empty_value_is_refused_not_taken_as_the_flag_left_out(
+    tmp_path: Path, flag: str, says: str
+) -> None:
     """`--memory-limit "$LIMIT"` with LIMIT unset would otherwise run with no limit at all."""
     done = _run(flag, "", "--print-spec", "--", "true", cwd=tmp_path)
     assert done.returncode == 2 and done.stdout == ""

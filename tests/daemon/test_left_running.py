@@ -32,8 +32,9 @@ def test_a_helper_started_in_a_session_of_its_own_is_killed_and_named(gw: Daemon
         assert time.monotonic() < deadline, f"pid {escaped} (setsid sleep 300) outlived its run"
         time.sleep(0.05)
     shown = gw.cli("show", "helper").stdout
-    assert f"warning:  attempt 1 left 1 process(es) running outside its process group (pid {escaped} sleep)" in (
-        shown
+    assert (
+        f"warning:  attempt 1 left 1 process(es) running outside its process group (pid {escaped} sleep)"
+        in (shown)
     ), shown
     assert gw.cli_json("show", "helper")["state"] == "succeeded"  # what it left does not fail it
     events = gw.cli_json("events", "helper")
