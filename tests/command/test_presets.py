@@ -337,3 +337,24 @@ def test_a_checkpoint_pattern_inside_the_output_folder_follows_its_knob(tmp_path
         kept = _command(argv, "none", knobs, roles=roles, checkpoints={"glob": pattern}, cwd=str(tmp_path))
         assert kept.command is not None and kept.command.checkpoints is not None
         assert kept.command.checkpoints.glob == pattern
+
+
+def test_a_checkpoint_pattern_follows_an_output_folder_named_in_the_config_file(tmp_path: Path) -> None:
+    # A plain script whose YAML says `out_dir: ckpts`: the knob's value comes from the file.
+    config = tmp_path / "config.yaml"
+    config.write_text("train:\n  batch_size: 64\n  grad_accum: 1\nout_dir: ckpts\n")
+    spec = _command(
+        ["python", "train.py", "--config", str(config)],
+        "none",
+        config_file=str(config),
+        bind={
+            k: {"config": key}
+            for k, key in (("bs", "train.batch_size"), ("ga", "train.grad_accum"), ("out", "out_dir"))
+        },
+        roles={"micro_batch": "bs", "accum_steps": "ga", "output_dir": "out"},
+        checkpoints={"glob": "ckpts/step_*.pt"},
+        cwd=str(tmp_path),
+    )
+    assert spec.knobs["out"] == "ckpts"
+    assert spec.command is not None and spec.command.checkpoints is not None
+    assert spec.command.checkpoints.glob == "{out}/step_*.pt"

@@ -261,12 +261,14 @@ def complete_command(spec: RunSpec) -> RunSpec:
     if command is None:
         return spec
     config = load_config(command.config_file) if command.config_file is not None else None
-    spec = _glob_follows_output_dir(apply_preset(spec, config))
+    spec = apply_preset(spec, config)
     if command.framework != "none":
         _check_args_file(spec)
     if config is not None:
         spec = _fill_from_config(spec, config)
         spec = _names_config_file(spec)
+    # After the config file's values: the output_dir knob may be a key of it.
+    spec = _glob_follows_output_dir(spec)
     assert spec.command is not None
     unvalued = [n for n, b in spec.command.bind.items() if n not in spec.knobs]
     if unvalued:
