@@ -278,10 +278,13 @@ def test_a_host_allocation_under_the_runs_memory_limit_is_said_to_be_at_the_limi
     assert limited.verdict == "host_oom" and limited.fields["requested"] == 4_000_000_000
     assert (
         limited.reason
-        == "host allocator could not allocate 3.73 GiB: the run's memory limit (1.27 GiB) reached"
+        == "host allocator could not allocate 3.73 GiB: the run's memory limit (1.27 GiB of address space) reached"
     )
     memory_error = classify_text("MemoryError", memory_limit=6 * GiB)
-    assert memory_error.reason == "Python raised MemoryError: the run's memory limit (6.00 GiB) reached"
+    assert (
+        memory_error.reason
+        == "Python raised MemoryError: the run's memory limit (6.00 GiB of address space) reached"
+    )
     # The kernel's OOM killer never acts on an address-space limit: the host's memory it is.
     killed = "RuntimeError: DataLoader worker (pid 31337) is killed by signal: Killed. "
     assert classify_text(killed, memory_limit=6 * GiB).reason.endswith(": host memory exhausted")

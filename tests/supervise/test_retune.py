@@ -126,7 +126,7 @@ def test_a_host_oom_under_the_runs_memory_limit_names_the_limit_not_the_hosts_me
     rig.step(2)
     first_limited, first_free = rig.attempts(limited)[0], rig.attempts(free)[0]
     assert first_limited["reason"] == (
-        "host_oom: host allocator could not allocate 128.00 MiB: the run's memory limit (1.27 GiB) reached"
+        "host_oom: host allocator could not allocate 128.00 MiB: the run's memory limit (1.27 GiB of address space) reached"
         " (exit code 1)"
     )
     assert first_free["reason"].endswith("could not allocate 128.00 MiB: host memory exhausted (exit code 1)")

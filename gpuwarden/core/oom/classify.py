@@ -478,7 +478,7 @@ def _classify_host(text: str, match: _Match, memory_limit: int | None = None) ->
     # host's memory: a user with gigabytes free is told which of the two it was.
     exhausted = _EXHAUSTED
     if memory_limit:
-        exhausted = f"the run's memory limit ({format_size(memory_limit)}) reached"
+        exhausted = f"the run's memory limit ({format_size(memory_limit)} of address space) reached"
     if match.source == "cpu_allocator":
         m = _RE_CPU_REQUESTED.search(line)
         if m is not None:
