@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuwarden.core.command.batch_finder import FINDER_CODE, batch_finder_warning
 from gpuwarden.core.command.batch_hint import UNNAMED_CODE, unnamed_batch_warning
 from gpuwarden.core.command.config_file import ConfigDocument, load_config
 from gpuwarden.core.command.help_check import (
@@ -223,9 +224,11 @@ def complete_submitted(
     completed = complete_command(spec)
     if spec.command is None:
         return Submitted(completed)
+    # Said whatever the script's help says: it is read from the command alone.
+    finder = [(FINDER_CODE, line)] if (line := batch_finder_warning(completed)) else []
     ask = ask_resume_flag(spec, environment)
     if isinstance(ask, HelpAsk) and defer_help:
-        return Submitted(completed, help=ask)
+        return Submitted(completed, finder, help=ask)
     if isinstance(ask, FlagCheck):
         checked = ask
     else:
@@ -233,9 +236,9 @@ def complete_submitted(
     if checked.spec is not spec:
         completed = complete_command(checked.spec)
     if checked.lines():
-        return Submitted(completed, checked.lines())  # says it for the flag too
+        return Submitted(completed, [*checked.lines(), *finder])  # says it for the flag too
     said = [(NOWHERE_CODE, nowhere_warning(completed)), (UNNAMED_CODE, unnamed_batch_warning(completed))]
-    return Submitted(completed, [(code, message) for code, message in said if message])
+    return Submitted(completed, [(code, message) for code, message in said if message] + finder)
 
 
 def _glob_follows_output_dir(spec: RunSpec) -> RunSpec:
