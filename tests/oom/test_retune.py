@@ -116,6 +116,39 @@ def test_successive_restarts_walk_down_to_one() -> None:
     assert d.give_up is not None
 
 
+def test_a_failed_allocation_that_does_not_shrink_stops_the_micro_batch_after_two_lowerings() -> None:
+    # 64, 32 and 16 each failed allocating the same 2 GiB of a 24 GiB card: held whatever the
+    # micro-batch, so 8 would fail the same; the ladder goes on to its other rungs.
+    knobs = train_knobs(batch_size=64, grad_accum_steps=1)
+    history: list[dict[str, Any]] = []
+    failed = verdict("gpu_capacity", device="cuda", requested=2 * GiB)
+    for _ in range(2):
+        d = run(failed, knobs=knobs, history=history)
+        assert d.action == "reduce_micro_batch" and d.request == 2 * GiB
+        knobs, history = d.apply(knobs), [*history, d.to_dict()]
+    d = run(failed, knobs=knobs, history=history)
+    assert d.action == "gradient_checkpointing" and knobs["batch_size"] == 16
+    said = run(failed, knobs=knobs, history=history, pol=policy(ladder=[{"action": "reduce_micro_batch"}]))
+    assert said.give_up is not None and said.give_up.startswith(
+        "not retuned further: micro-batch 64, 32 and 16 each failed allocating the same 2.0 GiB: that "
+        "memory does not shrink with the micro-batch"
+    )
+    assert said.give_up.endswith(
+        "give the run more memory, or make the program hold less of what it keeps whatever the batch"
+    )
+    # What shrank, a block too small to prove anything, or a chain broken by another rung: lowered.
+    for other in (
+        verdict("gpu_capacity", device="cuda", requested=GiB),
+        verdict("gpu_capacity", device="cuda", requested=2 << 20),
+    ):
+        small = (
+            [{**h, "request": 2 << 20} for h in history] if other.fields["requested"] == 2 << 20 else history
+        )
+        assert run(other, knobs=knobs, history=small).changes["batch_size"] == (16, 8)
+    broken = [{"action": "allocator", "changes": {}}, history[1]]
+    assert run(failed, knobs=knobs, history=broken).changes["batch_size"] == (16, 8)
+
+
 def test_min_micro_batch_bound() -> None:
     pol = policy(min_micro_batch=4)
     d = run(

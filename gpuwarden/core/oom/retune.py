@@ -24,6 +24,10 @@ DEFAULT_FACTOR = 0.5
 DEFAULT_WAIT_SECONDS = 60.0
 DEFAULT_GPU_FRACTION = 0.85
 DEFAULT_OFFLOAD_FACTOR = 0.8
+# Lowering the micro-batch is given up when this many sizes in a row (the two last lowered) each
+# failed allocating the same bytes, at least this share of the memory that ran out.
+SAME_REQUEST_RUNS = 3
+SAME_REQUEST_SHARE = 0.01
 # Below this a GPU budget leaves no room for anything but the CUDA context.
 MIN_GPU_BUDGET = 1 << 30
 
@@ -75,6 +79,9 @@ class RetuneDecision:
     give_up: str | None = None
     wait_s: float | None = None
     rung: int | None = None
+    # The allocation that failed (bytes), kept so a later decision can tell whether lowering the
+    # micro-batch changed it.
+    request: int | None = None
 
     @property
     def is_give_up(self) -> bool:
@@ -100,6 +107,7 @@ class RetuneDecision:
             "give_up": self.give_up,
             "wait_s": self.wait_s,
             "rung": self.rung,
+            "request": self.request,
         }
 
 
@@ -134,6 +142,7 @@ class _Context:
     ooms: tuple[int, ...] = ()
     fixed_at_least: int | None = None
     prediction: Prediction | None = None
+    unshrinking: str | None = None  # why lowering the micro-batch again would fail the same way
 
     def has(self, knob: str) -> bool:
         """Whether the run has this knob: built-in kinds by their spec, command runs by `knobs`."""
@@ -217,6 +226,9 @@ def _micro_batch(ctx: _Context, rung: Rung) -> RetuneDecision | str:
     micro = _int_knob(ctx, "batch_size", 1)
     accum = _int_knob(ctx, "grad_accum_steps", 1)
     world = _int_knob(ctx, "world_size", 1)
+    ctx.unshrinking = _request_unchanged(ctx, micro)
+    if ctx.unshrinking is not None:
+        return ctx.unshrinking
     floor = ctx.policy.min_micro_batch
     per_device = micro * accum
     candidates = [d for d in _divisors(per_device) if floor <= d < micro]
@@ -235,8 +247,10 @@ def _micro_batch(ctx: _Context, rung: Rung) -> RetuneDecision | str:
         if prediction.batch is not None
         else f"no prediction ({prediction.basis}); halving"
     )
+    requested = ctx.classification.fields.get("requested")
     return RetuneDecision(
         action=rung.action,
+        request=requested if isinstance(requested, int) else None,
         changes={"batch_size": (micro, new), "grad_accum_steps": (accum, new_accum)},
         reason=(
             f"{ctx.classification.reason}; {why}: micro-batch {micro} → {new}, accumulation "
@@ -244,6 +258,34 @@ def _micro_batch(ctx: _Context, rung: Rung) -> RetuneDecision | str:
         ),
         prediction=prediction.to_dict(),
     )
+
+
+def _request_unchanged(ctx: _Context, micro: int) -> str | None:
+    """Why lowering the micro-batch again would fail the same way: the last two lowerings each
+    ended in the same failed allocation, a share of the memory no stray block reaches (an
+    allocator's 2 MiB block fails whatever was asked, so small requests prove nothing). What
+    does not shrink with the micro-batch is held whatever it is: weights, optimizer state,
+    a buffer of the program's, data it loads whole."""
+    requested = ctx.classification.fields.get("requested")
+    capacity = ctx.memory_capacity()
+    if not isinstance(requested, int) or not capacity or requested < capacity * SAME_REQUEST_SHARE:
+        return None
+    sizes = [micro]
+    for earlier in reversed(ctx.history):
+        pair = (earlier.get("changes") or {}).get("batch_size")
+        if earlier.get("action") != "reduce_micro_batch" or earlier.get("request") != requested:
+            break
+        if not isinstance(pair, list | tuple) or len(pair) != 2 or pair[1] != sizes[-1]:
+            break
+        sizes.append(pair[0])
+        if len(sizes) == SAME_REQUEST_RUNS:
+            tried = ", ".join(str(b) for b in reversed(sizes[1:])) + f" and {micro}"
+            return (
+                f"micro-batch {tried} each failed allocating the same {size(requested)}: that memory "
+                "does not shrink with the micro-batch (weights, optimizer state, or data or a buffer "
+                "the program holds whole)"
+            )
+    return None
 
 
 def _flag(knob: str, label: str) -> _Handler:
@@ -523,6 +565,9 @@ def _change_effective_batch(ctx: _Context) -> RetuneDecision | str:
     micro = _int_knob(ctx, "batch_size", 1)
     accum = _int_knob(ctx, "grad_accum_steps", 1)
     world = _int_knob(ctx, "world_size", 1)
+    ctx.unshrinking = _request_unchanged(ctx, micro)
+    if ctx.unshrinking is not None:
+        return ctx.unshrinking
     floor = ctx.policy.min_micro_batch
     if micro <= floor:
         return f"micro-batch {micro} is the minimum (min_micro_batch {floor})"
@@ -593,7 +638,7 @@ def _walk(ctx: _Context, rungs: list[tuple[int, Rung]]) -> RetuneDecision:
         # makes it retunable.
         return _give_up(f"not retuned: {verdict}, and the run names no setting {NAME_A_SETTING}")
     skipped = climbed
-    fixed = _fixed_give_up(ctx, skipped)
+    fixed = _fixed_give_up(ctx, skipped) or _unshrinking_give_up(ctx)
     if fixed is not None:
         return fixed
     if any(rung.action == "reduce_micro_batch" for _, rung in rungs) and ctx.policy.allows("effective_batch"):
@@ -619,6 +664,17 @@ def _fixed_give_up(ctx: _Context, skipped: list[str]) -> RetuneDecision | None:
         f"not retuned: {fixed}, so no smaller batch or input fits — give the run more memory "
         "or train a smaller model" + (f" (other rungs: {'; '.join(others)})" if others else ""),
         ctx.predict(_int_knob(ctx, "batch_size", 1)).to_dict() if ctx.has("batch_size") else None,
+    )
+
+
+def _unshrinking_give_up(ctx: _Context) -> RetuneDecision | None:
+    """The give-up when lowering the micro-batch stopped changing what failed: that, and the fix
+    (the ladder's other rungs had their turn before this one was reached)."""
+    if ctx.unshrinking is None:
+        return None
+    return _give_up(
+        f"not retuned further: {ctx.unshrinking} — give the run more memory, or make the program "
+        "hold less of what it keeps whatever the batch"
     )
 
 
