@@ -565,9 +565,6 @@ def _change_effective_batch(ctx: _Context) -> RetuneDecision | str:
     micro = _int_knob(ctx, "batch_size", 1)
     accum = _int_knob(ctx, "grad_accum_steps", 1)
     world = _int_knob(ctx, "world_size", 1)
-    ctx.unshrinking = _request_unchanged(ctx, micro)
-    if ctx.unshrinking is not None:
-        return ctx.unshrinking
     floor = ctx.policy.min_micro_batch
     if micro <= floor:
         return f"micro-batch {micro} is the minimum (min_micro_batch {floor})"
