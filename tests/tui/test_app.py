@@ -29,6 +29,7 @@ from gpuwarden.tui.screens.run_detail import RunDetailScreen, Scroller
 from gpuwarden.tui.screens.runs import RunsPane
 from gpuwarden.tui.widgets.gpu_card import GpuCard
 from gpuwarden.tui.widgets.nav_table import NavTable
+from gpuwarden.tui.widgets.program_log import ProgramLog
 from tests.tui.conftest import (
     SETTLE_S,
     SaidApp,
@@ -1033,6 +1034,30 @@ def test_a_log_with_terminal_escapes_shows_text_and_never_repaints_the_screen() 
             # redrawn with carriage returns is the one line the program's terminal showed.
             assert shown[2:5] == ["red cleared bell 日本 🚀", "20%", ""]
             assert not any("\x1b" in line or "\x07" in line for line in shown)
+
+    run(body())
+
+
+def test_a_log_tail_full_of_redraws_reaches_back_to_what_was_said_before_them() -> None:
+    """A Trainer's stderr after a long run: one early warning, then a progress bar redrawn a
+    hundred thousand bytes' worth. The last 32 KB hold one line; the tab reads further back."""
+
+    async def body() -> None:
+        backend = FakeBackend()
+        redraws = "\r".join(f" {i % 100:2d}%|{'█' * (i % 10)}| {i}/20000" for i in range(20_000))
+        backend._errs[RUNNING] = ["UserWarning: the tokenizer has no pad token", redraws]
+        app = make_app(backend)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await settle(pilot)
+            await pilot.press("2")
+            await wait_workers(pilot)
+            await pilot.press("enter", "l", "o")
+            screen = app.screen
+            assert isinstance(screen, RunDetailScreen)
+            log = screen.query_one("#log-view", ProgramLog)
+            await until(pilot, lambda: any("19999/20000" in line for line in log.lines), "the last redraw")
+            assert "UserWarning: the tokenizer has no pad token" in log.lines
+            assert sum("/20000" in line for line in log.lines) == 1
 
     run(body())
 

@@ -21,7 +21,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
-from gpuwarden.core.api import Attempt, Retune, RunMetric
+from gpuwarden.core.api import Attempt, LogChunk, Retune, RunMetric
 from gpuwarden.core.attempt_heading import attempt_heading
 from gpuwarden.core.command.record import summary_lines
 from gpuwarden.core.oom.explain import retune_sentence
@@ -40,6 +40,10 @@ from gpuwarden.tui.widgets.rank_table import RankTable
 from gpuwarden.tui.widgets.status_bar import storage_warning
 
 LOG_TAIL_BYTES = 32_768  # what the log tab shows first: enough for a screenful many times over
+# ... unless a progress bar redrawn in place fills it (it shows as one line): then it reaches
+# further back, for at least this many lines, up to this many bytes.
+LOG_TAIL_LINES = 200
+LOG_TAIL_MAX_BYTES = 1 << 20
 LOG_POLL_S = 1.0
 EVENTS_SHOWN = 200  # the newest events in the timeline (`gpuwarden events RUN` has them all)
 INDENT = 5
@@ -335,17 +339,40 @@ class RunDetailScreen(Screen[None]):
         """The end of each attempt's log, oldest first, each under its heading where there are
         several; (the newest attempt, where its log goes on)."""
         run_id = self.summary.id
-        newest = self.backend.logs(run_id, -LOG_TAIL_BYTES, stream)
+        newest = self._tail(stream)
         if newest.attempt <= 1:
             self.post_message(LogLoaded(run_id, newest))
             return newest.attempt, newest.next_offset if newest.attempt else -LOG_TAIL_BYTES
         detail = self.backend.run_detail(run_id)
         for a in detail.attempts:
             if a.attempt < newest.attempt:
-                earlier = self.backend.logs(run_id, -LOG_TAIL_BYTES, stream, a.attempt)
+                earlier = self._tail(stream, a.attempt)
                 self.post_message(LogLoaded(run_id, earlier, _heading(detail, a.attempt), earlier=True))
         self.post_message(LogLoaded(run_id, newest, _heading(detail, newest.attempt)))
         return newest.attempt, newest.next_offset
+
+    def _tail(self, stream: Stream, attempt: int | None = None) -> LogChunk:
+        """The end of an attempt's log (the newest one's by default): its last LOG_TAIL_BYTES, or
+        more where those hold fewer than LOG_TAIL_LINES lines, up to LOG_TAIL_MAX_BYTES."""
+        want = LOG_TAIL_BYTES
+        while True:
+            chunk = self._window(stream, attempt, want)
+            attempt = chunk.attempt or attempt  # the same attempt, if a next one starts meanwhile
+            enough = chunk.data.count("\n") >= LOG_TAIL_LINES
+            if chunk.offset == 0 or enough or want >= LOG_TAIL_MAX_BYTES:
+                return chunk
+            want *= 4
+
+    def _window(self, stream: Stream, attempt: int | None, want: int) -> LogChunk:
+        """The last `want` bytes of the log as one chunk: the daemon answers a part at a time."""
+        first = last = self.backend.logs(self.summary.id, -want, stream, attempt)
+        parts = [first.data]
+        while first.attempt and last.data and last.next_offset < first.size:
+            last = self.backend.logs(self.summary.id, last.next_offset, stream, first.attempt)
+            parts.append(last.data)
+        return last.model_copy(
+            update={"data": "".join(parts), "offset": first.offset, "overflow": first.overflow}
+        )
 
     def _read_on(self, stream: Stream, number: int, offset: int) -> tuple[int, int]:
         """What attempt `number` wrote since `offset`; once it has ended and written all, the next
