@@ -26,7 +26,7 @@ def report_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
     kind = " ".join(filter(None, (run["kind"], run.get("task"))))
     rows = [
         ("run", f"{run['name']} ({run['id']}) — {kind}, {run['state']}"),
-        ("device", f"{run['device']} ({run.get('dtype') or 'n/a'})" if run.get("device") else "n/a"),
+        ("device", _device(run)),
         ("wall time", f"{_n(report['wall_s'], '.1f', ' s')} over {len(report['attempts'])} attempt(s)"),
         (f"{unit}", _samples_text(tp)),
         (f"{unit}/s", _rate_text(tp)),
@@ -38,6 +38,14 @@ def report_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
         ("loss", _loss_text(report["loss"])),
     ]
     return rows
+
+
+def _device(run: dict[str, Any]) -> str:
+    """`cuda:0 (bf16)`, or the device alone where the program did not say its dtype."""
+    device, dtype = run.get("device"), run.get("dtype")
+    if not device:
+        return "n/a"
+    return f"{device} ({dtype})" if dtype else str(device)
 
 
 def _loss_text(loss: dict[str, Any]) -> str:

@@ -268,7 +268,7 @@ def build_report(snap: RunSnapshot) -> dict[str, Any]:
             "kind": run.get("kind"),
             "task": (section or {}).get("task"),
             "state": run.get("state"),
-            "device": last_started.get("device"),
+            "device": last_started.get("device") or _placed_on(snap),
             "dtype": last_started.get("dtype"),
         },
         "source": snap.source,
@@ -293,6 +293,14 @@ def build_report(snap: RunSnapshot) -> dict[str, Any]:
         "retunes": retunes(snap),
         "telemetry_tier_s": _step(snap),
     }
+
+
+def _placed_on(snap: RunSnapshot) -> str | None:
+    """Where the last attempt ran, for a program that did not say (a command run without the
+    SDK): `cpu`, or `cuda` on the GPUs it was given."""
+    if not snap.attempts:
+        return None
+    return "cuda" if snap.attempts[-1].gpus else "cpu"
 
 
 def _step(snap: RunSnapshot) -> float | None:
