@@ -414,12 +414,13 @@ def resume(run: str, follow: bool, as_json: bool) -> None:
     """Queue a new attempt of a failed, stopped or interrupted run."""
     with daemon_client() as client:
         since = _events_end(client, run) if follow else 0
+        # Counted before asking: the new attempt may have started by the time the resume answers.
+        first = max((a.attempt for a in client.run(run).attempts), default=0) + 1 if follow else 1
         detail = client.resume(run)
         if follow:
             if not as_json:
                 click.echo(f"{detail.id}  {detail.name}  resumed", err=True)
             # What the earlier attempts said is in `logs` and `events`: follow what comes now.
-            first = max((a.attempt for a in detail.attempts), default=0) + 1
             detail = follow_run(client, detail.id, as_json, since=since, first_attempt=first)
     if as_json:
         print_json(detail)
