@@ -90,7 +90,7 @@ def _body(event: RunEvent, extra: dict[str, Any], with_message: bool) -> str:
         return str(extra["message"])
     report = extra.get("report")
     if kind == "finished" and isinstance(report, Mapping):
-        return " ".join(f"{k}={named(k, report[k])}" for k in REPORT_KEYS if report.get(k) is not None)
+        return " ".join(_field(k, report[k]) for k in REPORT_KEYS if report.get(k) is not None)
     return fields_text(extra)
 
 

@@ -72,6 +72,11 @@ def test_event_lines_have_units_and_no_python_dicts() -> None:
     # The unit once: in the value or in the name, never both.
     finished = _event("finished", steps=40, wall_s=11.48, tokens_per_s=1331.2)
     assert event_line(finished).endswith("finished: steps=40 wall=11.48 s tokens/s=1331")
+    # ... and so a runner's own `finished`, whose figures come in its report.
+    reported = _event(
+        "finished", report={"steps": 2, "samples_seen": 64, "wall_s": 9.946, "samples_per_s": 6.435}
+    )
+    assert event_line(reported).endswith("finished: steps=2 samples_seen=64 wall=9.946 s samples/s=6.435")
     retuned = _event("retuned", changes={"train.batch_size": 16}, verdict="host_oom")
     assert "retuned: (host_oom) changes=train.batch_size=16" not in event_line(retuned)
     assert "{" not in event_line(retuned) and "train.batch_size=16" in event_line(retuned)
