@@ -61,10 +61,16 @@ def fields_text(fields: Mapping[str, Any], skip: frozenset[str] = _SKIP) -> str:
 
 def _field(name: str, value: Any) -> str:
     """`wall=11.48 s`, `samples/s=6.297`: the unit once, with the value or in the name."""
+    label, text = unit_once(name, value)
+    return f"{label}={text}"
+
+
+def unit_once(name: str, value: Any) -> tuple[str, str]:
+    """(label, value) with the unit said once: (`wall`, `11.48 s`), (`samples/s`, `6.297`)."""
     label = unit_free(name)
     if label.endswith("/s") and isinstance(value, int | float) and not isinstance(value, bool):
-        return f"{label}={compact(value)}"
-    return f"{label}={value_text(name, value)}"
+        return label, compact(value)
+    return label, value_text(name, value)
 
 
 def _body(event: RunEvent, extra: dict[str, Any], with_message: bool) -> str:

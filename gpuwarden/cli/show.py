@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from gpuwarden.cli.event_lines import REPORT_KEYS, edit_text
+from gpuwarden.cli.event_lines import REPORT_KEYS, edit_text, unit_once
 from gpuwarden.cli.fleet_option import chosen_hosts, host_field, hosts_option, reading_run
 from gpuwarden.cli.format import print_json
 from gpuwarden.cli.run_source import runs_option
@@ -22,7 +22,7 @@ from gpuwarden.core.command.record import summary_lines
 from gpuwarden.core.events import LEFT_RUNNING_CODE
 from gpuwarden.core.oom.explain import oom_phases, retune_sentence
 from gpuwarden.core.oom.roles import world_size_of
-from gpuwarden.core.units import duration, named, size
+from gpuwarden.core.units import duration, size
 
 EVENT_PAGE = 1000
 PROBE_PHASES = ("started", "running", "ended")
@@ -54,7 +54,8 @@ def report_lines(report: dict[str, Any]) -> Iterator[str]:
     for key in (*_REPORT_FIRST, *energy_keys(report)):
         value = report.get(key)
         if value is not None and not isinstance(value, dict | list):
-            yield f"{key}: {named(key, value)}"
+            label, text = unit_once(key, value)
+            yield f"{label}: {text}"
 
 
 def rank_line(rank: RankStatus) -> str:
