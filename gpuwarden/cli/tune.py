@@ -65,6 +65,7 @@ def tune(  # Long: eleven options passed to tune_spec by name; the body is one s
     from gpuwarden.core.tune.session import tune_spec, tuned_section
     from gpuwarden.core.tune.target import pick_target
     from gpuwarden.core.tune.write import write_tuned_spec
+    from gpuwarden.core.tune.written_outside import FolderFiles
 
     document = load_yaml_file(spec_path)
     with document.locating(RunSpec.model_fields):  # a policy file beside the spec is read here
@@ -78,6 +79,8 @@ def tune(  # Long: eleven options passed to tune_spec by name; the body is one s
         if not as_json:
             note(probe_line(n, r))
 
+    cwd = spec.command.cwd if spec.command is not None else None
+    folder = FolderFiles.read(cwd) if cwd is not None else None  # what the program's probes may write over
     # The reader stays open while probing: it reads the GPU's energy counter (and sets its power
     # limit in a sweep).
     reader = open_gpu_reader()
@@ -115,6 +118,7 @@ def tune(  # Long: eleven options passed to tune_spec by name; the body is one s
         reader.close()
     if outcome.cached and not as_json:
         note(f"this setup was tuned before (fingerprint {outcome.fingerprint}); --force probes again")
+    written = folder.written_note() if folder is not None and not outcome.cached else None
     section = tuned_section(spec)
     with writing(out_path):
         moved = write_tuned_spec(spec_path, out_path, section, outcome.knobs, "best: " + outcome.summary)
@@ -125,7 +129,8 @@ def tune(  # Long: eleven options passed to tune_spec by name; the body is one s
                 "cached": outcome.cached,
                 "output": str(out_path),
                 "knobs": outcome.knobs,
-                "notes": [moved_paths_note(list(moved), out_path.parent)] if moved else [],
+                "notes": ([moved_paths_note(list(moved), out_path.parent)] if moved else [])
+                + ([written] if written else []),
                 **outcome.result,
             }
         )
@@ -134,6 +139,8 @@ def tune(  # Long: eleven options passed to tune_spec by name; the body is one s
     click.echo(f"wrote {out_path}")
     if moved:
         note(moved_paths_note(list(moved), out_path.parent))
+    if written:
+        note(written)
 
 
 def probe_line(n: int, r: ProbeResult) -> str:

@@ -291,6 +291,12 @@ def test_a_clear_winner_is_remembered(tmp_path: Path) -> None:
     assert out["settling"]["says"] == (
         "re-measured 4 × 1 and 2 × 2 once, interleaved: 4 × 1 kept, no other within the noise of beating it by 5 %"
     )
+    # The program counts its readings in files beside it, outside the probes' output folders: said.
+    assert out["notes"] == [
+        f"the probes wrote in {tmp_path}, outside the output folder each was given: left read-1, read-2, "
+        "read-4 — have the program write its files under its output folder (the output_dir role), and "
+        "check any that an earlier run left there"
+    ]
     again = _tune(tmp_path, str(spec))
     assert again.returncode == 0, again.stderr
     assert "this setup was tuned before" in again.stderr
