@@ -137,6 +137,15 @@ def test_reported_checkpoints_count_too(tmp_path: Path) -> None:
     line = {"v": 1, "type": "checkpoint", "ts": 1.0, "path": "mine/step-5.pt", "step": 5, "samples_seen": 80}
     events.write_text(json.dumps(line) + "\n" + '{"partial": ')
     assert prepare_attempt(spec, "r1", run_dir, 2).argv[-1] == str(ckpt)
+    # A long run's events: a checkpoint among a hundred thousand progress lines, in the SDK's
+    # spacing, is found by reading a line at a time.
+    progress = json.dumps({"v": 1, "type": "progress", "ts": 2.0, "step": 6, "samples_seen": 96}) + "\n"
+    later = tmp_path / "mine" / "step-9.pt"
+    later.write_text("y")
+    spaced = json.dumps({**line, "path": "mine/step-9.pt", "step": 9}, separators=(", ", ": "))
+    with events.open("w") as out:
+        out.writelines([progress] * 50_000 + [spaced + "\n"] + [progress] * 50_000)
+    assert prepare_attempt(spec, "r1", run_dir, 2).argv[-1] == str(later)
 
 
 def _complete_checkpoint(tmp_path: Path, step: int) -> Path:

@@ -69,13 +69,19 @@ def _mtime(path: Path) -> float:
         return 0.0
 
 
+def _checkpoint_lines(events: Path) -> Iterator[str]:
+    """The lines of an attempt's events that can be checkpoint events, read a line at a time: a
+    long run's file holds millions of progress events, and only its checkpoints matter here."""
+    try:
+        with events.open(encoding="utf-8", errors="replace") as lines:
+            yield from (line for line in lines if '"checkpoint"' in line)
+    except OSError:
+        return
+
+
 def _reported(run_dir: Path, before: int, cwd: Path) -> Iterator[FoundCheckpoint]:
     for number in range(1, before):
-        events = attempt_dir(run_dir, number) / "events.jsonl"
-        try:
-            lines = events.read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError:
-            continue
+        lines = _checkpoint_lines(attempt_dir(run_dir, number) / "events.jsonl")
         for event in (decode(line) for line in lines):
             if event is None or event.get("type") != "checkpoint" or not isinstance(event.get("path"), str):
                 continue
