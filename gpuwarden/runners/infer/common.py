@@ -133,13 +133,14 @@ def steps_before(run_dir: Path, attempt: int) -> int:
     last = 0
     for earlier in range(1, attempt):
         try:
-            lines = (run_dir / "attempts" / str(earlier) / "events.jsonl").read_text(errors="replace")
+            # A line at a time: a long run's events do not all come into memory at once.
+            with (run_dir / "attempts" / str(earlier) / "events.jsonl").open(errors="replace") as lines:
+                for event in filter(None, map(decode, lines)):
+                    step = event.get("step")
+                    if event["type"] == "progress" and isinstance(step, int) and not isinstance(step, bool):
+                        last = max(last, step)
         except OSError:
             continue
-        for event in filter(None, map(decode, lines.splitlines())):
-            step = event.get("step")
-            if event["type"] == "progress" and isinstance(step, int) and not isinstance(step, bool):
-                last = max(last, step)
     return last
 
 
