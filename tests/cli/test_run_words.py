@@ -220,6 +220,13 @@ def test_checkpoints_flag_says_where_a_flags_only_script_saves(tmp_path: Path) -
     empty = _run("--print-spec", "--checkpoints", " ", "--", "python", "train.py", cwd=tmp_path)
     assert empty.returncode == 2 and empty.stderr.count("\n") == 1
     assert "an empty pattern matches nothing — e.g. outputs/checkpoint-*" in empty.stderr
+    # A pattern walked from the root or the home folder at every restart: refused, said once.
+    for pattern, says in (("/**/*.pt", "the whole file system"), ("~/**/*.ckpt", "your whole home folder")):
+        walked = _run("--print-spec", "--checkpoints", pattern, "--", "python", "train.py", cwd=tmp_path)
+        assert walked.returncode == 2 and walked.stderr.count("\n") == 1, walked.stderr
+        assert f"'{pattern}' searches {says} at every restart — start it in the folder" in walked.stderr
+    deep = _run("--print-spec", "--checkpoints", "runs/**/*.pt", "--", "python", "train.py", cwd=tmp_path)
+    assert deep.returncode == 0, deep.stderr  # recursive under the program's own folder: fine
 
 
 def test_a_role_may_name_a_flag_of_the_command_under_a_framework_preset(tmp_path: Path) -> None:

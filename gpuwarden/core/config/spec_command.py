@@ -9,6 +9,7 @@ checkpoints are, so a restart can pass the newest one as `{resume_from}`.
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 from typing import Literal
@@ -159,6 +160,20 @@ class Roles(StrictModel):
         return {role: v for role, v in self.model_dump().items() if isinstance(v, str)}
 
 
+def _searches_everything(pattern: str) -> str | None:
+    """`the whole file system` for `/**/x`, `your whole home folder` for `~/**/x`: a recursive
+    pattern whose fixed start is the root or the home folder; None otherwise."""
+    parts = pattern.split("/")
+    if "**" not in parts:
+        return None
+    fixed = list(itertools.takewhile(lambda part: not any(c in part for c in "*?["), parts))
+    if fixed == [""]:
+        return "the whole file system"
+    if fixed in (["~"], ["", "home"], ["", "root"]) or (fixed[:1] == ["~"] and fixed[1:] == [""]):
+        return "your whole home folder" if fixed[0] == "~" else f"every folder under {'/'.join(fixed)}"
+    return None
+
+
 class Checkpoints(StrictModel):
     """Where the program's own checkpoints are, when it does not report them as events."""
 
@@ -175,6 +190,13 @@ class Checkpoints(StrictModel):
     def _relative(cls, v: str) -> str:
         if not v.strip():
             raise ValueError("an empty pattern matches nothing — e.g. outputs/checkpoint-*")
+        whole = _searches_everything(v)
+        if whole is not None:
+            # Searched at every restart: a walk of every folder there could hold the daemon for minutes.
+            raise ValueError(
+                f"{value_excerpt(v)} searches {whole} at every restart — start it in the folder the "
+                "program writes to (e.g. /data/my-run/**/*.pt)"
+            )
         return v
 
     @field_validator("config_key")
