@@ -10,12 +10,15 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from gpuwarden.core.config.argv_flags import override_setting, setting_name, valued_flags
-from gpuwarden.core.errors import UserError
+from gpuwarden.core.errors import ConfigError, UserError
+
+if TYPE_CHECKING:
+    from gpuwarden.core.config.spec import RunSpec
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -91,6 +94,42 @@ def command_options(fn: F) -> F:
     for option in reversed(options):
         fn = option(fn)
     return fn
+
+
+FLAGS_LABEL = "the flags"
+# The spec keys a flag sets: a problem with one is said in the flag's name, as the user typed it.
+_FLAG_OF_KEY = {
+    "name": "--name",
+    "resources.gpus": "--gpus",
+    "policy": "--policy",
+    "resources.memory_limit": "--memory-limit",
+    "command.config_file": "--config-file",
+    "command.checkpoints.glob": "--checkpoints",
+    "command.framework": "--framework",
+}
+
+
+def flags_spec(document: dict[str, Any]) -> RunSpec:
+    """The spec the flags build, validated: a problem with a key a flag set names the flag."""
+    from gpuwarden.core.config.spec import spec_from_mapping
+
+    try:
+        return spec_from_mapping(document, label=FLAGS_LABEL)
+    except ConfigError as exc:
+        raise ConfigError([in_flag_words(problem, FLAGS_LABEL) for problem in exc.problems]) from None
+
+
+def in_flag_words(message: str, label: str) -> str:
+    """`LABEL: resources.memory_limit: '' is not a size …` → `--memory-limit: '' is not …`, line by
+    line (the daemon's answer to a submit of the flags' spec says `spec:`)."""
+    return "\n".join(_line_in_flag_words(line, label) for line in message.split("\n"))
+
+
+def _line_in_flag_words(problem: str, label: str) -> str:
+    key, sep, rest = problem.removeprefix(f"{label}: ").partition(": ")
+    if problem.startswith(f"{label}: ") and sep and key in _FLAG_OF_KEY:
+        return f"{_FLAG_OF_KEY[key]}: {rest}"
+    return problem
 
 
 def flags_given(flags: dict[str, Any]) -> bool:
@@ -315,9 +354,8 @@ def _restart_start(warm: bool, cold: bool) -> dict[str, bool]:
 def completed_document(document: dict[str, Any]) -> dict[str, Any]:
     """The completed spec (what the daemon would run: preset knobs, config values), defaults left out."""
     from gpuwarden.core.command.complete import complete_command
-    from gpuwarden.core.config.spec import spec_from_mapping
 
-    spec = complete_command(spec_from_mapping(document, label="the flags"))
+    spec = complete_command(flags_spec(document))
     data = spec.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
     return {"version": 1, "name": spec.name, "kind": spec.kind, **data}
 

@@ -24,6 +24,7 @@ from gpuwarden.cli.command_spec import (
     command_options,
     completed_document,
     flags_given,
+    in_flag_words,
     printable_spec,
 )
 from gpuwarden.cli.fleet_option import (
@@ -169,7 +170,7 @@ def run_cmd(words: tuple[str, ...], follow: bool, no_check_inputs: bool, as_json
                     click.echo(printable_spec(document), nl=False)
                 return
             client = stack.enter_context(daemon_client())
-            run = client.submit(document, environment=os.environ)
+            run = _submit_flags(client, document)
         if not follow:
             _say_warnings(client, run.id)
             if as_json:
@@ -192,6 +193,15 @@ def run_cmd(words: tuple[str, ...], follow: bool, no_check_inputs: bool, as_json
     if as_json:
         print_json(final)
     sys.exit(0 if final.state == "succeeded" else 1)
+
+
+def _submit_flags(client: ApiClient, document: dict[str, Any]) -> RunDetail:
+    """Submit the spec the flags built; the daemon's problems with it name the flags typed, not
+    the spec's keys."""
+    try:
+        return client.submit(document, environment=os.environ)
+    except UserError as exc:
+        raise UserError(in_flag_words(exc.message, "spec"), code=exc.code) from None
 
 
 def _say_warnings(client: ApiClient, run_id: str) -> None:

@@ -8,10 +8,10 @@ from typing import Any
 
 import click
 
-from gpuwarden.cli.command_spec import command_document, printable_spec
+from gpuwarden.cli.command_spec import FLAGS_LABEL, command_document, flags_spec, printable_spec
 from gpuwarden.cli.runs_cmds import spec_given
 from gpuwarden.core.config.resolve import resolve_relative_paths
-from gpuwarden.core.config.spec import RunSpec, spec_from_document, spec_from_mapping
+from gpuwarden.core.config.spec import RunSpec, spec_from_document
 from gpuwarden.core.config.yamlsource import parse_yaml, read_yaml_text
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.safeload import SPEC_FILE_LIMITS
@@ -32,11 +32,11 @@ def spec_of(
             spec = resolve_relative_paths(spec_from_document(document), path.resolve().parent)
         return spec, text, str(path)
     flags_document = command_document(list(words), Path.cwd(), **flags)
-    _set_nodes(flags_document, nodes, "the flags")
+    _set_nodes(flags_document, nodes, FLAGS_LABEL)
     if flags["print_spec"]:
         click.echo(printable_spec(flags_document), nl=False)
         sys.exit(0)
-    return spec_from_mapping(flags_document, label="the flags"), None, "the flags"
+    return flags_spec(flags_document), None, FLAGS_LABEL
 
 
 def _set_nodes(document: dict[str, Any], nodes: int | None, label: str) -> None:

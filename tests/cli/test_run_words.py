@@ -70,11 +70,11 @@ def test_a_restart_start_flag_sets_it_in_the_spec(tmp_path: Path, flag: str, say
         (["a.yaml", "b.yaml"], "one spec file at a time: gpuwarden run a.yaml (got 2 arguments;"),
         (["a.yaml", "--print-spec"], "--print-spec: only for your own program"),
         (["--memory-limit", "1GiB", "a.yaml"], "--memory-limit: only for your own program"),
-        (["--gpus", "-1", "--print-spec", "--", "true"], "the flags: resources.gpus: '-1' names no GPU"),
-        (["--gpus", "0,0", "--print-spec", "--", "true"], "the flags: resources.gpus: '0' is listed twice"),
+        (["--gpus", "-1", "--print-spec", "--", "true"], "--gpus: '-1' names no GPU"),
+        (["--gpus", "0,0", "--print-spec", "--", "true"], "--gpus: '0' is listed twice"),
         (
             ["--memory-limit", "0", "--print-spec", "--", "true"],
-            "the flags: resources.memory_limit: 0 B leaves no room to start a process",
+            "--memory-limit: 0 B leaves no room to start a process",
         ),
         # the fix in the flags' own words, not a spec file's `knobs:`
         (
@@ -125,7 +125,7 @@ def test_a_restart_start_flag_sets_it_in_the_spec(tmp_path: Path, flag: str, say
         ),
         (
             ["--memory-limit", "lots", "--print-spec", "--", "true"],
-            "the flags: resources.memory_limit: 'lots' is not a size — write one such as 6GiB",
+            "--memory-limit: 'lots' is not a size — write one such as 6GiB",
         ),
     ],
 )
@@ -369,9 +369,9 @@ def test_a_role_naming_a_variable_of_the_shell_takes_its_value_or_says_in_one_sh
 @pytest.mark.parametrize(
     ("flag", "says"),
     [
-        ("--memory-limit", "resources.memory_limit: '' is not a size"),
-        ("--policy", "policy: '' is not a policy name"),
-        ("--name", "name: must be 1–64 letters"),
+        ("--memory-limit", "gpuwarden: --memory-limit: '' is not a size"),
+        ("--policy", "gpuwarden: --policy: '' is not a policy name"),
+        ("--name", "gpuwarden: --name: must be 1–64 letters"),
     ],
 )
 def test_an_empty_value_is_refused_not_taken_as_the_flag_left_out(

@@ -503,3 +503,18 @@ def test_a_script_that_catches_its_oom_is_told_why_nothing_was_retuned(daemon_fa
     message = gw.cli_json("show", "caught")["message"]
     assert message.startswith("attempt 1: exit code 1 — last stderr line: ERROR: ran out of memory at step 5")
     assert "(not retuned: only the allocator's own out-of-memory error is evidence" in message
+
+
+def test_a_flag_the_daemon_refuses_is_named_as_typed(gw: DaemonHandle, tmp_path: Path) -> None:
+    """`gpuwarden run --memory-limit lots -- …` is checked by the daemon, which reads a spec: the
+    line names the flag typed, not the spec's key."""
+    refused = gw.cli("run", "--memory-limit", "lots", "--", "true", cwd=tmp_path)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert (
+        refused.stderr
+        == "gpuwarden: --memory-limit: 'lots' is not a size — write one such as 6GiB or 1500MB\n"
+    )
+    walked = gw.cli("run", "--checkpoints", "/**/*.pt", "--", "true", cwd=tmp_path)
+    assert walked.returncode == 2 and walked.stderr.startswith(
+        "gpuwarden: --checkpoints: '/**/*.pt' searches the whole file system at every restart"
+    )
