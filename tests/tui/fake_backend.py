@@ -42,6 +42,7 @@ from gpuwarden.tui.backend import (
 from gpuwarden.tui.rerun_spec import rerun_spec
 
 GIB = 1024**3
+MAX_LOG_BACK = 1 << 20  # the most bytes a log read may ask for from the end (the API's bound)
 # 2025-11-21 02:40:00 UTC: the frozen "now" of tests and snapshots.
 FROZEN_TS = 1_763_692_800.0
 
@@ -416,6 +417,8 @@ class FakeBackend:
         stream: Literal["stdout", "stderr"] = "stdout",
         attempt: int | None = None,
     ) -> LogChunk:
+        if offset < -MAX_LOG_BACK:  # as the daemon's API bounds it
+            raise UserError(f"offset: at least {-MAX_LOG_BACK}", code="invalid_request")
         with self._lock:
             current = self._runs[run_id].attempt if run_id in self._runs else 0
             number = attempt or current

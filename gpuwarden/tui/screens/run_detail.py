@@ -361,7 +361,7 @@ class RunDetailScreen(Screen[None]):
             enough = chunk.data.count("\n") >= LOG_TAIL_LINES
             if chunk.offset == 0 or enough or want >= LOG_TAIL_MAX_BYTES:
                 return chunk
-            want *= 4
+            want = min(want * 4, LOG_TAIL_MAX_BYTES)  # the API reads at most 1 MiB back
 
     def _window(self, stream: Stream, attempt: int | None, want: int) -> LogChunk:
         """The last `want` bytes of the log as one chunk: the daemon answers a part at a time."""
