@@ -3,11 +3,9 @@ and the run says so: real processes, a real daemon."""
 
 from __future__ import annotations
 
-import time
-
 import psutil
 
-from tests.daemon.conftest import DaemonHandle
+from tests.daemon.conftest import DaemonHandle, wait_for
 
 # A helper in a session of its own (its pid written down), one in the program's own group, then
 # the program ends.
@@ -27,10 +25,7 @@ def test_a_helper_started_in_a_session_of_its_own_is_killed_and_named(gw: Daemon
     result = gw.cli("run", "--name", "helper", "--gpus", "0", "--follow", "--", "sh", "-c", PROGRAM, cwd=here)
     assert result.returncode == 0, result.stderr
     escaped = int((here / "escaped.pid").read_text())
-    deadline = time.monotonic() + 30  # bounds a failure only: the kill comes as the attempt ends
-    while not _gone(escaped):
-        assert time.monotonic() < deadline, f"pid {escaped} (setsid sleep 300) outlived its run"
-        time.sleep(0.05)
+    wait_for(lambda: _gone(escaped), f"pid {escaped} (setsid sleep 300) to end with its run")
     shown = gw.cli("show", "helper").stdout
     assert (
         f"warning:  attempt 1 left 1 process(es) running outside its process group (pid {escaped} sleep)"
