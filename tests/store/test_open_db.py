@@ -42,3 +42,33 @@ def test_a_new_database_is_created_and_then_opens_read_only(tmp_path: Path) -> N
     db = open_db(path, readonly=True)
     assert db.execute("PRAGMA user_version").fetchone()[0] > 0
     db.conn.close()
+
+
+# A writer killed in the middle of a transaction, its changes spilled to the file: it leaves a
+# hot rollback journal behind, as a run folder's `exec` does when Slurm SIGKILLs its job.
+KILLED_WRITER = """
+import os, sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("PRAGMA cache_size = 1")
+conn.execute("BEGIN IMMEDIATE")
+for ts in range(5000):
+    conn.execute("INSERT INTO host_samples (ts) VALUES (?)", (ts,))
+os.kill(os.getpid(), 9)
+"""
+
+
+def test_a_store_its_writer_left_mid_transaction_reads_as_last_committed(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    path = tmp_path / "run.db"
+    open_db(path, journal="delete").conn.close()
+    killed = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(path)], check=False)
+    assert killed.returncode == -9
+    assert path.with_name("run.db-journal").exists()  # hot: read-only opens failed on it
+    db = open_db(path, readonly=True)
+    try:
+        assert db.execute("SELECT count(*) FROM host_samples").fetchone()[0] == 0
+    finally:
+        db.conn.close()
+    assert not path.with_name("run.db-journal").exists()

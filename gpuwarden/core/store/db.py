@@ -89,6 +89,7 @@ def _connect_readonly(path: Path) -> sqlite3.Connection:
     """A read-only connection. A WAL database copied without its `-shm` file to a folder that
     cannot be written (a backup, a read-only mount) cannot be opened so: SQLite must create that
     file. Without a `-wal` file nothing is left to replay, so the file is read as it is."""
+    _roll_back_hot_journal(path)
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False, isolation_level=None)
     try:
         conn.execute("PRAGMA user_version").fetchone()
@@ -99,6 +100,24 @@ def _connect_readonly(path: Path) -> sqlite3.Connection:
         uri = f"file:{path}?mode=ro&immutable=1"
         conn = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
     return conn
+
+
+def _roll_back_hot_journal(path: Path) -> None:
+    """A rollback journal left by a writer killed mid-transaction (a run folder's `exec` that
+    Slurm SIGKILLed) makes every read-only open fail ("attempt to write a readonly database")
+    until a writer rolls it back. Where this user may write, a read-write open does that (SQLite
+    rolls back a hot journal on its first read), so the run's last committed state reads."""
+    journal = path.with_name(path.name + "-journal")
+    if not journal.exists() or not os.access(path.parent, os.W_OK) or not os.access(path, os.W_OK):
+        return
+    try:
+        conn = sqlite3.connect(str(path), timeout=5)
+        try:
+            conn.execute("PRAGMA user_version").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return  # the read-only open says what is wrong
 
 
 def _create_private(path: Path) -> None:
