@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpuwarden.core.api import RunEvent
+from gpuwarden.core.progress_bar import bar_sentence, recorded_bar
 from gpuwarden.core.units import compact, named, unit_free
 
 # Bulky or bookkeeping fields a human does not want inline; `--json` has them whole (a hang's
@@ -113,6 +114,12 @@ def _progress_text(extra: Mapping[str, Any]) -> str:
     return f"{rest} total={total}" if isinstance(total, int) and not isinstance(total, bool) else rest
 
 
+def _bar_text(extra: Mapping[str, Any]) -> str:
+    """`train: 12/40 it (30 %), 3.92 it/s, 7s left`, as the program's progress bar drew it."""
+    reading = recorded_bar(extra)
+    return bar_sentence(reading) if reading is not None else fields_text(extra)
+
+
 def _retuned_text(extra: Mapping[str, Any]) -> str:
     why = extra.get("reason") or value_text("changes", extra.get("changes"))
     return f"({extra.get('verdict') or '?'}) {why}"
@@ -152,6 +159,7 @@ def _restart_text(extra: Mapping[str, Any]) -> str:
 # Events whose line is a sentence of their own fields.
 _TEXTS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "progress": _progress_text,
+    "progress_bar": _bar_text,
     "retuned": _retuned_text,
     "edited": _edited_text,
     "restart": _restart_text,

@@ -285,7 +285,7 @@ def follow_run(
     while True:
         batch = client.events(run_id, since=since, wait=1.0)
         for event in batch.events:
-            if as_json:
+            if as_json or event.type == "progress_bar":  # the program's own bar is printed as it drew it
                 continue
             if _ends_an_attempt(event):
                 # What the attempt wrote came before its end: said first, not after the end's line
@@ -299,7 +299,7 @@ def follow_run(
         if detail.state in FINAL_STATES:
             more = client.events(run_id, since=since)
             for event in more.events:
-                if not as_json:
+                if not as_json and event.type != "progress_bar":
                     click.echo(event_line(event, with_message=False), err=True)
             _print_new_output(client, run_id, detail, offsets, as_json, first_attempt)
             if not as_json:

@@ -22,6 +22,7 @@ from gpuwarden.core.command.record import summary_lines
 from gpuwarden.core.events import LEFT_RUNNING_CODE
 from gpuwarden.core.oom.explain import oom_phases, retune_sentence
 from gpuwarden.core.oom.roles import world_size_of
+from gpuwarden.core.progress_bar import bar_sentence, recorded_bar
 from gpuwarden.core.units import duration, size
 
 EVENT_PAGE = 1000
@@ -131,6 +132,17 @@ def retuning_lines(detail: RunDetail, events: list[RunEvent]) -> Iterator[str]:
         yield f"    {latest[0]}"
 
 
+def bar_lines(detail: RunDetail, events: list[RunEvent]) -> Iterator[str]:
+    """How far the running attempt has come, by the progress bar the program draws (a program that
+    reports its progress itself has none recorded)."""
+    if detail.state != "running":
+        return
+    drawn = [e for e in events if e.type == "progress_bar" and e.attempt == detail.attempt]
+    reading = recorded_bar(drawn[-1].model_extra or {}) if drawn else None
+    if reading is not None:
+        yield f"progress: {bar_sentence(reading)} (its progress bar at {when(drawn[-1].ts)[11:]})"
+
+
 def warning_lines(events: list[RunEvent]) -> Iterator[str]:
     """The run's own warnings (how a restart would resume, what its script's help said): said at
     submit, or once the help beside the first attempt was read — kept here for whoever looks later;
@@ -148,6 +160,7 @@ def detail_lines(detail: RunDetail, events: list[RunEvent]) -> Iterator[str]:
     yield f"state:    {detail.state} — {detail.message or ''}"
     yield f"created:  {when(detail.created_at)}   ended: {when(detail.ended_at)}"
     yield f"run dir:  {detail.run_dir}"
+    yield from bar_lines(detail, events)
     if detail.effective_batch is not None:
         yield f"effective batch: {detail.effective_batch}"
     yield from warning_lines(events)

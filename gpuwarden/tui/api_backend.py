@@ -35,10 +35,12 @@ from gpuwarden.core.api.telemetry import Bucket
 from gpuwarden.core.config.yamlsource import read_yaml_text
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.oom.explain import oom_phases
+from gpuwarden.core.progress_bar import recorded_bar
 from gpuwarden.core.run_state import ACTIVE_STATES, RunState
 from gpuwarden.core.telemetry.types import GpuStatic
 from gpuwarden.core.units import size
 from gpuwarden.tui.backend import (
+    FOLDED_EVENTS,
     DoctorFinding,
     EventFrame,
     Frame,
@@ -55,6 +57,7 @@ from gpuwarden.tui.backend import (
     SourceStatus,
     TimelineEvent,
     TopProcess,
+    bar_progress,
     doctor_findings,
     reported_number,
     run_row,
@@ -174,6 +177,7 @@ class _Progress:
     total: float | None = None
     samples_per_s: float | None = None
     retunes: int = 0
+    own: bool = False  # the run reports its progress itself: the bar it draws is not read
 
 
 class ApiBackend:
@@ -306,9 +310,12 @@ class ApiBackend:
             p = self._progress.setdefault(run_id, _Progress())
             p.since = max(p.since, event.id)
             if event.type == "progress":
+                p.own = True
                 p.samples_seen = reported_number(extra.get("samples_seen", p.samples_seen))
                 p.total = reported_number(extra.get("total", p.total))
                 p.samples_per_s = reported_number(extra.get("samples_per_s", p.samples_per_s))
+            elif event.type == "progress_bar" and not p.own and (bar := recorded_bar(extra)):
+                p.samples_seen, p.total, p.samples_per_s = bar_progress(bar)
             elif event.type == "state" and extra.get("state") == RunState.RETUNING:
                 p.retunes += 1  # the daemon records each retune as a move to `retuning`
 
@@ -357,7 +364,7 @@ class ApiBackend:
         since = 0
         while True:
             page = self.client.events(run_id, since=since, limit=EVENT_PAGE)
-            events += [e for e in page.events if e.type != "progress"]
+            events += [e for e in page.events if e.type not in FOLDED_EVENTS]
             if len(page.events) < EVENT_PAGE:
                 return events
             since = page.next_since
@@ -423,7 +430,7 @@ class ApiBackend:
             # Notes the daemon makes about a run are streamed without their time: it is now.
             event = RunEvent.model_validate({"ts": time.time(), **frame.data})
             self._note_event(run_id, event)
-            if event.type != "progress":  # progress is folded into the run's row
+            if event.type not in FOLDED_EVENTS:
                 return EventFrame(timeline_event(event, run_id))
         return None
 

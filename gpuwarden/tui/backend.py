@@ -22,6 +22,7 @@ from pydantic import ConfigDict
 from gpuwarden.client.fleet_view import FleetGpu
 from gpuwarden.client.hosts import HostAnswer
 from gpuwarden.core.api import Attempt, LogChunk, Retune, RunMetric, RunSummary
+from gpuwarden.core.progress_bar import BarReading
 from gpuwarden.core.telemetry.types import GpuSample, GpuStatic, HostSample
 
 
@@ -127,6 +128,16 @@ def reported_number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return value
+
+
+# Events folded into the run's row (its Progress, ETA and rate), not lines of its timeline.
+FOLDED_EVENTS = frozenset({"progress", "progress_bar"})
+
+
+def bar_progress(bar: BarReading) -> tuple[float, float | None, float | None]:
+    """A run's (done, total, rate) from the progress bar it draws: the bar's count in its own
+    unit. An epoch's bar has no total here: its end is the epoch's, not the run's."""
+    return bar.n, None if bar.counts_an_epoch else bar.total, bar.rate
 
 
 def run_row(summary: RunSummary, **view: Any) -> RunRow:

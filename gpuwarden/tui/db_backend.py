@@ -20,6 +20,7 @@ from gpuwarden.core.api import HistoryAnswer, LogChunk, Retune, RunEvent, RunMet
 from gpuwarden.core.errors import UserError
 from gpuwarden.core.logtail import NO_LOG, log_chunk, read_log
 from gpuwarden.core.oom.explain import oom_phases
+from gpuwarden.core.progress_bar import recorded_bar
 from gpuwarden.core.run_state import ACTIVE_STATES, FINAL_STATES
 from gpuwarden.core.run_views import attempt_models
 from gpuwarden.core.store.db import open_db
@@ -28,6 +29,7 @@ from gpuwarden.core.store.telemetry import History, TelemetryStore
 from gpuwarden.core.telemetry.types import GpuStatic
 from gpuwarden.tui.api_backend import buckets_to_series, timeline_event
 from gpuwarden.tui.backend import (
+    FOLDED_EVENTS,
     DoctorFinding,
     Frame,
     HistorySeries,
@@ -39,6 +41,7 @@ from gpuwarden.tui.backend import (
     SampleFrame,
     Snapshot,
     SourceStatus,
+    bar_progress,
     doctor_findings,
     reported_number,
     run_row,
@@ -160,18 +163,31 @@ class DbBackend(ReadOnlyControls):
         retunes = self.db.conn.execute(
             "SELECT count(*) FROM retunes WHERE run_id = ?", (run["id"],)
         ).fetchone()[0]
-        progress = progress or {}
+        done, total, rate = self._progress(run, progress)
         return run_row(
             RunSummary.from_row(run),
             placed=self._indices(attempt["gpus"] if attempt else []),
             pid=attempt["pid"] if attempt and run["state"] in ACTIVE_STATES else None,
-            samples_seen=reported_number(progress.get("samples_seen")),
-            total=reported_number(progress.get("total")),
-            samples_per_s=reported_number(progress.get("samples_per_s"))
-            if run["state"] in ACTIVE_STATES
-            else None,
+            samples_seen=done,
+            total=total,
+            samples_per_s=rate if run["state"] in ACTIVE_STATES else None,
             retunes=int(retunes),
         )
+
+    def _progress(
+        self, run: dict[str, Any], progress: dict[str, Any] | None
+    ) -> tuple[float | None, float | None, float | None]:
+        """(done, total, rate): what the run reports, else what its progress bar drew."""
+        if progress is not None or not run["attempt"]:
+            said = progress or {}
+            return (
+                reported_number(said.get("samples_seen")),
+                reported_number(said.get("total")),
+                reported_number(said.get("samples_per_s")),
+            )
+        drawn = self.store.last_event(run["id"], run["attempt"], ["progress_bar"], source="daemon")
+        bar = recorded_bar(drawn or {})
+        return bar_progress(bar) if bar is not None else (None, None, None)
 
     def runs(self) -> list[RunRow]:
         with self._lock:
@@ -203,7 +219,7 @@ class DbBackend(ReadOnlyControls):
             run["spec"],
             attempts,
             retunes,
-            [timeline_event(e, run["id"]) for e in events if e.type != "progress"],
+            [timeline_event(e, run["id"]) for e in events if e.type not in FOLDED_EVENTS],
             metrics,
             capacity,
             {uuid: static.index for uuid, static in self._statics.items()},

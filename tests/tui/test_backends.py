@@ -449,3 +449,26 @@ def test_api_backend_reads_the_hosts_heaviest_processes_and_tells_an_old_daemon(
     old = backend.snapshot().top
     assert old is not None and not old.processes
     assert old.unavailable and "gpuwarden down && gpuwarden up" in old.unavailable
+
+
+def test_db_backend_reads_a_scripts_progress_bar_and_prefers_what_a_run_reports(tmp_path: Path) -> None:
+    db = open_db(tmp_path / "gpuwarden.db")
+    runs = RunStore(db)
+    for run_id in ("rbar", "rown"):
+        runs.create_run(run_id, run_id, "command", {"name": run_id, "knobs": {}}, str(tmp_path / run_id))
+        runs.add_attempt(run_id, 1, stdout_path="o", stderr_path="e", events_path="v", gpus=[])
+        runs.set_state(run_id, "starting", "attempt 1")
+        runs.set_state(run_id, "running", "attempt 1")
+        drawn = {"desc": "train", "n": 12, "bar_total": 40, "unit": "it", "rate": 4.0, "remaining_s": 7}
+        runs.add_daemon_event(run_id, 1, "progress_bar", drawn)
+    runs.add_events("rown", 1, [{"type": "progress", "ts": FROZEN_TS, "step": 3, "samples_seen": 24,
+                                 "total": 160, "samples_per_s": 8.0}], 100)  # fmt: skip
+    runs.add_daemon_event("rown", 1, "progress_bar", {"desc": "", "n": 99, "bar_total": 100})
+    db.conn.close()
+    backend = DbBackend(tmp_path / "gpuwarden.db")
+    try:
+        rows = {r.id: r for r in backend.runs()}
+    finally:
+        backend.close()
+    assert (rows["rbar"].samples_seen, rows["rbar"].total, rows["rbar"].samples_per_s) == (12, 40, 4.0)
+    assert (rows["rown"].samples_seen, rows["rown"].total, rows["rown"].samples_per_s) == (24, 160, 8.0)

@@ -250,12 +250,14 @@ class RunStore:
             out.append(event)
         return out
 
-    def last_event(self, run_id: str, attempt: int, types: Sequence[str]) -> dict[str, Any] | None:
-        """The newest runner event of one of `types` in an attempt."""
+    def last_event(
+        self, run_id: str, attempt: int, types: Sequence[str], source: str = "runner"
+    ) -> dict[str, Any] | None:
+        """The newest event of one of `types` in an attempt, from the runner (or the daemon)."""
         rows = self._query(
-            f"SELECT payload FROM run_events WHERE run_id = ? AND attempt = ? AND source = 'runner'"
+            f"SELECT payload FROM run_events WHERE run_id = ? AND attempt = ? AND source = ?"
             f" AND type IN ({','.join('?' * len(types))}) ORDER BY id DESC LIMIT 1",
-            (run_id, attempt, *types),
+            (run_id, attempt, source, *types),
         )
         return json.loads(rows[0]["payload"]) if rows else None
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from gpuwarden.core.api.runs import RunSummary
+from gpuwarden.core.bar_follow import BarFollow
 from gpuwarden.core.config.settings import Settings
 from gpuwarden.core.config.spec import Resources, RunSpec
 from gpuwarden.core.errors import UserError
@@ -88,6 +89,7 @@ class Active:
     # When the loop first saw the process gone: its end, even if the store takes it later.
     exited_at: float | None = None
     group_killed: bool = False  # what it left behind was killed as it ended (once)
+    bar: BarFollow = field(default_factory=BarFollow)  # the progress bar its logs draw
 
     @property
     def gang(self) -> bool:

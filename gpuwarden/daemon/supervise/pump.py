@@ -46,6 +46,8 @@ def remember(active: Active, event: dict[str, Any], rank: int, now: float) -> No
     """What the loop keeps from an event: the attempt's last decisive event, and for a gang the
     ranks' progress and the first rank that failed on its own."""
     type_ = event["type"]
+    if type_ == "progress":
+        active.bar.own_progress = True  # its own report, not the bar it draws, says how far it is
     if not active.gang:
         if type_ in DECISIVE_EVENTS:
             active.decisive_event = type_

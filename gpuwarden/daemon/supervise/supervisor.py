@@ -37,6 +37,7 @@ from gpuwarden.daemon.supervise import (
     watchdog,
 )
 from gpuwarden.daemon.supervise.backends import Backends
+from gpuwarden.daemon.supervise.bar_watch import watch_bar
 from gpuwarden.daemon.supervise.context import Active, Completion, Context, Ending, GangStop, Start
 from gpuwarden.daemon.supervise.faults import contained
 from gpuwarden.daemon.supervise.gang_stop import kill_now, stop_gang
@@ -221,6 +222,7 @@ class Supervisor:
         if status is not None:
             if active.exited_at is None:
                 active.exited_at = now
+                self._try(watch_bar, self.ctx, active, now, True)  # its bar as it ended, before its end
                 # Its energy ends here, whenever the store takes its end.
                 self.ctx.energy.read_energy(active.run_id, active.attempt, active.gpus, "end")
             if settled:  # its record goes after what is owed
@@ -229,8 +231,10 @@ class Supervisor:
             log.info("run %s: grace period over, SIGKILL to its processes", active.run_id)
             kill_now(active)
             active.kill_at = None
-        elif active.gang and pumped:  # progress not stored is progress not seen: no false hang
-            self._try(self._watch_gang, active, now)
+        else:
+            self._try(watch_bar, self.ctx, active, now)
+            if active.gang and pumped:  # progress not stored is progress not seen: no false hang
+                self._try(self._watch_gang, active, now)
 
     def _finish(self, active: Active, status: ExitStatus) -> None:
         self._endings.append(finisher.finish(self.ctx, active, status))
