@@ -5,7 +5,8 @@
         --data .example-models/ramp-texts.jsonl --output_dir out --per_device_train_batch_size 16
 
 Any TrainingArguments flag works (`--gradient_accumulation_steps`, `--resume_from_checkpoint`,
-`--save_steps` …). `--gpuwarden_callback` adds gpuwarden's TrainerCallback (progress with
+`--save_steps` …); `--eval_data` with `--eval_strategy steps` evaluates as it trains.
+`--gpuwarden_callback` adds gpuwarden's TrainerCallback (progress with
 memory, checkpoint events, an OOM turned into checkpoint + `oom` event + exit 3); without it
 gpuwarden still recovers the run from stderr, the exit status and output_dir/checkpoint-*.
 """
@@ -32,6 +33,9 @@ from transformers import (
 class ScriptArguments:
     model: str = field(metadata={"help": "a model directory (save_pretrained)"})
     data: str = field(metadata={"help": 'JSONL file of {"text": ...} records'})
+    eval_data: str | None = field(
+        default=None, metadata={"help": "JSONL texts to evaluate on (with --eval_strategy steps or epoch)"}
+    )
     max_length: int = field(default=1024, metadata={"help": "tokens per text at most"})
     attn_implementation: str = field(default="eager", metadata={"help": "eager | sdpa"})
     gpuwarden_callback: bool = field(default=False, metadata={"help": "add gpuwarden's TrainerCallback"})
@@ -62,6 +66,7 @@ def main() -> None:
         model=model,
         args=args,
         train_dataset=Texts(script.data, tokenizer, script.max_length),
+        eval_dataset=Texts(script.eval_data, tokenizer, script.max_length) if script.eval_data else None,
         data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False),
         callbacks=callbacks,
     )

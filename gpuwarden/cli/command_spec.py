@@ -22,8 +22,11 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+# The spec's `command.roles` fields, kept here by name: the CLI does not import the spec's models
+# to start (a test holds the two equal).
 _ROLES = (
     "micro_batch",
+    "eval_batch",
     "accum_steps",
     "world_size",
     "max_length",

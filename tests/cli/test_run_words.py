@@ -381,3 +381,10 @@ def test_an_empty_value_is_refused_not_taken_as_the_flag_left_out(
     done = _run(flag, "", "--print-spec", "--", "true", cwd=tmp_path)
     assert done.returncode == 2 and done.stdout == ""
     assert says in done.stderr and done.stderr.count("\n") == 1, done.stderr
+
+
+def test_every_role_a_spec_takes_is_a_role_the_cli_takes() -> None:
+    from gpuwarden.cli.command_spec import _ROLES
+    from gpuwarden.core.config.spec_command import Roles
+
+    assert set(_ROLES) == set(Roles.model_fields)

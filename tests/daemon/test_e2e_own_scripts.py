@@ -383,3 +383,43 @@ def test_a_model_whose_weights_and_optimizer_state_alone_do_not_fit_is_not_retun
         fixed["gradient_bytes"] == 6 * 4096 * 4096 * 4
     )  # the weight matrices; the biases are too small to count
     assert fixed["optimizer_state_bytes"] == 2 * fixed["gradient_bytes"]
+
+
+@pytest.mark.slow
+def test_an_out_of_memory_in_the_trainers_evaluation_lowers_its_evaluation_batch(
+    gw: DaemonHandle, assets: Path, tmp_path: Path
+) -> None:
+    # Training at micro-batch 4 fits the limit; evaluating the long texts 32 at a time does not.
+    evaluated = tmp_path / "eval.jsonl"
+    evaluated.write_text("".join((assets / "ramp-texts.jsonl").read_text().splitlines(keepends=True)[-32:]))
+    evaluation = ["--eval_data", str(evaluated), "--eval_strategy", "steps", "--eval_steps", "2"]
+    argv = [*_hf_args(assets, "eval-out", 4), *evaluation, "--per_device_eval_batch_size", "32"]
+    result = gw.cli(
+        "run", "--framework", "transformers", "--gpus", "0", "--memory-limit", "1.8GiB",
+        "--env", "OMP_NUM_THREADS=1", "--env", "MALLOC_ARENA_MAX=2", "--name", "hf-eval", "--follow",
+        "--", sys.executable, *argv, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    detail = _detail(gw, "hf-eval")
+    assert detail["state"] == "succeeded" and detail["attempts"][0]["classification"] == "oom"
+    first = detail["retunes"][0]
+    assert first["from"] == {"knobs.per_device_eval_batch_size": 32}
+    assert first["to"] == {"knobs.per_device_eval_batch_size": 16}
+    assert (
+        "it ran out in evaluation (evaluation_loop), whose batch the training micro-batch"
+        in first["evidence"]["decision"]["reason"]
+    )
+    # Every retune lowered the evaluation's batch alone; the training's settings stayed.
+    assert all(set(r["to"]) == {"knobs.per_device_eval_batch_size"} for r in detail["retunes"])
+    assert detail["effective_batch"] == 4
+    assert (
+        "out of memory in evaluation (evaluation_loop) (host: tried 512 MiB) → evaluation batch 32 → 16, "
+        "training unchanged" in gw.cli("show", "hf-eval").stdout
+    )
+
+    reference = tmp_path / "reference"
+    _reference(tmp_path, [sys.executable, *_hf_args(assets, str(reference), 4), *evaluation])
+    _assert_same_weights(
+        _safetensors(gw.root / "eval-out" / "model.safetensors"),
+        _safetensors(reference / "model.safetensors"),
+    )

@@ -50,6 +50,7 @@ def test_default_ladder_order() -> None:
         "wait_for_memory",
         "move_gpu",
         "reduce_world_size",
+        "reduce_eval_batch",
         "reduce_micro_batch",
         "reduce_generation_batch",
         "gradient_checkpointing",

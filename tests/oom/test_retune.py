@@ -506,7 +506,7 @@ def test_decision_to_dict() -> None:
     out = d.to_dict()
     assert out["changes"] == {"batch_size": [8, 4], "grad_accum_steps": [1, 2]}
     assert out["action"] == "reduce_micro_batch"
-    assert out["give_up"] is None and out["rung"] == 4
+    assert out["give_up"] is None and out["rung"] == 5
 
 
 def test_infer_kind_never_changes_accumulation() -> None:
@@ -579,3 +579,27 @@ def test_a_gang_keeps_its_size_without_consent_or_when_every_gpu_is_usable() -> 
     assert "add world_size to `allow`" in str(_world(3).give_up)
     assert "enough for all 4 ranks" in str(_world(4, allow=["world_size"]).give_up)
     assert "not known" in str(_world(None, allow=["world_size"]).give_up)
+
+
+IN_EVALUATION = verdict("gpu_capacity", device="cuda", phase="evaluation", frame="evaluation_loop")
+
+
+def test_an_out_of_memory_in_evaluation_lowers_the_evaluation_batch() -> None:
+    knobs = {"batch_size": 8, "grad_accum_steps": 1, "eval_batch_size": 64}
+    d = run(IN_EVALUATION, kind="command", knobs=knobs)
+    assert d.action == "reduce_eval_batch" and d.changes == {"eval_batch_size": (64, 32)}
+    assert "it ran out in evaluation (evaluation_loop)" in d.reason and "training unchanged" in d.reason
+    # In training, the evaluation batch is left as it is.
+    assert run(CAPACITY, kind="command", knobs=knobs).action == "reduce_micro_batch"
+
+
+def test_evaluation_without_its_own_batch_or_at_its_least_lowers_the_micro_batch() -> None:
+    # A Lightning module validates with its data module's one batch size: the micro-batch.
+    d = run(IN_EVALUATION, kind="command", knobs={"batch_size": 8, "grad_accum_steps": 1})
+    assert d.action == "reduce_micro_batch"
+    assert "(it ran out in evaluation (evaluation_loop); where evaluation has a batch of its own" in d.reason
+    assert "name it with --role eval_batch=…" in d.reason
+    d = run(
+        IN_EVALUATION, kind="command", knobs={"batch_size": 8, "grad_accum_steps": 1, "eval_batch_size": 1}
+    )
+    assert d.action == "reduce_micro_batch"

@@ -55,6 +55,7 @@ class Preset:
 TRANSFORMERS = Preset(
     names={
         "per_device_train_batch_size": ("per_device_train_batch_size", "micro_batch"),
+        "per_device_eval_batch_size": ("per_device_eval_batch_size", "eval_batch"),
         "gradient_accumulation_steps": ("gradient_accumulation_steps", "accum_steps"),
         "gradient_checkpointing": ("gradient_checkpointing", "gradient_checkpointing"),
         "max_steps": ("max_steps", "max_steps"),
@@ -101,6 +102,7 @@ LIGHTNING = Preset(
 ACCELERATE = Preset(
     names={
         "per_device_train_batch_size": ("per_device_train_batch_size", "micro_batch"),
+        "per_device_eval_batch_size": ("per_device_eval_batch_size", "eval_batch"),
         "gradient_accumulation_steps": ("gradient_accumulation_steps", "accum_steps"),
         "max_train_steps": ("max_train_steps", "max_steps"),
         "output_dir": ("output_dir", "output_dir"),

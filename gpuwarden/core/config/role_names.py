@@ -8,6 +8,7 @@ from __future__ import annotations
 # Role → the name the retune maths uses for it (the built-in training runner's knob names).
 ROLE_NAMES: dict[str, str] = {
     "micro_batch": "batch_size",
+    "eval_batch": "eval_batch_size",
     "accum_steps": "grad_accum_steps",
     "world_size": "world_size",
     "max_length": "max_length",

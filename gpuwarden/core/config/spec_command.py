@@ -126,6 +126,9 @@ class Roles(StrictModel):
     """Which knob plays which part. Each value names a knob (`world_size` may be a number)."""
 
     micro_batch: str | None = Field(None, description="the knob that is the per-device micro-batch")
+    eval_batch: str | None = Field(
+        None, description="the evaluation's batch, where it has its own: lowered when evaluation runs out"
+    )
     accum_steps: str | None = Field(None, description="gradient accumulation steps")
     world_size: str | int | None = Field(None, description="processes (a knob, or a number; default 1)")
     max_length: str | None = Field(None, description="sequence length (lowered only when allowed)")

@@ -20,6 +20,7 @@ from gpuwarden.core.units import exact_size, size
 # How a knob reads in a sentence.
 _KNOB_LABELS = {
     "batch_size": "micro-batch",
+    "eval_batch_size": "evaluation batch",
     "grad_accum_steps": "accumulation",
     "world_size": "world size",
     "max_length": "max length",
@@ -87,6 +88,8 @@ def where_text(retune: Retune, phase: str | None = None) -> str:
     if others:
         facts.append(f"{size(others)} held by other processes")
     where = _WHERE.get(retune.verdict or "", retune.verdict or "")
+    if not phase and fields.get("phase") == "evaluation":  # read from the program's traceback
+        phase = f"evaluation ({fields.get('frame')})" if fields.get("frame") else "evaluation"
     text = "out of memory" + (f" in {phase}" if phase else "")
     if where and facts:
         return f"{text} ({where}: {', '.join(facts)})"
@@ -136,6 +139,8 @@ def change_text(retune: Retune, world_size: int = 1) -> str:
         if m0 * a0 == m1 * a1:
             parts.append(f"effective batch {m0 * a0 * _world_size(retune, world_size):g} kept")
     action = str(decision.get("action") or "")
+    if action == "reduce_eval_batch":
+        parts.append("training unchanged")
     if not parts and action in _ACTIONS:
         parts.append(_ACTIONS[action])
     wait = _number(decision.get("wait_s"))

@@ -24,6 +24,7 @@ from typing import Any
 from gpuwarden.core.command.batch_hint import role_fix
 from gpuwarden.core.config.spec import RunSpec
 from gpuwarden.core.oom.classify import Classification, classify_text
+from gpuwarden.core.oom.failure_phase import evaluation_frame
 from gpuwarden.core.oom.memory_model import headroom_on, predict_max_batch
 from gpuwarden.core.oom.policy import resolve_policy
 from gpuwarden.core.oom.retune import KIND_KNOBS, NAME_A_SETTING, RetuneDecision, decide, memory_capacity
@@ -95,7 +96,16 @@ class RecoveryPlan:
 
 def classification_of(facts: AttemptFacts, memory_limit: int | None = None) -> Classification:
     """The runner's `oom` event of this attempt if any, else the text and exit status
-    (`memory_limit`: the run's address-space limit, if it has one)."""
+    (`memory_limit`: the run's address-space limit, if it has one); an out-of-memory whose
+    traceback passes through evaluation says so (`phase`, and the `frame` that evaluates)."""
+    found = _classified(facts, memory_limit)
+    frame = evaluation_frame(facts.stderr_tail) if found.is_oom else None
+    if frame is None:
+        return found
+    return replace(found, fields={**found.fields, "phase": "evaluation", "frame": frame})
+
+
+def _classified(facts: AttemptFacts, memory_limit: int | None) -> Classification:
     for e in reversed(facts.events):
         if e.get("attempt") == facts.number and e.get("type") == "oom":
             fields = e.get("fields") if isinstance(e.get("fields"), dict) else {}

@@ -50,7 +50,7 @@ KIND_KNOBS: dict[str, frozenset[str]] = {
     ),
 }
 # What a rung can change in a command run, beside a world size the spec may fix as a number.
-RETUNABLE = (KIND_KNOBS["train"] | KIND_KNOBS["infer"]) - {"world_size", "device_map"}
+RETUNABLE = (KIND_KNOBS["train"] | KIND_KNOBS["infer"] | {"eval_batch_size"}) - {"world_size", "device_map"}
 
 # A script run as it is: the one step that makes it retunable.
 NAME_A_SETTING = (
@@ -254,9 +254,21 @@ def _micro_batch(ctx: _Context, rung: Rung) -> RetuneDecision | str:
         changes={"batch_size": (micro, new), "grad_accum_steps": (accum, new_accum)},
         reason=(
             f"{ctx.classification.reason}; {why}: micro-batch {micro} → {new}, accumulation "
-            f"{accum} → {new_accum}, effective batch {per_device * world} kept"
+            f"{accum} → {new_accum}, effective batch {per_device * world} kept{_evaluation_note(ctx)}"
         ),
         prediction=prediction.to_dict(),
+    )
+
+
+def _evaluation_note(ctx: _Context) -> str:
+    """Where the failure was in evaluation and the run names no evaluation batch: the micro-batch
+    sizes evaluation only where evaluation uses it (Lightning's one data-module batch size)."""
+    if ctx.classification.fields.get("phase") != "evaluation" or ctx.has("eval_batch_size"):
+        return ""
+    return (
+        f" (it ran out in evaluation ({ctx.classification.fields.get('frame')}); where evaluation has a "
+        "batch of its own, such as the Trainer's --per_device_eval_batch_size, pass it on the command and "
+        "name it with --role eval_batch=… so a retune lowers that instead)"
     )
 
 
@@ -382,6 +394,29 @@ def _generation_batch(ctx: _Context, rung: Rung) -> RetuneDecision | str:
         changes={"batch_size": (batch, new)},
         reason=f"{ctx.classification.reason}; {why}: {what}",
         prediction=prediction.to_dict(),
+    )
+
+
+def _eval_batch(ctx: _Context, rung: Rung) -> RetuneDecision | str:
+    """An out-of-memory in evaluation: the evaluation's own batch, which the training micro-batch
+    does not size (the Trainer's `per_device_eval_batch_size`)."""
+    frame = ctx.classification.fields.get("frame")
+    if ctx.classification.fields.get("phase") != "evaluation":
+        return "the failure was not in evaluation"
+    if not ctx.has("eval_batch_size"):
+        return f"it ran out in evaluation ({frame}), and the run names no evaluation batch (role eval_batch)"
+    batch = _int_knob(ctx, "eval_batch_size", 1)
+    floor = rung.min or 1
+    if batch <= floor:
+        return f"evaluation batch {batch} is the minimum ({floor})"
+    new = max(floor, min(batch - 1, math.floor(batch * (rung.factor or DEFAULT_FACTOR))))
+    return RetuneDecision(
+        action=rung.action,
+        changes={"eval_batch_size": (batch, new)},
+        reason=(
+            f"{ctx.classification.reason}; it ran out in evaluation ({frame}), whose batch the training "
+            f"micro-batch does not size: evaluation batch {batch} → {new}, training unchanged"
+        ),
     )
 
 
@@ -523,6 +558,7 @@ _GROWS_WITH_BATCH = frozenset(
     {
         "reduce_micro_batch",
         "reduce_generation_batch",
+        "reduce_eval_batch",
         "gradient_checkpointing",
         "reduce_max_length",
         "reduce_max_pixels",
@@ -550,6 +586,7 @@ _HANDLERS: dict[str, _Handler] = {
     "offload": _offload,
     "load_in_8bit": _flag("load_in_8bit", "8-bit weights"),
     "reduce_generation_batch": _generation_batch,
+    "reduce_eval_batch": _eval_batch,
     "wait_for_memory": _wait,
     "move_gpu": _move,
     "reduce_world_size": _world_size,
