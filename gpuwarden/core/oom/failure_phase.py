@@ -29,7 +29,7 @@ def _last_chain(text: str) -> str:
     if start < 0:
         return ""
     while True:
-        before = text[:start].rstrip()
+        before = text[max(0, start - 200) : start].rstrip()  # a window: hostile text may chain many
         if not before.endswith(_CHAINED):
             return text[start:]
         earlier = text.rfind(_TRACEBACK, 0, start)
