@@ -151,3 +151,16 @@ def test_a_recorded_drawing_reads_back_as_a_sentence() -> None:
     slow = BarReading("", 6, 30, "it", 1 / 3.5, 21, 84)
     assert bar_sentence(slow) == "6/30 it (20 %), 3.5 s/it, 1m24s left"
     assert recorded_bar({"n": "lots"}) is None and recorded_bar({}) is None
+
+
+def test_a_bar_that_wipes_its_line_as_it_closes_is_over() -> None:
+    out = io.StringIO()
+    bar = tqdm(total=200, desc="eval", leave=False, file=out, mininterval=0)
+    for _ in range(150):  # its last drawing short of its total, as a throttled bar's often is
+        bar.update(1)
+    bar.close()
+    readings = bar_readings(out.getvalue())
+    assert readings[-1].n == 150 and readings[-1].erased and not readings[0].erased
+    # The next epoch's bar takes over at once, not a minute later.
+    follow = followed(drawn(10, 10, desc="epoch 1"), out.getvalue(), drawn(10, 2, desc="epoch 2"))
+    assert follow.main is not None and (follow.main.desc, follow.main.n) == ("epoch 2", 2)

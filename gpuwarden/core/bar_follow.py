@@ -3,8 +3,8 @@
 A program may draw several bars: the Trainer draws an evaluation bar below its training bar, a
 hand-written loop one bar per epoch. The run's bar is the first one drawn; it stays the run's
 while it is unfinished and drawn, so an evaluation does not take its place, and it hands over to
-the latest bar once it is finished (an epoch's bar at its total) or has not been drawn for a
-minute while others were (a loop that broke out of it).
+the latest bar once it is finished (an epoch's bar at its total, or a bar that wiped its line as
+it closed) or has not been drawn for a minute while others were (a loop that broke out of it).
 
 A bar redraws ten times a second; the record keeps a drawing when the bar moved a hundredth, or a
 minute after the last one while it moves, or when another bar became the run's — so a week-long
@@ -25,7 +25,7 @@ ABANDONED_S = 60.0
 
 
 def _finished(reading: BarReading) -> bool:
-    return reading.total is not None and reading.n >= reading.total
+    return reading.erased or (reading.total is not None and reading.n >= reading.total)
 
 
 @dataclass

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpuwarden.core.terminal_text import ESCAPES
 from gpuwarden.core.units import duration
@@ -51,6 +51,7 @@ class BarReading:
     rate: float | None
     elapsed_s: float
     remaining_s: float | None
+    erased: bool = False  # then wiped from its line (tqdm's `leave=False`): that bar is over
 
     @property
     def key(self) -> tuple[str, float | None]:
@@ -141,9 +142,16 @@ def _reading(segment: str) -> BarReading | None:
 
 def bar_readings(text: str) -> list[BarReading]:
     """Every drawing of a bar in `text` (a log's tail, escape sequences and all), oldest first."""
-    plain = ESCAPES.sub("", text)
-    segments = (s for s in _SEGMENTS.findall(plain) if len(s) <= LONGEST_DRAWING)
-    return [r for r in (_reading(s) for s in segments) if r is not None]
+    readings: list[BarReading] = []
+    after_drawing = False  # the last segment was a drawing
+    for segment in _SEGMENTS.findall(ESCAPES.sub("", text)):
+        if after_drawing and not segment.strip():
+            readings[-1] = replace(readings[-1], erased=True)  # tqdm's `leave=False` wipes its line
+        reading = _reading(segment) if len(segment) <= LONGEST_DRAWING else None
+        if reading is not None:
+            readings.append(reading)
+        after_drawing = reading is not None
+    return readings
 
 
 def _number(value: object) -> float | None:
