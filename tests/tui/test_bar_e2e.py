@@ -7,7 +7,7 @@ import sys
 import time
 
 import pytest
-from textual.widgets import DataTable
+from textual.widgets import DataTable, Static
 
 from gpuwarden.tui.api_backend import ApiBackend
 from tests.daemon.conftest import (  # noqa: F401  (fixtures used by name)
@@ -18,6 +18,7 @@ from tests.daemon.conftest import (  # noqa: F401  (fixtures used by name)
     wait_for,
 )
 from tests.tui.conftest import make_app, run, settle, until
+from tests.tui.test_app import text_of
 
 pytestmark = pytest.mark.slow
 
@@ -75,6 +76,13 @@ def test_a_scripts_own_bar_is_its_progress(gw: DaemonHandle) -> None:  # noqa: F
             await until(pilot, lambda: progress_cell().endswith(" 25%"), "the row's progress at 25 %")
             eta = str(table.get_row(run_id)[4])
             assert eta.endswith("s"), eta  # tqdm's count and rate: fifteen steps at about five a second
+            table.move_cursor(row=table.get_row_index(run_id))
+            await pilot.press("enter")
+            await until(
+                pilot,
+                lambda: " 25 %, " in text_of(app.screen.query_one("#run-head", Static)),
+                "the run's head",
+            )
 
     run(body())
     (here / "go").touch()

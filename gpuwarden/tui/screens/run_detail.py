@@ -30,7 +30,7 @@ from gpuwarden.core.units import compact, duration, named, num, size
 from gpuwarden.tui.backend import DashboardBackend, DoctorFinding, RunDetailView, RunRow
 from gpuwarden.tui.controls import CONTROL_KEYS, OFFLINE, RUN_CONTROLS, refusal, rerun_in_footer
 from gpuwarden.tui.dashboard import Dashboard
-from gpuwarden.tui.formatting import clock, evidence_lines
+from gpuwarden.tui.formatting import clock, eta_seconds, evidence_lines, progress_fraction
 from gpuwarden.tui.messages import DetailLoaded, DoctorLoaded, LogLoaded
 from gpuwarden.tui.requests import AskEdit, AskRerun, AskResume, AskStop, AskTune
 from gpuwarden.tui.screens.runs import state_text
@@ -468,6 +468,7 @@ class RunDetailScreen(Screen[None]):
         head.append_text(state_text(r.state))
         where = ",".join(map(str, r.placed)) or ("CPU" if r.gpus == 0 else "–")
         head.append(f"  attempt {r.attempt}  GPU {where}" if r.placed else f"  attempt {r.attempt}  {where}")
+        head.append(_progress_text(r), style="green")
         if r.message:
             head.append(f"\n{r.message}", style="italic")
         self.query_one("#run-head", Static).update(head)
@@ -644,6 +645,15 @@ class RunDetailScreen(Screen[None]):
         self.show_head()
         self.refresh_bindings()
         self.reload()
+
+
+def _progress_text(run: RunRow) -> str:
+    """`  30 %, 7s left` while it runs, from what it reports or the bar it draws ("" unknown)."""
+    fraction = progress_fraction(run)
+    if run.state != "running" or fraction is None:
+        return ""
+    left = eta_seconds(run)
+    return f"  {100 * fraction:.0f} %" + (f", {duration(left)} left" if left is not None else "")
 
 
 def _heading(detail: RunDetailView, attempt: int) -> str:
