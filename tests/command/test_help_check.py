@@ -245,17 +245,23 @@ def test_the_accumulation_flag_alone_is_asked_when_the_command_passes_its_own_re
     lacking = judge_help(
         completed, ask, HelpOutput("usage: ft.py [--per_device_train_batch_size N] [--resume R]\n")
     )
-    assert lacking.dropped == ("gradient_accumulation_steps",) and lacking.code is None
-    assert [code for code, _ in lacking.lines()] == ["knob_flag_missing"]
+    # The evaluation's batch is dropped too, without a word: a script that does not evaluate needs none.
+    assert lacking.dropped == ("gradient_accumulation_steps", "per_device_eval_batch_size")
+    assert lacking.code is None and [code for code, _ in lacking.lines()] == ["knob_flag_missing"]
     assert lacking.spec.command is not None and lacking.spec.command.roles.accum_steps is None
     # Completed again (an edit does so), the spec gets no accumulation role back.
     assert complete_command(lacking.spec).command.roles.accum_steps is None  # type: ignore[union-attr]
-    listing = judge_help(completed, ask, HelpOutput("usage: ft.py [--gradient_accumulation_steps G]\n"))
+    listing = judge_help(
+        completed,
+        ask,
+        HelpOutput("usage: ft.py [--gradient_accumulation_steps G] [--per_device_eval_batch_size E]\n"),
+    )
     assert listing.spec is completed and listing.lines() == []
 
 
 NO_TRAINER_HELP = (
     "usage: train.py [--per_device_train_batch_size N] [--gradient_accumulation_steps G]\n"
+    "                [--per_device_eval_batch_size E]\n"
     "                [--checkpointing_steps CHECKPOINTING_STEPS] [--resume_from_checkpoint R]\n"
 )
 

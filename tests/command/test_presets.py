@@ -54,11 +54,16 @@ def test_transformers_flags_become_knobs_and_the_restart_flags_are_added() -> No
     # The accumulation the program did not pass goes in only once a retune sets it.
     binding = spec.command.bind["gradient_accumulation_steps"]
     assert (binding.flag, binding.default) == ("--gradient_accumulation_steps", 1)
+    # So does the evaluation's batch, at the Trainer's default: lowered after an OOM in evaluation.
+    binding = spec.command.bind["per_device_eval_batch_size"]
+    assert (binding.flag, binding.default) == ("--per_device_eval_batch_size", 8)
+    assert spec.command.roles.eval_batch == "per_device_eval_batch_size"
     assert spec.knobs == {
         "output_dir": "out",
         "per_device_train_batch_size": 8,
         "gradient_checkpointing": True,
         "gradient_accumulation_steps": 1,
+        "per_device_eval_batch_size": 8,
     }
     assert spec.command.roles.micro_batch == "per_device_train_batch_size"
     assert spec.command.checkpoints is not None
@@ -72,7 +77,7 @@ def test_a_retune_of_a_trainer_run_keeps_its_effective_batch() -> None:
         ["python", "ft.py", "--per_device_train_batch_size", "16", "--gradient_accumulation_steps", "2"],
         "transformers",
     )
-    assert current_knobs(spec) == {"batch_size": 16, "grad_accum_steps": 2}
+    assert current_knobs(spec) == {"batch_size": 16, "grad_accum_steps": 2, "eval_batch_size": 8}
     decision = RetuneDecision("reduce_micro_batch", {"batch_size": (16, 4), "grad_accum_steps": (2, 8)})
     doc, before, after = apply_decision(spec, decision)
     assert after == {"knobs.per_device_train_batch_size": 4, "knobs.gradient_accumulation_steps": 8}
@@ -210,7 +215,7 @@ def test_a_knob_value_in_the_spec_wins_over_the_flag_text(tmp_path: Path) -> Non
     )
     assert spec.command is not None
     assert spec.command.argv[2:4] == ["--per_device_train_batch_size", "{per_device_train_batch_size}"]
-    assert current_knobs(spec) == {"batch_size": 4, "grad_accum_steps": 4}
+    assert current_knobs(spec) == {"batch_size": 4, "grad_accum_steps": 4, "eval_batch_size": 8}
     tuned = prepare_attempt(spec, "r", tmp_path / "run", 1)
     assert tuned.argv[2:6] == ["--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "4"]
 
@@ -358,3 +363,22 @@ def test_a_checkpoint_pattern_follows_an_output_folder_named_in_the_config_file(
     assert spec.knobs["out"] == "ckpts"
     assert spec.command is not None and spec.command.checkpoints is not None
     assert spec.command.checkpoints.glob == "{out}/step_*.pt"
+
+
+def test_a_trainer_command_that_leaves_the_evaluation_batch_at_its_default_can_have_it_lowered(
+    tmp_path: Path,
+) -> None:
+    spec = _command(
+        ["python", "ft.py", "--per_device_train_batch_size", "8", "--eval_strategy", "steps"], "transformers"
+    )
+    first = prepare_attempt(spec, "r", tmp_path / "run", 1)
+    assert "--per_device_eval_batch_size" not in first.argv  # the Trainer's own default, untouched
+    decision = RetuneDecision("reduce_eval_batch", {"eval_batch_size": (8, 4)})
+    doc, before, after = apply_decision(spec, decision)
+    assert (before, after) == (
+        {"knobs.per_device_eval_batch_size": 8},
+        {"knobs.per_device_eval_batch_size": 4},
+    )
+    second = prepare_attempt(spec_from_mapping(doc), "r", tmp_path / "run", 2)
+    at = second.argv.index("--per_device_eval_batch_size")
+    assert second.argv[at + 1] == "4"

@@ -174,7 +174,8 @@ def _missing_bound_flags(
             continue
         dropped.append(name)
         role = roles.get(name, "")
-        lines.append((FLAG_MISSING_CODE, _flag_missing_line(shown, binding.flag, role)))
+        if role != "eval_batch":  # a script that does not evaluate has no such flag, and needs none
+            lines.append((FLAG_MISSING_CODE, _flag_missing_line(shown, binding.flag, role)))
     return tuple(dropped), tuple(lines)
 
 

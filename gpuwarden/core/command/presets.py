@@ -441,6 +441,26 @@ def _add_accumulation(draft: _Draft, preset: Preset, from_config: bool, user_rol
         draft.bind[knob] = KnobBinding(flag=flag, default=1)
 
 
+# The Trainer's evaluation batch when the command does not set it (TrainingArguments' default).
+TRAINER_EVAL_BATCH = 8
+
+
+def _add_eval_batch(draft: _Draft, preset: Preset, from_config: bool, user_roles: set[str]) -> None:
+    """The Trainer evaluates with a batch of its own: where the command leaves it at the default,
+    a knob holds that default, passed only once a retune lowers it after an out-of-memory in
+    evaluation (a script whose help lacks the flag has the knob dropped, as the accumulation's)."""
+    knob = "per_device_eval_batch_size"
+    if preset is not TRANSFORMERS or "micro_batch" not in draft.roles or "micro_batch" in user_roles:
+        return
+    if "eval_batch" in draft.roles or knob in draft.claimed or knob in draft.bind:
+        return
+    draft.knobs.setdefault(knob, TRAINER_EVAL_BATCH)
+    draft.roles["eval_batch"] = knob
+    draft.claimed.add(knob)
+    where = {"config": knob} if from_config else {"flag": f"--{knob}"}
+    draft.bind[knob] = KnobBinding(**where, default=TRAINER_EVAL_BATCH)
+
+
 def apply_preset(spec: RunSpec, config: ConfigDocument | None) -> RunSpec:
     """The spec with the framework's settings turned into knobs and roles (no-op for `none`)."""
     command = spec.command
@@ -464,6 +484,7 @@ def apply_preset(spec: RunSpec, config: ConfigDocument | None) -> RunSpec:
         _scan_configs(draft, preset, config, command.cwd or config.path.parent)
         _scan_precision_config(draft, preset, config)
     _add_accumulation(draft, preset, from_config and "micro_batch" in draft.roles, user_roles)
+    _add_eval_batch(draft, preset, from_config and "micro_batch" in draft.roles, user_roles)
     checkpoints = command.checkpoints
     # A completed spec already passes the checkpoint: in argv, or through the args file's key.
     resumable = any("{resume_from" in a for a in draft.argv) or bool(checkpoints and checkpoints.config_key)
