@@ -8,6 +8,7 @@ import time
 
 import pytest
 from textual.widgets import DataTable, Static
+from textual.widgets.data_table import RowDoesNotExist
 
 from gpuwarden.tui.api_backend import ApiBackend
 from tests.daemon.conftest import (  # noqa: F401  (fixtures used by name)
@@ -70,7 +71,7 @@ def test_a_scripts_own_bar_is_its_progress(gw: DaemonHandle) -> None:  # noqa: F
             def progress_cell() -> str:
                 try:
                     return str(table.get_row(run_id)[3])
-                except Exception:  # the row is not there yet
+                except RowDoesNotExist:  # the row is not there yet
                     return ""
 
             await until(pilot, lambda: progress_cell().endswith(" 25%"), "the row's progress at 25 %")
