@@ -23,7 +23,8 @@ from tests.tui.test_app import text_of
 
 pytestmark = pytest.mark.slow
 
-# Five of twenty steps, a fifth of a second each, then it waits to be told to finish.
+# Five of twenty steps, then it waits to be told to finish. Its steps take a fifth of a second, as
+# a program's steps take time (tqdm has a rate to write); nothing in the test waits on them.
 SCRIPT = """
 import pathlib, time
 from tqdm import tqdm
@@ -105,14 +106,13 @@ def test_follow_prints_the_bar_once(gw: DaemonHandle) -> None:  # noqa: F811 (th
     assert "progress_bar: train: 20/20 it (100 %)" in gw.cli("events", "follow").stdout
 
 
-# Reports its progress through the SDK before it draws anything, and draws a bar as well.
+# Reports its progress through the SDK before it draws anything, and draws a bar as well. However
+# fast it runs, the daemon reads its logs once more as it exits: the bar would be recorded then.
 REPORTING = """
-import time
 from tqdm import tqdm
 from gpuwarden import sdk
 sdk.progress(0, 0, total=160)
 for step in tqdm(range(1, 21), desc="train", mininterval=0):
-    time.sleep(0.25)  # the daemon looks at the logs while the bar moves
     sdk.progress(step, 8 * step, total=160)
 """
 
